@@ -1,0 +1,26 @@
+"""The CPU backend's plugin module: light on purpose (no compiler lookup, no ctypes) - discovery
+imports it, and the device itself is built in `tg_backend_cpu.device` when first opened."""
+
+from __future__ import annotations
+
+from tinygrad.device import CONTRACT_VERSION, BackendInfo, hookimpl
+
+__version__ = "0.1.0"
+
+
+def _open(index: int):  # type: ignore[no-untyped-def]
+    from tg_backend_cpu.device import CPUDevice
+
+    return CPUDevice(index)
+
+
+def _check() -> str | None:
+    from tg_backend_cpu.compiler import find_c_compiler
+
+    return find_c_compiler()[1]
+
+
+@hookimpl
+def tinygrad_backends() -> list[BackendInfo]:
+    return [BackendInfo(name="CPU", contract_version=CONTRACT_VERSION, open=_open, check=_check, priority=1000,
+                        description="C kernels compiled by clang or gcc, run on host memory")]

@@ -1,0 +1,68 @@
+"""Finding and driving the C compiler: clang or gcc, or whatever `CC` names."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+
+from tinygrad.codegen.compiled import CompileError, Compiler
+
+CANDIDATES = ("clang", "gcc", "cc", "clang-19", "clang-18", "clang-17", "clang-16", "clang-15", "clang-14")
+
+
+@functools.cache
+def find_c_compiler() -> tuple[str | None, str | None]:
+    """(path to the compiler, None) or (None, why none was found)."""
+    override = os.environ.get("CC")
+    if override:
+        path = shutil.which(override)
+        if path is None:
+            return None, f"CC={override} is not an executable on PATH; unset CC or point it at clang or gcc"
+        return path, None
+    for name in CANDIDATES:
+        if (path := shutil.which(name)) is not None:
+            return path, None
+    return None, ("no C compiler found (looked for CC, then " + ", ".join(CANDIDATES) +
+                  "); install one, for example `apt-get install clang` or `apt-get install gcc`")
+
+
+@functools.cache
+def _cpu_signature() -> str:
+    # -march=native output depends on the processor: key the cache on its feature flags too
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        flags = ""
+    return platform.machine() + hashlib.sha256(flags.encode()).hexdigest()[:16]
+
+
+class CCompiler(Compiler):
+    def __init__(self) -> None:
+        path, reason = find_c_compiler()
+        if path is None:
+            raise RuntimeError(reason)
+        self.path = path
+        version = subprocess.run([path, "--version"], capture_output=True, text=True).stdout.splitlines()
+        self.version = version[0] if version else "unknown"
+        is_clang = "clang" in self.version.lower()
+        # gcc needs -O3 to vectorise loops; clang already does at -O2
+        opt = "-O2" if is_clang else "-O3"
+        self.flags = [opt, "-march=native", "-fPIC", "-shared", "-fwrapv", "-fno-math-errno", "-ffp-contract=fast",
+                      "-x", "c", "-std=gnu11", "-w"]
+        self.cache_key = f"cpu|{self.version}|{' '.join(self.flags)}|{_cpu_signature()}"
+
+    def compile(self, src: str) -> bytes:
+        with tempfile.TemporaryDirectory(prefix="tg-cc-") as tmp:
+            out = os.path.join(tmp, "kernel.so")
+            proc = subprocess.run([self.path, *self.flags, "-", "-o", out, "-lm"], input=src, capture_output=True,
+                                  text=True)
+            if proc.returncode != 0:
+                raise CompileError(f"{self.path} failed to compile a kernel:\n{proc.stderr}\n--- source ---\n{src}")
+            with open(out, "rb") as f:
+                return f.read()

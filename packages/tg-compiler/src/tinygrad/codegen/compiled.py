@@ -1,0 +1,121 @@
+"""The `Compiled` device base: what a backend plugs its renderer, compiler, allocator and program
+launcher into. Core asks a device for a runner (`get_runner(ast)`); this turns the AST into a program
+(codegen), compiles it once (with an on-disk cache) and launches it with the schedule's buffers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from tinygrad.codegen import ProgramSpec, get_program
+from tinygrad.device import Allocator, Buffer
+from tinygrad.dtype import DType
+from tinygrad.helpers import DEBUG, DISABLE_COMPILER_CACHE, cache_dir
+from tinygrad.renderer import Renderer
+from tinygrad.uop.ops import UOp
+
+
+class CompileError(RuntimeError):
+    pass
+
+
+class Compiler:
+    """`compile(src) -> bytes`. `cache_key` must change whenever the output for the same source could."""
+
+    cache_key: str = ""
+
+    def compile(self, src: str) -> bytes:
+        raise NotImplementedError
+
+    def compile_cached(self, src: str) -> bytes:
+        if DISABLE_COMPILER_CACHE or not self.cache_key:
+            return self.compile(src)
+        return disk_cache_get_or_make(self.cache_key, src, lambda: self.compile(src))
+
+
+def disk_cache_get_or_make(namespace: str, src: str, make: Callable[[], bytes]) -> bytes:
+    """A content-addressed cache of compiled binaries.
+
+    Each entry stores a SHA-256 of its payload: a truncated or corrupt entry fails the check and is
+    rebuilt. Entries are written to a temporary file and renamed into place, so two processes sharing
+    the directory never see half-written files.
+    """
+    key = hashlib.sha256(f"{namespace}\0{src}".encode()).hexdigest()
+    directory = cache_dir() / "compile"
+    path = directory / f"{key}.bin"
+    try:
+        blob = path.read_bytes()
+        digest, payload = blob[:32], blob[32:]
+        if hashlib.sha256(payload).digest() == digest:
+            return payload
+        if DEBUG >= 1:
+            print(f"compile cache: ignoring corrupt entry {path}", file=sys.stderr)
+    except OSError:
+        pass
+    payload = make()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(hashlib.sha256(payload).digest() + payload)
+        os.replace(tmp, path)
+    except OSError as e:  # a read-only or full cache must not stop the program
+        if DEBUG >= 1:
+            print(f"compile cache: could not write {path}: {e}", file=sys.stderr)
+    return payload
+
+
+class Program(Protocol):
+    def __call__(self, *bufs: Any, global_size: tuple[int, ...] | None = None,
+                 local_size: tuple[int, ...] | None = None, vals: tuple[int, ...] = (),
+                 wait: bool = False) -> float | None: ...
+
+
+class CompiledRunner:
+    """A compiled kernel, ready to launch on the buffers of a schedule item."""
+
+    def __init__(self, device: Compiled, spec: ProgramSpec, lib: bytes):
+        self.spec, self.lib = spec, lib
+        self.display_name = spec.name
+        self.global_size, self.local_size = spec.global_size, spec.local_size
+        self.estimated_ops, self.estimated_bytes = spec.estimated_ops, spec.estimated_bytes
+        self.program = device.runtime(spec.name, lib)
+
+    def __call__(self, bufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
+        args = [bufs[i].opaque for i in self.spec.param_indices]
+        return self.program(*args, global_size=self.global_size, local_size=self.local_size,
+                            vals=tuple(var_vals.values()), wait=wait)
+
+
+class Compiled:
+    """A device made of the four pieces of the contract. Backends subclass or instantiate this."""
+
+    def __init__(self, name: str, allocator: Allocator, renderer: Renderer, compiler: Compiler,
+                 runtime: Callable[[str, bytes], Program]):
+        self.name, self.allocator, self.renderer, self.compiler, self.runtime = name, allocator, renderer, compiler, runtime
+        self._runners: dict[UOp, CompiledRunner] = {}
+
+    def supports_dtype(self, dtype: DType) -> bool:
+        return self.renderer.supports_dtype(dtype)
+
+    def get_runner(self, ast: UOp) -> CompiledRunner:
+        if (hit := self._runners.get(ast)) is not None:
+            return hit
+        spec = get_program(ast, self.renderer)
+        lib = self.compiler.compile_cached(spec.src)
+        runner = CompiledRunner(self, spec, lib)
+        self._runners[ast] = runner
+        return runner
+
+    def synchronize(self) -> None:
+        pass
+
+
+def cache_path_for_tests() -> Path:
+    return cache_dir() / "compile"

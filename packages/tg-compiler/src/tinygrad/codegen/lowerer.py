@@ -1,0 +1,181 @@
+"""Lowering: turn a kernel AST (tensor-level ops over PARAM leaves) into scalar index arithmetic.
+
+Each output dimension becomes a loop RANGE; the value is computed by pushing the index tuple down
+through the AST. Movement ops never copy - each one only rewrites the indices:
+
+    PERMUTE  reorders them          EXPAND   sends broadcast dims to 0
+    SHRINK   adds the start offset  FLIP     mirrors: (size-1) - i
+    PAD      subtracts the padding, and adds a validity condition that gates loads and zeroes the value
+    RESHAPE  flattens to a linear index and splits it again for the source shape
+
+A REDUCE_AXIS opens new RANGEs for its reduced dims. PARAM leaves become gated LOADs.
+Symbolic simplification then folds the index arithmetic back down.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tinygrad.dtype import DType, dtypes
+from tinygrad.helpers import prod
+from tinygrad.uop.ops import GroupOp, Ops, UOp
+from tinygrad.uop.rewrite import graph_rewrite
+from tinygrad.uop.symbolic import symbolic
+
+IDX = dtypes.index
+
+
+def idx_const(v: int) -> UOp:
+    return UOp.const(IDX, v)
+
+
+def _ge(x: UOp, b: int) -> UOp:
+    return x.lt(idx_const(b)).ne(UOp.const(dtypes.bool, True))
+
+
+def _and(a: UOp | None, b: UOp | None) -> UOp | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a.alu(Ops.AND, b)
+
+
+def flat_index(idxs: tuple[UOp, ...], shape: tuple[int, ...]) -> UOp:
+    acc: UOp = idx_const(0)
+    stride = 1
+    for i, s in reversed(list(zip(idxs, shape))):
+        if s != 1:
+            acc = acc + i * idx_const(stride) if stride != 1 else acc + i
+        stride *= s
+    return acc
+
+
+def reshape_indices(idxs: tuple[UOp, ...], new_shape: tuple[int, ...], src_shape: tuple[int, ...]) -> tuple[UOp, ...]:
+    """Indices into `src_shape` that address the same element as `idxs` into `new_shape`."""
+    squeezed_new = [(i, s) for i, s in zip(idxs, new_shape) if s != 1]
+    if [s for _, s in squeezed_new] == [s for s in src_shape if s != 1]:
+        # only size-1 dims were added or removed: indices carry over one to one
+        it = iter(i for i, _ in squeezed_new)
+        return tuple(next(it) if s != 1 else idx_const(0) for s in src_shape)
+    flat = flat_index(idxs, new_shape)
+    out = []
+    stride = prod(src_shape)
+    for s in src_shape:
+        stride //= s
+        if s == 1:
+            out.append(idx_const(0))
+            continue
+        v = flat // idx_const(stride) if stride != 1 else flat
+        out.append(v % idx_const(s))
+    return tuple(out)
+
+
+REDUCE_IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
+
+
+def reduce_identity(op: Ops, dtype: DType) -> UOp:
+    if op is Ops.MAX:
+        return UOp.const(dtype, dtype.min)
+    return UOp.const(dtype, REDUCE_IDENTITY[op])
+
+
+@dataclass
+class _Lowering:
+    next_axis: int = 0
+    memo: dict[tuple, UOp] = field(default_factory=dict)
+
+    def new_range(self, size: int, kind: str) -> UOp:
+        r = UOp(Ops.RANGE, IDX, (idx_const(size),), (self.next_axis, kind))
+        self.next_axis += 1
+        return r
+
+    def lower(self, node: UOp, idxs: tuple[UOp, ...], valid: UOp | None) -> UOp:
+        key = (node, idxs, valid)
+        if (hit := self.memo.get(key)) is not None:
+            return hit
+        out = self._lower(node, idxs, valid)
+        self.memo[key] = out
+        return out
+
+    def _lower(self, node: UOp, idxs: tuple[UOp, ...], valid: UOp | None) -> UOp:
+        op = node.op
+        if op is Ops.PARAM:
+            src = (node, idxs[0]) if valid is None else (node, idxs[0], valid)
+            return UOp(Ops.LOAD, node.dtype, (UOp(Ops.INDEX, node.dtype, src),))
+        if op is Ops.CONST:
+            return node
+        if op in GroupOp.Elementwise:
+            return UOp(op, node.dtype, tuple(self.lower(s, idxs, valid) for s in node.src), node.arg)
+        src = node.src[0] if node.src else None
+        if op is Ops.RESHAPE:
+            assert src is not None
+            return self.lower(src, reshape_indices(idxs, node.shape, src.shape), valid)
+        if op is Ops.PERMUTE:
+            assert src is not None
+            new = [idx_const(0)] * len(idxs)
+            for i, axis in enumerate(node.arg):
+                new[axis] = idxs[i]
+            return self.lower(src, tuple(new), valid)
+        if op is Ops.EXPAND:
+            assert src is not None
+            new_idxs = tuple(idx_const(0) if s == 1 and o != 1 else i for i, s, o in zip(idxs, src.shape, node.shape))
+            return self.lower(src, new_idxs, valid)
+        if op is Ops.SHRINK:
+            assert src is not None
+            return self.lower(src, tuple(i + idx_const(b) if b else i for i, (b, _) in zip(idxs, node.arg)), valid)
+        if op is Ops.FLIP:
+            assert src is not None
+            return self.lower(src, tuple(idx_const(s - 1) - i if f else i
+                                         for i, f, s in zip(idxs, node.arg, node.shape)), valid)
+        if op is Ops.PAD:
+            assert src is not None
+            cond: UOp | None = None
+            new_list = []
+            for i, (b, _), s in zip(idxs, node.arg, src.shape):
+                if b == 0 and _ == 0:
+                    new_list.append(i)
+                    continue
+                cond = _and(cond, _and(_ge(i, b), i.lt(idx_const(b + s))))
+                new_list.append(i - idx_const(b) if b else i)
+            inner = self.lower(src, tuple(new_list), _and(valid, cond))
+            if cond is None:
+                return inner
+            return cond.where(inner, UOp.const(node.dtype, 0))
+        if op is Ops.REDUCE_AXIS:
+            assert src is not None
+            rop, axes = node.arg
+            ranges = []
+            new_list = list(idxs)
+            for a in axes:
+                size = src.shape[a]
+                if size == 1:
+                    new_list[a] = idx_const(0)
+                    continue
+                r = self.new_range(size, "reduce")
+                ranges.append(r)
+                new_list[a] = r
+            value = self.lower(src, tuple(new_list), valid)
+            if not ranges:
+                return value
+            return UOp(Ops.REDUCE, node.dtype, (value, *ranges), rop)
+        raise NotImplementedError(f"cannot lower {op} inside a kernel")
+
+
+def lower_kernel(ast: UOp) -> UOp:
+    """SINK(STORE(PARAM.reshape(shape), value)) -> SINK(STORE(INDEX(PARAM, idx), scalar value))."""
+    if ast.op is not Ops.SINK:
+        raise ValueError(f"a kernel AST starts with SINK, got {ast.op}")
+    state = _Lowering()
+    stores = []
+    for store in ast.src:
+        target, value = store.src
+        shape = target.shape
+        idxs = tuple(state.new_range(s, "global") if s != 1 else idx_const(0) for s in shape)
+        param = target
+        while param.op is Ops.RESHAPE:
+            param = param.src[0]
+        out_idx = flat_index(idxs, shape)
+        stores.append(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, param.dtype, (param, out_idx)),
+                                                   state.lower(value, idxs, None))))
+    return graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(stores)), symbolic)

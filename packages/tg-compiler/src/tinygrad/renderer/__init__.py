@@ -1,0 +1,33 @@
+"""Renderers turn a linearized program (a list of UOps) into source code for one target.
+
+`Renderer` is the backend's part of the device contract: it names the ops it can write
+(`code_for_op`) and the dtypes it supports; the compiler decomposes anything else before rendering.
+"""
+
+from __future__ import annotations
+
+from tinygrad.dtype import DType, dtypes
+from tinygrad.uop.ops import Ops, UOp
+
+
+class Renderer:
+    device: str = ""
+    #: dtypes this target can hold in memory and compute with (directly or by emulation in the renderer)
+    supported_dtypes: frozenset[DType] = frozenset(dtypes.all())
+    #: GPU-style targets map global ranges to work-item ids; CPU-style ones loop
+    has_local: bool = False
+    global_max: tuple[int, ...] | None = None
+
+    def supports_dtype(self, dtype: DType) -> bool:
+        return dtype.scalar in self.supported_dtypes
+
+    def render(self, name: str, program: list[UOp]) -> str:
+        raise NotImplementedError
+
+    @staticmethod
+    def kernel_name(sink: UOp) -> str:
+        """A readable name: r_ for kernels with a reduction, E_ for elementwise, then the loop sizes."""
+        ranges = sorted((u for u in sink.toposort() if u.op is Ops.RANGE), key=lambda r: r.arg[0])
+        prefix = "r" if any(r.arg[1] == "reduce" for r in ranges) else "E"
+        sizes = "_".join(str(r.src[0].arg) for r in ranges) or "1"
+        return f"{prefix}_{sizes}"

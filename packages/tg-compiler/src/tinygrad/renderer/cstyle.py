@@ -1,0 +1,244 @@
+"""The C-style base renderer. A C-like target (C, OpenCL C, CUDA, Metal, ...) subclasses it and fills
+in the table of type names and the few formats that differ; the walk over the program is shared.
+
+Semantics that C leaves undefined are pinned down here to match `tinygrad.uop.alu` (integer division
+by zero and shifts past the width give 0; signed overflow wraps, so compile with -fwrapv or the
+target's equivalent). bfloat16 is emulated: stored as 16-bit patterns, computed in float and rounded
+back after every op.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable
+
+from tinygrad.dtype import DType, dtypes
+from tinygrad.renderer import Renderer
+from tinygrad.uop.ops import GroupOp, Ops, UOp
+
+BF16_PRELUDE = """static inline float tg_bf16_to_f32(unsigned short b) {
+  unsigned int u = ((unsigned int)b) << 16; float f; __builtin_memcpy(&f, &u, 4); return f;
+}
+static inline unsigned short tg_f32_to_bf16(float f) {
+  unsigned int u; __builtin_memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  /* NaN stays a quiet NaN */
+  u += 0x7fffu + ((u >> 16) & 1u);  /* round to nearest even */
+  return (unsigned short)(u >> 16);
+}
+static inline float tg_round_bf16(float f) { return tg_bf16_to_f32(tg_f32_to_bf16(f)); }
+"""
+
+
+class CStyleRenderer(Renderer):
+    kernel_prefix = ""  # e.g. "__kernel " (OpenCL) or 'extern "C" __global__ ' (CUDA)
+    buffer_prefix = ""  # e.g. "__global "
+    restrict = "restrict"
+    prelude = "#include <math.h>\n#include <stdbool.h>\n"
+    bf16_prelude = BF16_PRELUDE  # added only to kernels that touch bfloat16
+    infinity, nan = "INFINITY", "NAN"
+    #: scalar C type for values of each dtype (bfloat16 computes in float)
+    type_names: dict[DType, str] = {
+        dtypes.bool: "bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
+        dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int",
+        dtypes.int64: "long long", dtypes.uint64: "unsigned long long", dtypes.float16: "_Float16",
+        dtypes.bfloat16: "float", dtypes.float32: "float", dtypes.float64: "double",
+    }
+    #: math functions by (op, dtype class): float32 and smaller use the f-suffixed versions
+    math_fns = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.TRUNC: "trunc"}
+
+    # ---- small formats a subclass may override ----
+    def value_type(self, d: DType) -> str:
+        return self.type_names[d.scalar]
+
+    def memory_type(self, d: DType) -> str:
+        return "unsigned short" if d.scalar == dtypes.bfloat16 else self.value_type(d)
+
+    def math_fn(self, op: Ops, d: DType) -> str:
+        base = self.math_fns[op]
+        return base if d.scalar == dtypes.float64 else base + "f"
+
+    def render_const(self, value: float | int | bool, d: DType) -> str:
+        if d.is_bool:
+            return "1" if value else "0"
+        if d.is_float:
+            v = float(value)
+            if math.isnan(v):
+                body = self.nan
+            elif math.isinf(v):
+                body = self.infinity if v > 0 else f"(-{self.infinity})"
+            else:
+                body = repr(v) + ("" if d.scalar == dtypes.float64 else "f")
+            return body if d.scalar in (dtypes.float32, dtypes.float64, dtypes.bfloat16) else \
+                f"(({self.value_type(d)}){body})"
+        iv = int(value)
+        suffix = {8: "ll", 4: ""}.get(d.itemsize, "")
+        if d.is_unsigned:
+            suffix = "ull" if d.itemsize == 8 else "u"
+            return f"{iv}{suffix}"
+        if iv == d.min:  # the most negative literal cannot be written directly in C
+            return f"({iv + 1}{suffix}-1)"
+        lit = f"{iv}{suffix}"
+        return lit if d.itemsize >= 4 else f"(({self.value_type(d)}){lit})"
+
+    def render_cast(self, x: str, frm: DType, to: DType) -> str:
+        if to.scalar == dtypes.bfloat16:
+            return f"tg_round_bf16((float)({x}))"
+        return f"(({self.value_type(to)})({x}))"
+
+    def render_bitcast(self, x: str, frm: DType, to: DType) -> str:
+        if frm.scalar == dtypes.bfloat16:
+            return f"(({self.value_type(to)})tg_f32_to_bf16({x}))"
+        if to.scalar == dtypes.bfloat16:
+            return f"tg_bf16_to_f32(({self.memory_type(frm)})({x}))"
+        return f"__builtin_bit_cast({self.value_type(to)}, ({self.value_type(frm)})({x}))"
+
+    def render_load(self, buf: str, idx: str, gate: str | None, d: DType) -> str:
+        raw = f"{buf}[{idx}]"
+        val = f"tg_bf16_to_f32({raw})" if d.scalar == dtypes.bfloat16 else raw
+        return val if gate is None else f"({gate}?{val}:{self.render_const(0, d)})"
+
+    def render_store(self, buf: str, idx: str, value: str, d: DType) -> str:
+        v = f"tg_f32_to_bf16({value})" if d.scalar == dtypes.bfloat16 else value
+        return f"{buf}[{idx}] = {v};"
+
+    def render_param(self, index: int, d: DType, is_output: bool) -> str:
+        const = "" if is_output else "const "
+        return f"{self.buffer_prefix}{const}{self.memory_type(d)}* {self.restrict} data{index}"
+
+    def render_kernel(self, name: str, params: list[str], body: list[str], uses_bf16: bool = False) -> str:
+        return self.prelude + (self.bf16_prelude if uses_bf16 else "") + f"\n{self.kernel_prefix}void {name}({', '.join(params)}) {{\n" + "\n".join(body) + "\n}\n"
+
+    def render_alu(self, op: Ops, d: DType, srcs: list[str], src_uops: tuple[UOp, ...]) -> str:
+        sd = src_uops[0].dtype if src_uops else d
+        a = srcs[0]
+        b = srcs[1] if len(srcs) > 1 else ""
+        if op in (Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC):
+            expr = f"{self.math_fn(op, d)}({a})"
+        elif op is Ops.RECIPROCAL:
+            expr = f"({self.render_const(1.0, d)}/{a})"
+        elif op is Ops.NEG:
+            expr = f"(!{a})" if d.is_bool else f"(-{a})"
+        elif op is Ops.MAX:
+            expr = f"((({a})>({b})||({a})!=({a}))?({a}):({b}))" if d.is_float else f"((({a})>({b}))?({a}):({b}))"
+        elif op in (Ops.IDIV, Ops.MOD):
+            expr = self._render_divmod(op, a, b, sd, src_uops[1])
+        elif op in (Ops.SHL, Ops.SHR):
+            expr = self._render_shift(op, a, b, sd)
+        elif op is Ops.WHERE:
+            expr = f"({a}?{b}:{srcs[2]})"
+        else:
+            sym = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.CMPLT: "<", Ops.CMPNE: "!=",
+                   Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^"}[op]
+            expr = f"({a}{sym}{b})"
+        if d.scalar == dtypes.bfloat16 and op not in GroupOp.Comparison:
+            expr = f"tg_round_bf16({expr})"
+        if d.is_int and d.itemsize < 4 and op not in GroupOp.Comparison:
+            expr = f"(({self.value_type(d)}){expr})"  # C promotes small ints to int; wrap back
+        return expr
+
+    def _render_divmod(self, op: Ops, a: str, b: str, d: DType, divisor: UOp) -> str:
+        sym = "/" if op is Ops.IDIV else "%"
+        if d.is_float:
+            return f"{self.math_fn(Ops.TRUNC, d)}({a}/{b})" if op is Ops.IDIV else f"fmod{'' if d == dtypes.float64 else 'f'}({a},{b})"
+        if divisor.op is Ops.CONST and int(divisor.arg) > 0:
+            return f"({a}{sym}{b})"
+        zero = self.render_const(0, d)
+        if d.is_unsigned:
+            return f"(({b})==0?{zero}:({a}){sym}({b}))"
+        # x/0 is 0, and MIN/-1 would trap on x86: -x wraps to MIN under -fwrapv
+        if op is Ops.IDIV:
+            return f"(({b})==0?{zero}:(({b})==-1?(-({a})):({a})/({b})))"
+        return f"((({b})==0||({b})==-1)?{zero}:({a})%({b}))"
+
+    def _render_shift(self, op: Ops, a: str, b: str, d: DType) -> str:
+        bits = d.bits
+        out_of_range = f"(({b})<0||({b})>={bits})"
+        if op is Ops.SHL:
+            utype = "unsigned long long" if d.itemsize == 8 else "unsigned int"
+            return f"({out_of_range}?{self.render_const(0, d)}:(({self.value_type(d)})(({utype})({a})<<({b}))))"
+        fill = f"(({a})<0?{self.render_const(-1, d)}:{self.render_const(0, d)})" if not d.is_unsigned else \
+            self.render_const(0, d)
+        return f"({out_of_range}?{fill}:(({a})>>({b})))"
+
+    # ---- the shared walk over the program ----
+    def render(self, name: str, program: list[UOp]) -> str:
+        depth_of: dict[UOp, int] = {}
+        users: dict[UOp, list[UOp]] = defaultdict(list)
+        depth = 1
+        for u in program:
+            if u.op is Ops.END:
+                depth -= 1
+            depth_of[u] = depth
+            if u.op is Ops.RANGE:
+                depth += 1
+            for s in u.src:
+                users[s].append(u)
+
+        def inlinable(u: UOp) -> bool:
+            us = users[u]
+            return (u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST, Ops.LOAD)) and len(us) == 1 \
+                and depth_of[us[0]] == depth_of[u] and us[0].op is not Ops.DEFINE_ACC
+
+        names: dict[UOp, str] = {}
+        body: list[str] = []
+        params: dict[int, UOp] = {}
+        counters: dict[str, int] = defaultdict(int)
+        stored: set[int] = set()
+
+        def fresh(prefix: str) -> str:
+            n = counters[prefix]
+            counters[prefix] += 1
+            return f"{prefix}{n}"
+
+        def emit(u: UOp, expr: str, prefix: str) -> None:
+            if inlinable(u):
+                names[u] = expr
+            else:
+                names[u] = fresh(prefix)
+                body.append("  " * depth_of[u] + f"{self.value_type(u.dtype)} {names[u]} = {expr};")
+
+        for u in program:
+            pad = "  " * depth_of[u]
+            op = u.op
+            if op is Ops.PARAM:
+                params[u.arg[0]] = u
+                names[u] = f"data{u.arg[0]}"
+            elif op is Ops.CONST:
+                names[u] = self.render_const(u.arg, u.dtype)
+            elif op is Ops.DEFINE_VAR:
+                names[u] = u.arg[0]
+            elif op is Ops.RANGE:
+                names[u] = fresh("ridx")
+                body.append(f"{pad}for (int {names[u]} = 0; {names[u]} < {names[u.src[0]]}; {names[u]}++) {{")
+            elif op is Ops.END:
+                body.append(pad + "}")
+            elif op is Ops.INDEX:
+                names[u] = ""  # rendered by its LOAD or STORE
+            elif op is Ops.LOAD:
+                idx = u.src[0]
+                gate = names[idx.src[2]] if len(idx.src) > 2 else None
+                emit(u, self.render_load(names[idx.src[0]], names[idx.src[1]], gate, u.dtype), "val")
+            elif op is Ops.STORE:
+                idx = u.src[0]
+                stored.add(idx.src[0].arg[0])
+                body.append(pad + self.render_store(names[idx.src[0]], names[idx.src[1]], names[u.src[1]], idx.dtype))
+            elif op is Ops.DEFINE_ACC:
+                names[u] = fresh("acc")
+                body.append(f"{pad}{self.value_type(u.dtype)} {names[u]} = {names[u.src[0]]};")
+            elif op is Ops.ASSIGN:
+                body.append(f"{pad}{names[u.src[0]]} = {names[u.src[1]]};")
+            elif op is Ops.CAST:
+                emit(u, self.render_cast(names[u.src[0]], u.src[0].dtype, u.dtype), "cast")
+            elif op is Ops.BITCAST:
+                emit(u, self.render_bitcast(names[u.src[0]], u.src[0].dtype, u.dtype), "cast")
+            elif op in GroupOp.ALU:
+                emit(u, self.render_alu(op, u.dtype, [names[s] for s in u.src], u.src), "alu")
+            else:
+                raise NotImplementedError(f"{type(self).__name__} cannot render {op}")
+        param_decls = [self.render_param(i, params[i].dtype, i in stored) for i in sorted(params)]
+        uses_bf16 = any(u.dtype.scalar == dtypes.bfloat16 for u in program)
+        return self.render_kernel(name, param_decls, body, uses_bf16)
+
+
+RenderFn = Callable[..., str]

@@ -1,0 +1,16 @@
+"""tinygrad: a hackable deep learning stack. `from tinygrad import Tensor, Device, Context, dtypes`."""
+
+# `tinygrad` is one import namespace shared by several distributions (tg-core, tg-compiler, tg-nn):
+# extend the package path so their sub-packages are found wherever each one is installed.
+from pkgutil import extend_path
+
+__path__ = extend_path(__path__, __name__)
+
+from tinygrad.device import Device  # noqa: E402
+from tinygrad.dtype import dtypes  # noqa: E402
+from tinygrad.helpers import Context, getenv  # noqa: E402
+from tinygrad.tensor import Tensor  # noqa: E402
+from tinygrad.uop.ops import UOp  # noqa: E402
+
+__version__ = "0.1.0"
+__all__ = ["Tensor", "Device", "Context", "dtypes", "getenv", "UOp"]

@@ -1,0 +1,342 @@
+"""Devices: the plugin registry, the device contract, and `Buffer`.
+
+Backends are plugins. A backend package advertises an entry point in the group `tinygrad.backends`
+naming a *light* module that implements the pluggy hook `tinygrad_backends()`; that hook returns
+`BackendInfo` records whose `open` callable does the heavy imports (pyopencl, pycuda, ...) only when
+the device is first used. A plugin that fails to import or to open is recorded with its reason and
+never breaks `import tinygrad`.
+
+Run `python -m tinygrad.device` to list what was found.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import sys
+import traceback
+import weakref
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+import pluggy
+
+from tinygrad.dtype import DType, dtypes, to_numpy
+from tinygrad.helpers import DEBUG
+
+if TYPE_CHECKING:
+    from tinygrad.uop.ops import UOp
+
+#: The version of the device contract this core implements. A plugin built for another major version is refused.
+CONTRACT_VERSION = "1.0"
+ENTRY_POINT_GROUP = "tinygrad.backends"
+#: Set to 1 to skip entry-point discovery (register backends by hand with `Device.register`).
+NO_AUTOLOAD_ENV = "TINYGRAD_NO_PLUGIN_AUTOLOAD"
+
+hookspec = pluggy.HookspecMarker("tinygrad")
+hookimpl = pluggy.HookimplMarker("tinygrad")
+
+
+class BackendHooks:
+    """The hook specification a backend's plugin module implements."""
+
+    @hookspec
+    def tinygrad_backends(self) -> Sequence[BackendInfo]:  # type: ignore[empty-body]
+        """Return the backends this plugin provides. Must be cheap: no heavy imports here."""
+
+
+@dataclass
+class BackendInfo:
+    name: str  # the device name users type: "CPU", "CL", ...
+    contract_version: str  # the device contract the backend implements, "MAJOR.MINOR"
+    open: Callable[[int], DeviceRuntime]  # open device number N; heavy imports happen here
+    check: Callable[[], str | None] = lambda: None  # None when usable, else why not
+    priority: int = 100  # lower wins when choosing Device.DEFAULT; CPU uses 1000 so it comes last
+    description: str = ""
+    package: str = ""  # the distribution that provided it (filled in by discovery)
+    version: str = ""
+
+
+# ---- the contract: what core needs from an opened device ----
+
+class Allocator(ABC):
+    """Device memory. `copyin`/`copyout` move bytes between host memoryviews and device buffers."""
+
+    @abstractmethod
+    def alloc(self, nbytes: int) -> Any: ...
+
+    @abstractmethod
+    def free(self, opaque: Any, nbytes: int) -> None: ...
+
+    @abstractmethod
+    def copyin(self, dest: Any, src: memoryview) -> None: ...
+
+    @abstractmethod
+    def copyout(self, dest: memoryview, src: Any) -> None: ...
+
+
+class Runner(Protocol):
+    display_name: str
+    global_size: tuple[int, ...] | None
+    estimated_ops: int
+    estimated_bytes: int
+
+    def __call__(self, bufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None: ...
+
+
+class DeviceRuntime(Protocol):
+    name: str
+    allocator: Allocator
+
+    def get_runner(self, ast: UOp) -> Runner: ...
+    def supports_dtype(self, dtype: DType) -> bool: ...
+    def synchronize(self) -> None: ...
+
+
+# ---- buffers ----
+
+class Buffer:
+    """`size` elements of `dtype` on `device`. Memory is allocated on first use and freed with the object."""
+
+    def __init__(self, device: str, size: int, dtype: DType):
+        if size < 0:
+            raise ValueError(f"a buffer cannot have a negative size ({size})")
+        self.device, self.size, self.dtype = device, size, dtype
+        self._opaque: Any = None
+        self._allocator: Allocator | None = None
+
+    def __repr__(self) -> str:
+        return f"<buf {self.device} {self.dtype.name}[{self.size}]{'' if self.is_allocated else ' unallocated'}>"
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def is_allocated(self) -> bool:
+        return self._opaque is not None
+
+    def ensure_allocated(self) -> Buffer:
+        if self._opaque is None:
+            self._allocator = Device[self.device].allocator
+            # zero-sized buffers still get a 1-byte allocation so that every kernel argument is a valid pointer
+            self._opaque = self._allocator.alloc(max(self.nbytes, 1))
+            weakref.finalize(self, self._allocator.free, self._opaque, max(self.nbytes, 1))
+        return self
+
+    @property
+    def opaque(self) -> Any:
+        return self.ensure_allocated()._opaque
+
+    def copyin(self, data: memoryview) -> Buffer:
+        if data.nbytes != self.nbytes:
+            raise ValueError(f"copyin of {data.nbytes} bytes into a buffer of {self.nbytes} bytes ({self})")
+        self.ensure_allocated()
+        assert self._allocator is not None
+        if self.nbytes:
+            self._allocator.copyin(self._opaque, data)
+        return self
+
+    def copyout(self, dest: memoryview) -> memoryview:
+        if dest.nbytes != self.nbytes:
+            raise ValueError(f"copyout of a buffer of {self.nbytes} bytes into {dest.nbytes} bytes ({self})")
+        self.ensure_allocated()
+        assert self._allocator is not None
+        Device[self.device].synchronize()
+        if self.nbytes:
+            self._allocator.copyout(dest, self._opaque)
+        return dest
+
+    def numpy(self) -> np.ndarray:
+        out = np.empty(self.size, dtype=to_numpy(self.dtype))
+        self.copyout(memoryview(out).cast("B"))
+        return out
+
+
+# ---- the registry ----
+
+@dataclass
+class BrokenPlugin:
+    entry_point: str
+    package: str
+    version: str
+    reason: str
+
+
+@dataclass
+class _State:
+    discovered: bool = False
+    backends: dict[str, BackendInfo] = field(default_factory=dict)
+    broken: list[BrokenPlugin] = field(default_factory=list)
+    opened: dict[str, DeviceRuntime] = field(default_factory=dict)
+    manager: pluggy.PluginManager | None = None
+
+
+class UnknownDeviceError(ValueError):
+    pass
+
+
+def _major(version: str) -> int:
+    try:
+        return int(version.split(".")[0])
+    except ValueError:
+        return -1
+
+
+class _DeviceRegistry:
+    """`Device["CPU"]` opens a device; `Device.DEFAULT` is the one tensors land on."""
+
+    def __init__(self) -> None:
+        self._state = _State()
+        self._default: str | None = None
+
+    # discovery
+    def _plugin_manager(self) -> pluggy.PluginManager:
+        if self._state.manager is None:
+            pm = pluggy.PluginManager("tinygrad")
+            pm.add_hookspecs(BackendHooks)
+            self._state.manager = pm
+        return self._state.manager
+
+    def _discover(self) -> None:
+        if self._state.discovered:
+            return
+        self._state.discovered = True
+        if os.environ.get(NO_AUTOLOAD_ENV, "0") not in ("", "0"):
+            return
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            dist = getattr(ep, "dist", None)
+            package = dist.name if dist is not None else "?"
+            version = dist.version if dist is not None else "?"
+            try:
+                module = ep.load()
+                self.register_plugin(module, name=ep.name, package=package, version=version)
+            except Exception as e:  # a broken plugin must never break import tinygrad
+                reason = f"{type(e).__name__}: {e}"
+                self._state.broken.append(BrokenPlugin(ep.name, package, version, reason))
+                if DEBUG >= 3:
+                    traceback.print_exc()
+
+    def register_plugin(self, module: object, name: str | None = None, package: str = "", version: str = "") -> None:
+        """Register a plugin module (or object) implementing `tinygrad_backends`, as discovery would."""
+        pm = self._plugin_manager()
+        plugin_name = name or getattr(module, "__name__", repr(module))
+        if pm.has_plugin(plugin_name):
+            pm.unregister(name=plugin_name)
+        pm.register(module, name=plugin_name)
+        impl = getattr(module, "tinygrad_backends", None)
+        if impl is None:
+            raise TypeError(f"plugin {plugin_name} has no tinygrad_backends() hook")
+        infos = impl()
+        for info in infos:
+            info.package = info.package or package
+            info.version = info.version or version
+            self.register(info, source=plugin_name)
+
+    def register(self, info: BackendInfo, source: str = "") -> None:
+        """Register one backend by hand (tests, or a backend that is not an installed package)."""
+        self._discover()
+        if _major(info.contract_version) != _major(CONTRACT_VERSION):
+            reason = (f"backend {info.name} from {info.package or source or '?'} implements device contract "
+                      f"{info.contract_version}, but this tinygrad core implements {CONTRACT_VERSION}; install a "
+                      f"version of {info.package or 'the backend'} built for contract {_major(CONTRACT_VERSION)}.x "
+                      f"(or a tg-core matching contract {info.contract_version})")
+            self._state.broken.append(BrokenPlugin(source or info.name, info.package, info.version, reason))
+            return
+        self._state.backends[info.name.upper()] = info
+        self._default = None
+
+    def unregister(self, name: str) -> None:
+        self._state.backends.pop(name.upper(), None)
+        for key in [k for k in self._state.opened if k.split(":")[0] == name.upper()]:
+            del self._state.opened[key]
+        self._default = None
+
+    @property
+    def backends(self) -> dict[str, BackendInfo]:
+        self._discover()
+        return dict(self._state.backends)
+
+    @property
+    def broken(self) -> list[BrokenPlugin]:
+        self._discover()
+        return list(self._state.broken)
+
+    def availability(self, name: str) -> str | None:
+        """None if the backend can be used, else the reason it cannot."""
+        info = self.backends.get(name.upper())
+        if info is None:
+            return f"no backend named {name}"
+        try:
+            return info.check()
+        except Exception as e:
+            return f"{type(e).__name__}: {e}"
+
+    # lookup
+    def canonicalize(self, device: str | None) -> str:
+        if device is None:
+            return self.DEFAULT
+        name, _, num = device.partition(":")
+        name = name.upper()
+        if num and not num.isdigit():
+            raise UnknownDeviceError(f"device {device!r}: the part after ':' must be a device number, like {name}:1")
+        if name not in self.backends:
+            raise UnknownDeviceError(
+                f"unknown device {device!r}; available backends: {sorted(self.backends)}. "
+                f"Install the backend's package (for example tg-backend-{name.lower()}) or pick one of those; "
+                f"`python -m tinygrad.device` lists what was found and why some are unavailable")
+        return name if not num or num == "0" else f"{name}:{num}"
+
+    def __getitem__(self, device: str) -> DeviceRuntime:
+        key = self.canonicalize(device)
+        if (dev := self._state.opened.get(key)) is not None:
+            return dev
+        name, _, num = key.partition(":")
+        info = self._state.backends[name]
+        reason = self.availability(name)
+        if reason is not None:
+            raise RuntimeError(f"device {key} is unavailable: {reason}")
+        dev = info.open(int(num or 0))
+        self._state.opened[key] = dev
+        if DEBUG >= 1:
+            print(f"opened device {key} from {info.package or 'a hand-registered plugin'}", file=sys.stderr)
+        return dev
+
+    @property
+    def DEFAULT(self) -> str:
+        if self._default is not None:
+            return self._default
+        requested = os.environ.get("DEV")
+        if requested:
+            key = self.canonicalize(requested)
+            reason = self.availability(key.split(":")[0])
+            if reason is not None:
+                raise RuntimeError(f"DEV={requested} asks for an unavailable device: {reason}")
+            self._default = key
+            return key
+        for name, info in sorted(self.backends.items(), key=lambda kv: (kv[1].priority, kv[0])):
+            if self.availability(name) is None:
+                self._default = name
+                return name
+        raise RuntimeError("no usable tinygrad backend was found; install one, for example `pip install tg-backend-cpu`"
+                           f" (broken plugins: {[b.reason for b in self.broken] or 'none'})")
+
+    @DEFAULT.setter
+    def DEFAULT(self, device: str) -> None:
+        self._default = self.canonicalize(device)
+
+    def reset_default(self) -> None:
+        self._default = None
+
+
+Device = _DeviceRegistry()
+
+
+def dtype_error(dtype: DType, device: str) -> TypeError:
+    dev = Device[device]
+    ok = [d.name for d in dtypes.all() if dev.supports_dtype(d)]
+    return TypeError(f"device {device} cannot hold {dtype.name}; it supports {ok}. Cast the tensor "
+                     f"(for example .cast(dtypes.float32)) or move it to a device that supports {dtype.name}")

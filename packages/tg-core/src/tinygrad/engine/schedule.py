@@ -1,0 +1,179 @@
+"""The scheduler: split a lazy tensor graph into kernels.
+
+Rules (DESIGN.md section 3):
+  * every requested tensor, every CONTIGUOUS and every COPY is realized into its own buffer;
+  * elementwise ops fuse into whatever consumes them, including reductions;
+  * a reduction fuses into its consumer only when each of its values is used once there: no EXPAND
+    (broadcast) and no enclosing reduction between them, and one consumer - otherwise it would be
+    recomputed for every output element that reads it, so it becomes its own kernel. Other movement
+    ops (reshape, permute, pad, shrink, flip) only re-map indices and do not stop fusion.
+
+Each kernel becomes an AST: `SINK(STORE(PARAM(0), value))`, where the value is the fused tensor-level
+subgraph with the kernel's input buffers replaced by `PARAM(i)` leaves. ASTs do not mention buffers,
+so equal kernels over different data share one compiled program.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from tinygrad.device import Buffer
+from tinygrad.uop.ops import Ops, UOp
+
+
+@dataclass(eq=False)
+class ScheduleItem:
+    ast: UOp  # SINK(STORE(...)) for a kernel, or COPY(PARAM 0, PARAM 1) for a transfer
+    bufs: list[Buffer]  # output first, then inputs in PARAM order
+    device: str
+    outputs: list[UOp] = field(default_factory=list)  # the graph node(s) this item realizes
+
+    @property
+    def is_copy(self) -> bool:
+        return self.ast.op is Ops.COPY
+
+    def __repr__(self) -> str:
+        kind = "copy" if self.is_copy else "kernel"
+        return f"<ScheduleItem {kind} on {self.device}: {[repr(b) for b in self.bufs]}>"
+
+
+# realized graph nodes -> the buffer view that now holds their value; weak so graphs can be freed
+realized_views: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+
+
+def buffer_view(buf: Buffer, shape: tuple[int, ...]) -> UOp:
+    return UOp(Ops.BUFFER, buf.dtype, (), buf).reshape(shape)
+
+
+def base_buffer(u: UOp) -> UOp | None:
+    """The BUFFER under a node that is just a contiguous reshape of a buffer, else None."""
+    while u.op is Ops.RESHAPE:
+        u = u.src[0]
+    return u if u.op is Ops.BUFFER else None
+
+
+def _substitute_realized(roots: list[UOp]) -> tuple[list[UOp], UOp]:
+    sink = UOp(Ops.SINK, src=tuple(roots))
+    mapping = {u: v for u in sink.toposort() if (v := realized_views.get(u)) is not None}
+    if mapping:
+        sink = sink.substitute(mapping)
+    return list(sink.src), sink
+
+
+def _find_realize_points(sink: UOp, outputs: list[UOp]) -> set[UOp]:
+    topo = list(sink.toposort())
+    consumers: dict[UOp, int] = defaultdict(int)
+    for node in topo:
+        for s in set(node.src):
+            consumers[s] += 1
+    points: set[UOp] = {o for o in outputs if base_buffer(o) is None}
+    for node in topo:
+        if node.op is Ops.CONTIGUOUS or node.op is Ops.COPY:
+            points.add(node)
+        if node.op is Ops.COPY and base_buffer(node.src[0]) is None:
+            points.add(node.src[0])  # a transfer moves a realized, contiguous buffer
+    # inside[n]: n is read from its kernel's root through an EXPAND or a reduction, so it may be read many times
+    inside: dict[UOp, bool] = defaultdict(bool)
+    for node in reversed(topo):
+        if node.op is Ops.SINK:
+            continue
+        if node.op is Ops.REDUCE_AXIS and node not in points and (inside[node] or consumers[node] > 1):
+            points.add(node)
+        flag = node.op in (Ops.EXPAND, Ops.REDUCE_AXIS) or (node not in points and inside[node])
+        for s in node.src:
+            inside[s] = inside[s] or flag
+    return points
+
+
+class _KernelBuilder:
+    """Turns the subgraph under one realize point into a kernel AST with PARAM leaves."""
+
+    def __init__(self, root: UOp, points: set[UOp], buffers_of: dict[UOp, Buffer]):
+        self.root, self.points, self.buffers_of = root, points, buffers_of
+        self.params: list[Buffer] = []
+        self.param_of: dict[int, UOp] = {}
+        self.memo: dict[UOp, UOp] = {}
+
+    def param(self, buf: Buffer) -> UOp:
+        key = id(buf)
+        if key not in self.param_of:
+            self.params.append(buf)
+            self.param_of[key] = UOp(Ops.PARAM, buf.dtype, (), (len(self.params), buf.size))
+        return self.param_of[key]
+
+    def build(self, node: UOp) -> UOp:
+        if (hit := self.memo.get(node)) is not None:
+            return hit
+        if node.op is Ops.BUFFER:
+            out = self.param(node.arg)
+        elif node is not self.root and node in self.points:
+            out = self.param(self.buffers_of[node]).reshape(node.shape)
+        elif node.op in (Ops.CONTIGUOUS, Ops.DETACH):
+            out = self.build(node.src[0])
+        else:
+            new_src = tuple(self.build(s) for s in node.src)
+            out = node if new_src == node.src else node.replace(src=new_src)
+        self.memo[node] = out
+        return out
+
+
+def create_schedule(outputs: list[UOp], devices: list[str]) -> tuple[list[ScheduleItem], dict[UOp, UOp], list[UOp]]:
+    """Kernels (in execution order) that compute `outputs`, the buffer view each realized node becomes,
+    and the buffer view of each output (valid once the kernels ran)."""
+    outputs, sink = _substitute_realized(outputs)
+    points = _find_realize_points(sink, outputs)
+    device_of = _assign_devices(sink, outputs, devices)
+    buffers_of: dict[UOp, Buffer] = {}
+    items: list[ScheduleItem] = []
+    for node in sink.toposort():
+        if node not in points:
+            continue
+        value = node.src[0] if node.op is Ops.CONTIGUOUS else node
+        dev = device_of[node]
+        out_buf = Buffer(dev, node.size, node.dtype)
+        buffers_of[node] = out_buf
+        if node.op is Ops.COPY:
+            src = node.src[0]
+            src_buf = buffers_of[src] if src in buffers_of else base_buffer(src).arg  # type: ignore[union-attr]
+            ast = UOp(Ops.COPY, node.dtype, (UOp(Ops.PARAM, node.dtype, (), (0, node.size)),
+                                            UOp(Ops.PARAM, node.dtype, (), (1, node.size))), node.arg)
+            items.append(ScheduleItem(ast, [out_buf, src_buf], dev, [node]))
+            continue
+        builder = _KernelBuilder(node, points, buffers_of)
+        body = builder.build(value)
+        out_param = UOp(Ops.PARAM, node.dtype, (), (0, node.size)).reshape(node.shape)
+        ast = UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(out_param, body)),))
+        items.append(ScheduleItem(ast, [out_buf, *builder.params], dev, [node]))
+    views = {node: buffer_view(buf, node.shape) for node, buf in buffers_of.items()}
+    return items, views, [views.get(o, o) for o in outputs]
+
+
+def _assign_devices(sink: UOp, outputs: list[UOp], devices: list[str]) -> dict[UOp, str]:
+    """Every node runs where its buffers live; a graph of constants runs on the device of its tensor."""
+    found: dict[UOp, str | None] = {}
+    for node in sink.toposort():
+        if node.op is Ops.BUFFER:
+            found[node] = node.arg.device
+        elif node.op is Ops.COPY:
+            found[node] = node.arg
+        else:
+            devs = {d for s in node.src if (d := found.get(s)) is not None}
+            if len(devs) > 1:
+                raise RuntimeError(f"an operation mixes tensors on devices {sorted(devs)}; move them to one device "
+                                   f"with .to(device) first")
+            found[node] = devs.pop() if devs else None
+    out: dict[UOp, str] = {}
+    fallback = dict(zip(outputs, devices))
+    users: dict[UOp, list[UOp]] = defaultdict(list)
+    for node in sink.toposort():
+        for s in node.src:
+            users[s].append(node)
+    # constants-only subgraphs take the device of the output that uses them
+    for node in reversed(list(sink.toposort())):
+        d = found.get(node)
+        if d is None:
+            d = fallback.get(node) or next((out[c] for c in users.get(node, []) if c in out), None)
+        out[node] = d or devices[0]
+    return out

@@ -1,0 +1,111 @@
+"""Reverse-mode autodiff over the tensor-level UOp graph.
+
+Each rule takes the gradient flowing into a node and returns one gradient per source (None where
+a source gets no gradient). `compute_gradient` walks the graph from the root back to the targets.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from tinygrad.uop.ops import GroupOp, Ops, UOp, inverse_permutation
+
+GradRule = Callable[[UOp, UOp], tuple[UOp | None, ...]]
+
+
+def _max_grad(g: UOp, node: UOp) -> tuple[UOp | None, ...]:
+    a, b = node.src
+    # ties split the gradient evenly, as PyTorch's maximum does
+    a_wins = b.alu(Ops.CMPLT, a).cast(g.dtype)
+    tie = a.eq(b).cast(g.dtype) * g.const_like(0.5)
+    return (g * (a_wins + tie), g * ((a_wins.const_like(1.0) - a_wins) - tie))
+
+
+def _reduce_grad(g: UOp, node: UOp) -> tuple[UOp | None, ...]:
+    op, axes = node.arg
+    x = node.src[0]
+    if op is Ops.ADD:
+        return (g.expand(x.shape),)
+    if op is Ops.MAX:
+        # the gradient is shared evenly among the positions that hold the maximum
+        mask = x.eq(node.expand(x.shape)).cast(g.dtype)
+        count = mask.reduce_axis(Ops.ADD, axes)
+        return ((mask * (g.alu(Ops.FDIV, count)).expand(x.shape)),)
+    if op is Ops.MUL:
+        return ((g * node).expand(x.shape).alu(Ops.FDIV, x),)
+    raise NotImplementedError(f"no gradient for REDUCE_AXIS {op}")
+
+
+def _expand_grad(g: UOp, node: UOp) -> tuple[UOp | None, ...]:
+    src_shape = node.src[0].shape
+    axes = tuple(i for i, (s, o) in enumerate(zip(src_shape, node.shape)) if s != o)
+    return (g.reduce_axis(Ops.ADD, axes).reshape(src_shape),)
+
+
+def _pad_grad(g: UOp, node: UOp) -> tuple[UOp | None, ...]:
+    return (g.shrink(tuple((b, b + s) for (b, _), s in zip(node.arg, node.src[0].shape))),)
+
+
+def _shrink_grad(g: UOp, node: UOp) -> tuple[UOp | None, ...]:
+    return (g.pad(tuple((b, s - e) for (b, e), s in zip(node.arg, node.src[0].shape))),)
+
+
+def _cast_grad(g: UOp, node: UOp) -> tuple[UOp | None, ...]:
+    return (g.cast(node.src[0].dtype),) if node.src[0].dtype.is_float else (None,)
+
+
+LN2 = math.log(2)
+
+GRAD_RULES: dict[Ops, GradRule] = {
+    Ops.ADD: lambda g, n: (g, g),
+    Ops.SUB: lambda g, n: (g, -g),
+    Ops.MUL: lambda g, n: (g * n.src[1], g * n.src[0]),
+    Ops.FDIV: lambda g, n: (g.alu(Ops.FDIV, n.src[1]), -(g * n.src[0]).alu(Ops.FDIV, n.src[1] * n.src[1])),
+    Ops.NEG: lambda g, n: (-g,),
+    Ops.RECIPROCAL: lambda g, n: (-(g * n * n),),
+    Ops.SQRT: lambda g, n: (g.alu(Ops.FDIV, n * n.const_like(2.0)),),
+    Ops.EXP2: lambda g, n: (g * n * n.const_like(LN2),),
+    Ops.LOG2: lambda g, n: (g.alu(Ops.FDIV, n.src[0] * n.const_like(LN2)),),
+    Ops.SIN: lambda g, n: (g * (n.src[0] + n.const_like(math.pi / 2)).alu(Ops.SIN),),
+    Ops.MAX: _max_grad,
+    Ops.WHERE: lambda g, n: (None, n.src[0].where(g, g.const_like(0.0)), n.src[0].where(g.const_like(0.0), g)),
+    Ops.CAST: _cast_grad,
+    Ops.REDUCE_AXIS: _reduce_grad,
+    Ops.RESHAPE: lambda g, n: (g.reshape(n.src[0].shape),),
+    Ops.PERMUTE: lambda g, n: (g.permute(inverse_permutation(n.arg)),),
+    Ops.EXPAND: _expand_grad,
+    Ops.PAD: _pad_grad,
+    Ops.SHRINK: _shrink_grad,
+    Ops.FLIP: lambda g, n: (g.flip(n.arg),),
+    Ops.CONTIGUOUS: lambda g, n: (g,),
+    Ops.COPY: lambda g, n: (g,),  # the Tensor layer moves gradients back to the source device
+    Ops.DETACH: lambda g, n: (None,),
+}
+# ops with no gradient (piecewise constant or integer-valued)
+NO_GRAD = GroupOp.Comparison | {Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.TRUNC, Ops.BITCAST}
+
+
+def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:
+    """Gradients of `root` (seeded with `root_grad`) for every node in `targets` that `root` depends on."""
+    topo = list(root.toposort())
+    # only nodes with a target below them need a gradient
+    leads_to_target: set[UOp] = set()
+    for node in topo:
+        if node in targets or any(s in leads_to_target for s in node.src):
+            leads_to_target.add(node)
+    grads: dict[UOp, UOp] = {root: root_grad}
+    for node in reversed(topo):
+        g = grads.get(node)
+        if g is None or node in targets and not any(s in leads_to_target for s in node.src):
+            continue
+        if node.op in NO_GRAD or not node.src:
+            continue
+        rule = GRAD_RULES.get(node.op)
+        if rule is None:
+            raise NotImplementedError(f"no gradient rule for {node.op}")
+        for src, sg in zip(node.src, rule(g, node)):
+            if sg is None or src not in leads_to_target:
+                continue
+            grads[src] = grads[src] + sg if src in grads else sg
+    return {t: grads[t] for t in targets if t in grads}

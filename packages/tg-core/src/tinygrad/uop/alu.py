@@ -1,0 +1,143 @@
+"""The reference semantics of every ALU op, as plain Python on scalars.
+
+Constant folding uses this table, the Python reference backend executes kernels with it, and the
+conformance tests compare devices against it. Where C leaves a result undefined we define one, and
+every renderer must produce it:
+
+* IDIV truncates toward zero and MOD takes the sign of the dividend (C's rules); dividing an
+  integer by zero gives 0, and MIN_INT // -1 wraps to MIN_INT.
+* SHL/SHR by a negative amount or by the bit width or more gives 0 (SHR of a negative signed value: -1).
+* Integer arithmetic wraps around; float arithmetic rounds to the result dtype.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from tinygrad.dtype import DType, dtypes, float_to_bf16_bits, bf16_bits_to_float, truncate
+from tinygrad.uop.ops import Ops
+
+Number = int | float | bool
+
+
+def _idiv(a: int, b: int) -> int:
+    if b == 0:
+        return 0
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def _mod(a: int, b: int) -> int:
+    return 0 if b == 0 else a - _idiv(a, b) * b
+
+
+def _fdiv(a: float, b: float) -> float:
+    if b == 0:
+        if a == 0 or math.isnan(a):
+            return math.nan
+        return math.copysign(math.inf, a) * math.copysign(1.0, b)
+    return a / b
+
+
+def _recip(a: float) -> float:
+    return _fdiv(1.0, a)
+
+
+def _sqrt(a: float) -> float:
+    return math.nan if a < 0 or math.isnan(a) else math.sqrt(a)
+
+
+def _exp2(a: float) -> float:
+    try:
+        return math.pow(2.0, a)
+    except OverflowError:
+        return math.inf
+
+
+def _log2(a: float) -> float:
+    if math.isnan(a) or a < 0:
+        return math.nan
+    if a == 0:
+        return -math.inf
+    return math.log2(a)
+
+
+def _sin(a: float) -> float:
+    return math.nan if math.isinf(a) or math.isnan(a) else math.sin(a)
+
+
+def _trunc(a: float) -> float:
+    return a if math.isinf(a) or math.isnan(a) else float(math.trunc(a))
+
+
+def _max(a: Number, b: Number) -> Number:
+    if isinstance(a, float) and math.isnan(a):
+        return a
+    if isinstance(b, float) and math.isnan(b):
+        return b
+    return a if a >= b else b
+
+
+def _shl(a: int, b: int, bits: int) -> int:
+    return 0 if b < 0 or b >= bits else a << b
+
+
+def _shr(a: int, b: int, bits: int) -> int:
+    if b < 0 or b >= bits:
+        return -1 if a < 0 else 0
+    return a >> b
+
+
+# ops whose Python implementation needs the operand dtype
+_SIMPLE: dict[Ops, Callable[..., Any]] = {
+    Ops.NEG: lambda a: (not a) if isinstance(a, bool) else -a,
+    Ops.RECIPROCAL: _recip, Ops.SQRT: _sqrt, Ops.EXP2: _exp2, Ops.LOG2: _log2, Ops.SIN: _sin, Ops.TRUNC: _trunc,
+    Ops.ADD: lambda a, b: a + b, Ops.SUB: lambda a, b: a - b, Ops.MUL: lambda a, b: a * b,
+    Ops.IDIV: _idiv, Ops.MOD: _mod, Ops.FDIV: _fdiv, Ops.MAX: _max,
+    Ops.CMPLT: lambda a, b: a < b, Ops.CMPNE: lambda a, b: a != b, Ops.CMPEQ: lambda a, b: a == b,
+    Ops.AND: lambda a, b: a & b, Ops.OR: lambda a, b: a | b, Ops.XOR: lambda a, b: a ^ b,
+    Ops.WHERE: lambda c, a, b: a if c else b,
+}
+
+#: every ALU op the reference knows; the renderer contract is this set plus CAST and BITCAST
+REFERENCE_OPS = frozenset(_SIMPLE) | {Ops.SHL, Ops.SHR}
+
+
+def exec_alu(op: Ops, dtype: DType, operands: tuple[Number, ...], operand_dtype: DType | None = None) -> Number:
+    """What `op` computes on Python scalars, truncated to `dtype` (the result dtype)."""
+    src_dtype = operand_dtype or dtype
+    if op in (Ops.SHL, Ops.SHR):
+        fn = _shl if op is Ops.SHL else _shr
+        return truncate(fn(int(operands[0]), int(operands[1]), src_dtype.bits), dtype)
+    if op in (Ops.AND, Ops.OR, Ops.XOR) and dtype.is_bool:
+        operands = tuple(bool(x) for x in operands)
+    if op is Ops.IDIV and src_dtype.is_float:
+        return truncate(_trunc(_fdiv(float(operands[0]), float(operands[1]))), dtype)
+    if op is Ops.MOD and src_dtype.is_float:
+        a, b = float(operands[0]), float(operands[1])
+        return truncate(math.fmod(a, b) if b != 0 and not math.isinf(a) else math.nan, dtype)
+    try:
+        fn = _SIMPLE[op]
+    except KeyError:
+        raise NotImplementedError(f"{op} has no reference implementation") from None
+    return truncate(fn(*operands), dtype)
+
+
+def exec_cast(value: Number, to: DType) -> Number:
+    return truncate(value, to)
+
+
+def exec_bitcast(value: Number, frm: DType, to: DType) -> Number:
+    if frm.itemsize != to.itemsize:
+        raise TypeError(f"bitcast needs dtypes of one size, got {frm} ({frm.itemsize} bytes) and {to} ({to.itemsize})")
+    raw = bf16_bits_to_raw(value) if frm == dtypes.bfloat16 else struct.pack("<" + str(frm.fmt), value)
+    if to == dtypes.bfloat16:
+        return bf16_bits_to_float(struct.unpack("<H", raw)[0])
+    return struct.unpack("<" + str(to.fmt), raw)[0]
+
+
+def bf16_bits_to_raw(value: Number) -> bytes:
+    return struct.pack("<H", float_to_bf16_bits(float(value)))

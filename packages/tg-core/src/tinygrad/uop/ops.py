@@ -1,0 +1,353 @@
+"""The one IR: `UOp(op, dtype, src, arg)`, immutable and hash-consed.
+
+The same node type describes three stages:
+  * the tensor graph (BUFFER, CONST, ALU ops, REDUCE_AXIS, movement ops), where every node has a `shape`;
+  * a kernel's AST (the same ops, with PARAM leaves standing for the kernel's buffers);
+  * the lowered program (RANGE, INDEX, LOAD, STORE, REDUCE, ...) over scalar index arithmetic.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import struct
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from tinygrad.dtype import DType, dtypes
+from tinygrad.helpers import argsort, prod
+
+
+class Ops(enum.Enum):
+    # leaves of the tensor graph
+    BUFFER = enum.auto()  # arg: Buffer (device storage); shape (size,)
+    CONST = enum.auto()  # arg: the Python value; shape ()
+    # elementwise ALU; the set a renderer must provide is in DESIGN.md
+    NEG = enum.auto(); RECIPROCAL = enum.auto(); SQRT = enum.auto(); EXP2 = enum.auto(); LOG2 = enum.auto()  # noqa: E702
+    SIN = enum.auto(); TRUNC = enum.auto()  # noqa: E702
+    ADD = enum.auto(); SUB = enum.auto(); MUL = enum.auto(); IDIV = enum.auto(); MOD = enum.auto()  # noqa: E702
+    MAX = enum.auto(); CMPLT = enum.auto(); CMPNE = enum.auto(); CMPEQ = enum.auto()  # noqa: E702
+    AND = enum.auto(); OR = enum.auto(); XOR = enum.auto(); SHL = enum.auto(); SHR = enum.auto()  # noqa: E702
+    FDIV = enum.auto()  # float division; decomposed into MUL+RECIPROCAL for renderers without it
+    WHERE = enum.auto()
+    CAST = enum.auto(); BITCAST = enum.auto()  # noqa: E702
+    # reductions and movement (tensor graph only); REDUCE_AXIS arg: (Ops.ADD|Ops.MAX|Ops.MUL, axes)
+    REDUCE_AXIS = enum.auto()
+    RESHAPE = enum.auto(); PERMUTE = enum.auto(); EXPAND = enum.auto()  # noqa: E702
+    PAD = enum.auto(); SHRINK = enum.auto(); FLIP = enum.auto()  # noqa: E702
+    # graph structure
+    CONTIGUOUS = enum.auto()  # realization boundary; arg may carry a unique tag
+    DETACH = enum.auto()  # identity that stops gradients
+    COPY = enum.auto()  # arg: target device name
+    SINK = enum.auto()
+    # kernel level
+    PARAM = enum.auto()  # arg: (index, size): a kernel's buffer argument, shape (size,)
+    DEFINE_VAR = enum.auto()  # arg: (name, min, max): a symbolic integer bound at launch
+    RANGE = enum.auto()  # arg: (axis id, kind); src: (end,)
+    INDEX = enum.auto()  # src: (param, idx) or (param, idx, valid)
+    LOAD = enum.auto()  # src: (index,)
+    STORE = enum.auto()  # src: (index, value)
+    REDUCE = enum.auto()  # arg: ALU op; src: (value, *ranges)
+    SPECIAL = enum.auto()  # arg: (name, size): a GPU work-item id
+    # linearized program
+    DEFINE_ACC = enum.auto()  # src: (init,); a mutable accumulator
+    ASSIGN = enum.auto()  # src: (acc, value)
+    END = enum.auto()  # src: (range,); closes a loop
+    IF = enum.auto(); ENDIF = enum.auto()  # noqa: E702
+    BARRIER = enum.auto()
+    NOOP = enum.auto()
+
+
+class GroupOp:
+    Unary = frozenset({Ops.NEG, Ops.RECIPROCAL, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC})
+    Binary = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ,
+                        Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.FDIV})
+    Ternary = frozenset({Ops.WHERE})
+    ALU = Unary | Binary | Ternary
+    Elementwise = ALU | {Ops.CAST, Ops.BITCAST}
+    Movement = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP})
+    Comparison = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
+    Commutative = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR})
+    Associative = frozenset({Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR, Ops.MAX})
+
+
+def _arg_key(arg: Any) -> Any:
+    # floats are keyed by their bits so that 0.0 and -0.0 (equal in Python) stay distinct nodes and NaN is reusable
+    if isinstance(arg, float):
+        return ("float", struct.pack("<d", arg))
+    return (type(arg), arg)
+
+
+class UOpMeta(type):
+    cache: weakref.WeakValueDictionary[tuple, UOp] = weakref.WeakValueDictionary()
+
+    def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None):  # type: ignore[misc]
+        key = (op, dtype, src, _arg_key(arg))
+        if (hit := UOpMeta.cache.get(key)) is not None:
+            return hit
+        node = super().__call__(op, dtype, src, arg)
+        UOpMeta.cache[key] = node
+        return node
+
+
+class UOp(metaclass=UOpMeta):
+    """A node of the IR. Equal structure is the same object, so `is` compares graphs in O(1)."""
+
+    __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "_shape", "_toposort", "_ranges")
+
+    def __init__(self, op: Ops, dtype: DType, src: tuple[UOp, ...], arg: Any):
+        self.op, self.dtype, self.src, self.arg = op, dtype, src, arg
+        self._shape: tuple[int, ...] | None | bool = False
+        self._toposort: dict[UOp, None] | None = None
+
+    def __repr__(self) -> str:
+        return self.pretty()
+
+    def pretty(self, depth: int = 0, seen: set[int] | None = None) -> str:
+        seen = set() if seen is None else seen
+        pad = "  " * depth
+        if id(self) in seen:
+            return f"{pad}<{self.op.name} ...>"
+        seen.add(id(self))
+        arg = self.arg if self.op is not Ops.BUFFER else f"<buffer {self.arg}>"
+        head = f"{pad}UOp({self.op}, {self.dtype}, arg={arg!r}"
+        if not self.src:
+            return head + ")"
+        return head + ", src=(\n" + ",\n".join(s.pretty(depth + 1, seen) for s in self.src) + f")\n{pad})"
+
+    # ---- graph walking ----
+    def toposort(self) -> dict[UOp, None]:
+        """All nodes reachable from self, sources before users (iterative: deep graphs do not hit the recursion limit)."""
+        if self._toposort is not None:
+            return self._toposort
+        out: dict[UOp, None] = {}
+        stack: list[tuple[UOp, bool]] = [(self, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if node in out:
+                continue
+            if expanded:
+                out[node] = None
+                continue
+            stack.append((node, True))
+            for s in reversed(node.src):
+                if s not in out:
+                    stack.append((s, False))
+        self._toposort = out
+        return out
+
+    def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
+        cache: dict[UOp, UOp] = {}
+        for node in self.toposort():
+            if node in mapping:
+                cache[node] = mapping[node]
+            else:
+                new_src = tuple(cache[s] for s in node.src)
+                cache[node] = node if new_src == node.src else node.replace(src=new_src)
+        return cache[self]
+
+    def replace(self, **kwargs: Any) -> UOp:
+        return UOp(kwargs.get("op", self.op), kwargs.get("dtype", self.dtype), kwargs.get("src", self.src),
+                   kwargs.get("arg", self.arg))
+
+    # ---- shapes of the tensor graph ----
+    @property
+    def shape(self) -> tuple[int, ...]:
+        s = self._shape
+        if s is False:
+            s = self._shape = _infer_shape(self)
+        if s is None:
+            raise ValueError(f"{self.op} has no shape")
+        return s  # type: ignore[return-value]
+
+    @property
+    def has_shape(self) -> bool:
+        if self._shape is False:
+            self._shape = _infer_shape(self)
+        return self._shape is not None
+
+    @property
+    def size(self) -> int:
+        return prod(self.shape)
+
+    # ---- constructors used everywhere ----
+    @staticmethod
+    def const(dtype: DType, value: Any) -> UOp:
+        from tinygrad.dtype import truncate
+
+        return UOp(Ops.CONST, dtype, (), truncate(value, dtype.scalar))
+
+    def const_like(self, value: Any) -> UOp:
+        c = UOp.const(self.dtype, value)
+        if self.has_shape and self.shape != ():
+            return c.reshape((1,) * len(self.shape)).expand(self.shape)
+        return c
+
+    def alu(self, op: Ops, *srcs: UOp) -> UOp:
+        out_dtype = dtypes.bool if op in GroupOp.Comparison else (srcs[-1].dtype if op is Ops.WHERE else self.dtype)
+        return UOp(op, out_dtype, (self, *srcs))
+
+    def cast(self, dtype: DType) -> UOp:
+        return self if self.dtype == dtype else UOp(Ops.CAST, dtype, (self,))
+
+    def bitcast(self, dtype: DType) -> UOp:
+        return UOp(Ops.BITCAST, dtype, (self,))
+
+    def _ufix(self, x: UOp | int | float | bool) -> UOp:
+        return x if isinstance(x, UOp) else self.const_like(x)
+
+    def __add__(self, x: UOp | int | float) -> UOp: return self.alu(Ops.ADD, self._ufix(x))
+    def __radd__(self, x: UOp | int | float) -> UOp: return self._ufix(x).alu(Ops.ADD, self)
+    def __sub__(self, x: UOp | int | float) -> UOp: return self.alu(Ops.SUB, self._ufix(x))
+    def __mul__(self, x: UOp | int | float) -> UOp: return self.alu(Ops.MUL, self._ufix(x))
+    def __rmul__(self, x: UOp | int | float) -> UOp: return self._ufix(x).alu(Ops.MUL, self)
+    def __floordiv__(self, x: UOp | int) -> UOp: return self.alu(Ops.IDIV, self._ufix(x))
+    def __mod__(self, x: UOp | int) -> UOp: return self.alu(Ops.MOD, self._ufix(x))
+    def __neg__(self) -> UOp: return self.alu(Ops.NEG)
+    def lt(self, x: UOp | int | float) -> UOp: return self.alu(Ops.CMPLT, self._ufix(x))
+    def ne(self, x: UOp | int | float) -> UOp: return self.alu(Ops.CMPNE, self._ufix(x))
+    def eq(self, x: UOp | int | float) -> UOp: return self.alu(Ops.CMPEQ, self._ufix(x))
+    def logical_and(self, x: UOp | bool) -> UOp: return self.alu(Ops.AND, self._ufix(x))
+    def where(self, a: UOp | int | float, b: UOp | int | float) -> UOp:
+        ua = a if isinstance(a, UOp) else (b.const_like(a) if isinstance(b, UOp) else self.const_like(a))
+        ub = b if isinstance(b, UOp) else ua.const_like(b)
+        return self.alu(Ops.WHERE, ua, ub)
+    def maximum(self, x: UOp | int | float) -> UOp: return self.alu(Ops.MAX, self._ufix(x))
+
+    # movement (tensor graph); these never copy
+    def reshape(self, shape: tuple[int, ...]) -> UOp:
+        return self if self.shape == shape else UOp(Ops.RESHAPE, self.dtype, (self,), tuple(shape))
+
+    def permute(self, order: tuple[int, ...]) -> UOp:
+        return self if tuple(order) == tuple(range(len(order))) else UOp(Ops.PERMUTE, self.dtype, (self,), tuple(order))
+
+    def expand(self, shape: tuple[int, ...]) -> UOp:
+        return self if self.shape == shape else UOp(Ops.EXPAND, self.dtype, (self,), tuple(shape))
+
+    def pad(self, padding: tuple[tuple[int, int], ...]) -> UOp:
+        return self if all(p == (0, 0) for p in padding) else UOp(Ops.PAD, self.dtype, (self,), tuple(padding))
+
+    def shrink(self, bounds: tuple[tuple[int, int], ...]) -> UOp:
+        same = all(b == (0, s) for b, s in zip(bounds, self.shape))
+        return self if same else UOp(Ops.SHRINK, self.dtype, (self,), tuple(bounds))
+
+    def flip(self, axes: tuple[bool, ...]) -> UOp:
+        return self if not any(axes) else UOp(Ops.FLIP, self.dtype, (self,), tuple(axes))
+
+    def reduce_axis(self, op: Ops, axes: tuple[int, ...]) -> UOp:
+        axes = tuple(sorted(axes))
+        return self if not axes else UOp(Ops.REDUCE_AXIS, self.dtype, (self,), (op, axes))
+
+    # ---- value bounds of integer index arithmetic, used by symbolic simplification ----
+    @property
+    def vmin(self) -> int | float:
+        return self._bounds()[0]
+
+    @property
+    def vmax(self) -> int | float:
+        return self._bounds()[1]
+
+    def _bounds(self) -> tuple[int | float, int | float]:
+        cached = getattr(self, "_ranges", None)
+        if cached is None:
+            cached = _compute_bounds(self)
+            self._ranges = cached
+        return cached
+
+
+def _compute_bounds(u: UOp) -> tuple[int | float, int | float]:
+    d = u.dtype
+    full: tuple[int | float, int | float] = (d.min, d.max) if d.kind != "bool" else (0, 1)
+    if u.op is Ops.CONST:
+        return (u.arg, u.arg)
+    if u.op is Ops.RANGE:
+        end = u.src[0]
+        return (0, max(0, end.vmax - 1))
+    if u.op is Ops.SPECIAL:
+        return (0, u.arg[1] - 1)
+    if u.op is Ops.DEFINE_VAR:
+        return (u.arg[1], u.arg[2])
+    if not d.is_int:
+        return full
+    if u.op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.MAX, Ops.IDIV, Ops.MOD):
+        (a0, a1), (b0, b1) = u.src[0]._bounds(), u.src[1]._bounds()
+        if u.op is Ops.ADD:
+            return _clip(a0 + b0, a1 + b1, full)
+        if u.op is Ops.SUB:
+            return _clip(a0 - b1, a1 - b0, full)
+        if u.op is Ops.MUL:
+            vals = [a0 * b0, a0 * b1, a1 * b0, a1 * b1]
+            return _clip(min(vals), max(vals), full)
+        if u.op is Ops.MAX:
+            return (max(a0, b0), max(a1, b1))
+        if u.op is Ops.IDIV and b0 == b1 and b0 > 0 and a0 >= 0:
+            return (a0 // b0, a1 // b0)
+        if u.op is Ops.MOD and b0 == b1 and b0 > 0 and a0 >= 0:
+            return (0, min(a1, b0 - 1)) if a1 >= b0 else (a0, a1)
+    if u.op is Ops.WHERE:
+        (a0, a1), (b0, b1) = u.src[1]._bounds(), u.src[2]._bounds()
+        return (min(a0, b0), max(a1, b1))
+    if u.op is Ops.CAST and u.src[0].dtype.is_int:
+        s0, s1 = u.src[0]._bounds()
+        if full[0] <= s0 and s1 <= full[1]:
+            return (s0, s1)
+    return full
+
+
+def _clip(lo: int | float, hi: int | float, full: tuple[int | float, int | float]) -> tuple[int | float, int | float]:
+    # an out-of-dtype bound means the arithmetic may wrap: fall back to the whole range
+    if lo < full[0] or hi > full[1]:
+        return full
+    return (lo, hi)
+
+
+def _infer_shape(u: UOp) -> tuple[int, ...] | None:
+    op = u.op
+    if op is Ops.BUFFER:
+        return (u.arg.size,)
+    if op is Ops.PARAM:
+        return (u.arg[1],)
+    if op is Ops.CONST:
+        return ()
+    if op in GroupOp.Elementwise or op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.COPY):
+        shapes = [s.shape for s in u.src if s.has_shape]
+        if not shapes:
+            return None
+        return shapes[0]
+    if op is Ops.REDUCE_AXIS:
+        axes = u.arg[1]
+        return tuple(1 if i in axes else s for i, s in enumerate(u.src[0].shape))
+    if op in (Ops.RESHAPE, Ops.EXPAND):
+        return tuple(u.arg)
+    if op is Ops.PERMUTE:
+        return tuple(u.src[0].shape[i] for i in u.arg)
+    if op is Ops.PAD:
+        return tuple(s + b + a for s, (b, a) in zip(u.src[0].shape, u.arg))
+    if op is Ops.SHRINK:
+        return tuple(e - b for b, e in u.arg)
+    if op is Ops.FLIP:
+        return u.src[0].shape
+    if op is Ops.STORE and u.src[0].has_shape:
+        return u.src[0].shape
+    return None
+
+
+def inverse_permutation(order: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(argsort(order))
+
+
+def uop_count(root: UOp, pred: Callable[[UOp], bool]) -> int:
+    return sum(1 for u in root.toposort() if pred(u))
+
+
+def iter_ops(root: UOp, op: Ops) -> Iterator[UOp]:
+    return (u for u in root.toposort() if u.op is op)
+
+
+def is_const(u: UOp, value: Any = None) -> bool:
+    if u.op is not Ops.CONST:
+        return False
+    if value is None:
+        return True
+    return u.arg == value and not (isinstance(u.arg, float) and math.isnan(u.arg))
