@@ -33,12 +33,14 @@ nox.options.reuse_existing_virtualenvs = not os.environ.get("CI")
 
 def _pyenv_expose_all() -> None:
     """Under pyenv, make python3.11/3.12/3.13 all resolvable, whatever `pyenv global` says."""
-    if shutil.which("pyenv") is None or os.environ.get("PYENV_VERSION"):
+    if shutil.which("pyenv") is None:
         return
     root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
     found = [v.name for py in PYTHONS for v in sorted(root.glob(f"{py}.*")) if (v / "bin").exists()]
+    # pyenv's shim sets PYENV_VERSION for the process it starts; keep that version first
+    current = [v for v in os.environ.get("PYENV_VERSION", "").split(":") if v]
     if found:
-        os.environ["PYENV_VERSION"] = ":".join(found)
+        os.environ["PYENV_VERSION"] = ":".join(dict.fromkeys(current + found))
 
 
 _pyenv_expose_all()
