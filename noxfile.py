@@ -91,7 +91,7 @@ def types(session: nox.Session) -> None:
     if tree.exists():
         shutil.rmtree(tree)
     tree.mkdir(parents=True)
-    for pkg_src in sorted(ROOT.glob("packages/*/src")):
+    for pkg_src in [*sorted(ROOT.glob("packages/*/src")), ROOT / "integration-tests/sample_backend/src"]:
         _link_tree(pkg_src, tree)
     session.run("mypy", "--config-file", str(ROOT / "mypy.ini"), *sorted(str(p) for p in tree.iterdir()))
 

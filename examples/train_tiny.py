@@ -16,7 +16,6 @@ import sys
 import time
 
 import numpy as np
-
 from tinygrad import Device, Tensor
 
 

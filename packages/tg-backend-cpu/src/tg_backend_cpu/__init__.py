@@ -3,9 +3,11 @@ imports it, and the device itself is built in `tg_backend_cpu.device` when first
 
 from __future__ import annotations
 
-from tinygrad.device import CONTRACT_VERSION, BackendInfo, hookimpl
+from tinygrad.device import BackendInfo, hookimpl
 
 __version__ = "0.1.0"
+#: the device contract this backend implements; core refuses it if its major version differs
+DEVICE_CONTRACT = "1.0"
 
 
 def _open(index: int):  # type: ignore[no-untyped-def]
@@ -22,5 +24,5 @@ def _check() -> str | None:
 
 @hookimpl
 def tinygrad_backends() -> list[BackendInfo]:
-    return [BackendInfo(name="CPU", contract_version=CONTRACT_VERSION, open=_open, check=_check, priority=1000,
+    return [BackendInfo(name="CPU", contract_version=DEVICE_CONTRACT, open=_open, check=_check, priority=1000,
                         description="C kernels compiled by clang or gcc, run on host memory")]

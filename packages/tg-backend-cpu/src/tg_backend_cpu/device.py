@@ -9,11 +9,11 @@ import time
 from typing import Any
 
 import numpy as np
-
-from tg_backend_cpu.compiler import CCompiler
 from tinygrad.codegen.compiled import Compiled
 from tinygrad.device import Allocator
 from tinygrad.renderer.cstyle import CStyleRenderer
+
+from tg_backend_cpu.compiler import CCompiler
 
 ALIGN = 64  # a cache line, and what AVX-512 loads like
 

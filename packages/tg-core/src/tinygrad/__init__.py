@@ -6,11 +6,11 @@ from pkgutil import extend_path
 
 __path__ = extend_path(__path__, __name__)
 
-from tinygrad.device import Device  # noqa: E402
-from tinygrad.dtype import dtypes  # noqa: E402
-from tinygrad.helpers import Context, getenv  # noqa: E402
-from tinygrad.tensor import Tensor  # noqa: E402
-from tinygrad.uop.ops import UOp  # noqa: E402
+from tinygrad.device import Device
+from tinygrad.dtype import dtypes
+from tinygrad.helpers import Context, getenv
+from tinygrad.tensor import Tensor
+from tinygrad.uop.ops import UOp
 
 __version__ = "0.1.0"
-__all__ = ["Tensor", "Device", "Context", "dtypes", "getenv", "UOp"]
+__all__ = ["Context", "Device", "Tensor", "UOp", "dtypes", "getenv"]

@@ -8,6 +8,7 @@ with bfloat16 becomes float32.
 
 from __future__ import annotations
 
+import builtins
 import math
 import struct
 from dataclasses import dataclass
@@ -135,15 +136,15 @@ class dtypes:
         raise TypeError(f"cannot infer a dtype from {type(x).__name__} {x!r}")
 
     @staticmethod
-    def is_float(d: DType) -> bool:
+    def is_float(d: DType) -> builtins.bool:
         return d.is_float
 
     @staticmethod
-    def is_int(d: DType) -> bool:
+    def is_int(d: DType) -> builtins.bool:
         return d.is_int
 
     @staticmethod
-    def is_unsigned(d: DType) -> bool:
+    def is_unsigned(d: DType) -> builtins.bool:
         return d.is_unsigned
 
 
@@ -192,14 +193,15 @@ def least_upper_dtype(*ds: DType) -> DType:
     """The dtype that an operation mixing `ds` computes in."""
     if not ds:
         raise ValueError("least_upper_dtype needs at least one dtype")
-    out = ds[0]
-    for d in ds[1:]:
+    # the highest category present decides; operands of lower categories do not widen the result
+    # (PyTorch: int64 + uint64 + float16 -> float16), which also makes the result independent of order
+    top = max(_CATEGORY_RANK(d) for d in ds)
+    same = [d for d in ds if _CATEGORY_RANK(d) == top]
+    out = same[0]
+    for d in same[1:]:
         if d == out:
             continue
-        ra, rb = _CATEGORY_RANK(out), _CATEGORY_RANK(d)
-        if ra != rb:
-            out = out if ra > rb else d
-        elif out.is_float:
+        if out.is_float:
             if {out, d} == {dtypes.float16, dtypes.bfloat16}:
                 out = dtypes.float32
             else:
@@ -251,6 +253,8 @@ def truncate(value: float | int | bool, d: DType) -> float | int | bool:
         if not d.is_unsigned and v >= 1 << (d.bits - 1):
             v -= 1 << d.bits
         return v
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 1 << 53:
+        value = _round_int(value, _MANTISSA_BITS[d.name])  # avoid rounding twice (int -> float64 -> d)
     value = float(value)
     if d == dtypes.float64:
         return value
@@ -261,6 +265,22 @@ def truncate(value: float | int | bool, d: DType) -> float | int | bool:
     if d == dtypes.bfloat16:
         return bf16_bits_to_float(float_to_bf16_bits(value))
     raise TypeError(f"cannot truncate to {d}")
+
+
+_MANTISSA_BITS = {"float64": 53, "float32": 24, "float16": 11, "bfloat16": 8}
+
+
+def _round_int(value: int, bits: int) -> int:
+    """Round an integer to `bits` significant bits, to nearest with ties to even."""
+    sign, mag = (-1 if value < 0 else 1), abs(value)
+    drop = mag.bit_length() - bits
+    if drop <= 0:
+        return value
+    q, r = divmod(mag, 1 << drop)
+    half = 1 << (drop - 1)
+    if r > half or (r == half and q & 1):
+        q += 1
+    return sign * (q << drop)
 
 
 def _round_float(value: float, fmt: str) -> float:

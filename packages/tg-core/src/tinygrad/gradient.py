@@ -33,7 +33,14 @@ def _reduce_grad(g: UOp, node: UOp) -> tuple[UOp | None, ...]:
         count = mask.reduce_axis(Ops.ADD, axes)
         return ((mask * (g.alu(Ops.FDIV, count)).expand(x.shape)),)
     if op is Ops.MUL:
-        return ((g * node).expand(x.shape).alu(Ops.FDIV, x),)
+        # d(prod)/dx_i is the product of the others. node/x_i is that only where x_i != 0; at a zero it is the
+        # product of the nonzero elements if x_i is the only zero, else 0
+        is_zero = x.eq(x.const_like(0))
+        n_zeros = is_zero.cast(x.dtype).reduce_axis(Ops.ADD, axes).expand(x.shape)
+        prod_nonzero = is_zero.where(x.const_like(1), x).reduce_axis(Ops.MUL, axes).expand(x.shape)
+        at_zero = n_zeros.eq(n_zeros.const_like(1)).where(prod_nonzero, x.const_like(0))
+        others = is_zero.where(at_zero, node.expand(x.shape).alu(Ops.FDIV, x))
+        return (g.expand(x.shape) * others,)
     raise NotImplementedError(f"no gradient for REDUCE_AXIS {op}")
 
 
@@ -97,7 +104,7 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, 
     grads: dict[UOp, UOp] = {root: root_grad}
     for node in reversed(topo):
         g = grads.get(node)
-        if g is None or node in targets and not any(s in leads_to_target for s in node.src):
+        if g is None or (node in targets and not any(s in leads_to_target for s in node.src)):
             continue
         if node.op in NO_GRAD or not node.src:
             continue

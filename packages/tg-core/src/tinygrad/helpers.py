@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import os
 import pathlib
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -31,24 +30,14 @@ def argsort(xs: Sequence[Any]) -> list[int]:
     return sorted(range(len(xs)), key=xs.__getitem__)
 
 
-def flatten(xss: Iterable[Iterable[T]]) -> list[T]:
-    return [x for xs in xss for x in xs]
 
 
-def all_same(xs: Sequence[Any]) -> bool:
-    return all(x == xs[0] for x in xs)
 
 
-def dedup(xs: Iterable[T]) -> list[T]:
-    return list(dict.fromkeys(xs))
 
 
-def ceildiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
-def round_up(n: int, multiple: int) -> int:
-    return ceildiv(n, multiple) * multiple
 
 
 def colored(text: str, color: str | None) -> str:
@@ -58,8 +47,6 @@ def colored(text: str, color: str | None) -> str:
     return f"\033[{codes[color]}m{text}\033[0m"
 
 
-def is_finite_number(x: float) -> bool:
-    return not (math.isinf(x) or math.isnan(x))
 
 
 class ContextVar:
@@ -127,16 +114,3 @@ def cache_dir() -> pathlib.Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return pathlib.Path(base) / "tinygrad"
 
-
-def pairwise_windows(xs: Sequence[T]) -> Iterator[tuple[T, T]]:
-    return zip(xs, xs[1:])
-
-
-def strides_for_shape(shape: Sequence[int]) -> tuple[int, ...]:
-    """Row-major (C order) element strides; dimensions of size 1 get stride 0."""
-    strides: list[int] = []
-    acc = 1
-    for s in reversed(shape):
-        strides.append(acc if s != 1 else 0)
-        acc *= s
-    return tuple(reversed(strides))

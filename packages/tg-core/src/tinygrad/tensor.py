@@ -14,8 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from tinygrad.device import Buffer, Device
-from tinygrad.dtype import (DType, DTypeLike, dtypes, from_numpy, least_upper_dtype, sum_acc_dtype, to_dtype,
-                            to_numpy)
+from tinygrad.dtype import DType, DTypeLike, dtypes, from_numpy, least_upper_dtype, sum_acc_dtype, to_dtype, to_numpy
 from tinygrad.engine.realize import run_schedule
 from tinygrad.engine.schedule import ScheduleItem, base_buffer, buffer_view, create_schedule, realized_views
 from tinygrad.gradient import compute_gradient
@@ -81,13 +80,48 @@ class _RNG:
         return (cls.bits(n) >> np.uint32(8)).astype(np.float32) * np.float32(1.0 / (1 << 24))
 
 
-class Tensor:
+class _CastShortcuts:
+    """PyTorch's dtype shortcuts (`.float()`, `.long()`, ...). A base class of Tensor, so that inside Tensor's
+    body the names float/int/bool still mean the builtin types."""
+
+    __slots__ = ()
+
+    def cast(self, dtype: DTypeLike) -> Tensor:
+        raise NotImplementedError
+
+    def float(self) -> Tensor:
+        return self.cast(dtypes.float32)
+
+    def half(self) -> Tensor:
+        return self.cast(dtypes.float16)
+
+    def int(self) -> Tensor:
+        return self.cast(dtypes.int32)
+
+    def long(self) -> Tensor:
+        return self.cast(dtypes.int64)
+
+    def bool(self) -> Tensor:
+        return self.cast(dtypes.bool)
+
+    def double(self) -> Tensor:
+        return self.cast(dtypes.float64)
+
+    def short(self) -> Tensor:
+        return self.cast(dtypes.int16)
+
+    def bfloat16(self) -> Tensor:
+        return self.cast(dtypes.bfloat16)
+
+
+class Tensor(_CastShortcuts):
     """A lazy tensor. `Tensor([1, 2, 3])`, `Tensor(np_array)`, `Tensor.zeros(2, 3)`, ..."""
 
     training: ClassVar[bool] = False
-    _grad_tensors: ClassVar[weakref.WeakSet[Tensor]] = weakref.WeakSet()
+    # keyed by id: a WeakSet would compare tensors with ==, which builds a comparison tensor instead of a bool
+    _grad_tensors: ClassVar[weakref.WeakValueDictionary[int, Tensor]] = weakref.WeakValueDictionary()
 
-    __slots__ = ("uop", "device", "_requires_grad", "grad", "__weakref__")
+    __slots__ = ("__weakref__", "_requires_grad", "device", "grad", "uop")
 
     def __init__(self, data: Any, device: str | None = None, dtype: DTypeLike | None = None,
                  requires_grad: bool | None = None):
@@ -102,6 +136,8 @@ class Tensor:
             self.device = data.device if device is None else self.device
         elif isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
             d = want or dtypes.from_py(data)
+            if want is None and d == dtypes.int32 and not dtypes.int32.min <= data <= dtypes.int32.max:
+                d = dtypes.int64  # a Python int too large for the default int keeps its value
             self.uop = UOp.const(d, data)
         elif isinstance(data, bytes):
             self.uop = self._upload(np.frombuffer(data, dtype=np.uint8), want or dtypes.uint8)
@@ -129,7 +165,7 @@ class Tensor:
         else:
             flat = np.ascontiguousarray(arr.astype(to_numpy(d), copy=False).reshape(-1))
         buf = Buffer(self.device, flat.size, d)
-        buf.copyin(memoryview(flat).cast("B"))
+        buf.copyin(flat.data.cast("B"))
         return buffer_view(buf, tuple(arr.shape))
 
     # ---- basic properties ----
@@ -186,9 +222,9 @@ class Tensor:
             # a gradient target must be a node of its own: equal lazy expressions are one shared UOp
             if base_buffer(self.uop) is None:
                 self.uop = UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,), ("param", id(self)))
-            Tensor._grad_tensors.add(self)
+            Tensor._grad_tensors[id(self)] = self
         elif not value:
-            Tensor._grad_tensors.discard(self)
+            Tensor._grad_tensors.pop(id(self), None)
         self._requires_grad = bool(value)
 
     def requires_grad_(self, value: bool = True) -> Tensor:
@@ -214,12 +250,16 @@ class Tensor:
         realized_views.update(views)
         for t, view in zip(tensors, out_views):
             realized_views[t.uop] = view
-            t.uop = view
+            # A tensor with gradient history keeps its graph, so that backward() still reaches the leaves after
+            # realize() (PyTorch users print loss.item() before loss.backward()); the scheduler reads the
+            # realized buffer in its place. Leaves and tensors without history just become the buffer.
+            if not t._requires_grad or id(t) in Tensor._grad_tensors:
+                t.uop = view
         return self
 
     def _buffer(self) -> Buffer:
         self.realize()
-        base = base_buffer(self.uop)
+        base = base_buffer(realized_views.get(self.uop, self.uop))
         assert base is not None, "realize() leaves a contiguous buffer"
         return base.arg
 
@@ -240,7 +280,7 @@ class Tensor:
         return self.numpy().reshape(()).item()
 
     def data(self) -> memoryview:
-        return memoryview(self.numpy())
+        return self.numpy().data
 
     def contiguous(self) -> Tensor:
         return self._derive(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
@@ -311,7 +351,8 @@ class Tensor:
             raise ValueError("arange step must not be zero")
         d = to_dtype(dtype) if dtype is not None else dtypes.from_py([start, stop, step])
         n = max(0, math.ceil((stop - start) / step))
-        values = start + np.arange(n, dtype=np.float64 if d.is_float else np.int64) * step
+        steps: np.ndarray = np.arange(n, dtype=np.float64 if d.is_float else np.int64)
+        values = steps * step + start
         return Tensor(values.astype(to_numpy(d)) if d != dtypes.bfloat16 else values, device=device, dtype=d, **kwargs)
 
     @staticmethod
@@ -389,24 +430,6 @@ class Tensor:
                             f"needs dtypes of one size")
         return Tensor(self.uop.bitcast(d), device=self.device)
 
-    def float(self) -> Tensor:
-        return self.cast(dtypes.float32)
-
-    def half(self) -> Tensor:
-        return self.cast(dtypes.float16)
-
-    def int(self) -> Tensor:
-        return self.cast(dtypes.int32)
-
-    def long(self) -> Tensor:
-        return self.cast(dtypes.int64)
-
-    def bool(self) -> Tensor:
-        return self.cast(dtypes.bool)
-
-    def double(self) -> Tensor:
-        return self.cast(dtypes.float64)
-
     # arithmetic
     def add(self, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
         return self._binop(Ops.ADD, x, reverse)
@@ -468,8 +491,11 @@ class Tensor:
                 return self.reciprocal()
         base, exp = self._broadcasted(x, reverse)
         base, exp = base._float(), exp._float()
-        # |b|^e, with the sign fixed for negative bases raised to integer exponents
-        mag = (exp * base.abs().log2()).exp2()
+        # |b|^e, with the sign fixed for negative bases raised to integer exponents. A zero base takes the log
+        # of 1 and its value separately: log2(0) = -inf would make the gradient 0 * inf = NaN there
+        is_zero = base == 0
+        mag = (exp * is_zero.where(1.0, base.abs()).log2()).exp2()
+        mag = is_zero.where((exp > 0).where(0.0, (exp == 0).where(1.0, math.inf)), mag)
         is_int_exp = exp.trunc() == exp
         odd = (exp.abs() - (exp.abs() / 2).floor() * 2) == 1
         neg = base < 0
@@ -481,7 +507,12 @@ class Tensor:
 
     def minimum(self, x: Tensor | Scalar) -> Tensor:
         a, b = self._broadcasted(x)
-        return -((-a).maximum(-b)) if not a.dtype.is_bool else a & b
+        if a.dtype.is_bool:
+            return a & b
+        if a.dtype.is_unsigned:  # negation wraps around for unsigned ints: mirror at the top of the range instead
+            top = int(a.dtype.max)
+            return (top - (top - a).maximum(top - b)).cast(a.dtype)
+        return -((-a).maximum(-b))
 
     def where(self, x: Tensor | Scalar, y: Tensor | Scalar) -> Tensor:
         cond = self if self.dtype.is_bool else self != 0
@@ -563,6 +594,8 @@ class Tensor:
     def abs(self) -> Tensor:
         if self.dtype.is_unsigned or self.dtype.is_bool:
             return self
+        if self.dtype.is_float:
+            return self * self.sign()  # so that the gradient is sign(x), 0 at 0 as in PyTorch
         return (self < 0).where(-self, self)
 
     def sign(self) -> Tensor:
@@ -573,11 +606,12 @@ class Tensor:
     def tanh(self) -> Tensor: return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
     def square(self) -> Tensor: return self * self
     def clip(self, min_: Scalar | None = None, max_: Scalar | None = None) -> Tensor:
+        # where, not maximum/minimum: at a bound the gradient passes through (PyTorch's clamp) instead of splitting
         out = self
         if min_ is not None:
-            out = out.maximum(min_)
+            out = (out < min_).where(min_, out)
         if max_ is not None:
-            out = out.minimum(max_)
+            out = (out > max_).where(max_, out)
         return out
     clamp = clip
 
@@ -670,7 +704,7 @@ class Tensor:
         """`padding` is one (before, after) pair per dimension, or PyTorch's flat form starting at the last dim."""
         pairs: list[tuple[int, int]]
         if padding and all(isinstance(p, int) for p in padding):
-            flat = list(padding)  # type: ignore[arg-type]
+            flat = [int(p) for p in padding]  # type: ignore[arg-type]
             if len(flat) % 2:
                 raise ValueError(f"flat padding needs an even number of entries, got {padding}")
             pairs = [(0, 0)] * self.ndim
@@ -739,7 +773,7 @@ class Tensor:
     def _reduce_axes(self, axis: int | Sequence[int] | None) -> tuple[int, ...]:
         if axis is None:
             return tuple(range(self.ndim))
-        axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+        axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)  # _axis rejects what is not an int
         return tuple(sorted({self._axis(a) for a in axes}))
 
     def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:
@@ -802,12 +836,16 @@ class Tensor:
         if x.shape[-1] != y.shape[-2]:
             raise ValueError(f"matmul of shapes {self.shape} and {w.shape}: the inner sizes {x.shape[-1]} and "
                              f"{y.shape[-2]} differ; transpose or reshape one operand")
-        batch = broadcast_shape(x.shape[:-2], y.shape[:-2])
+        try:
+            batch = broadcast_shape(x.shape[:-2], y.shape[:-2])
+        except ValueError:
+            raise ValueError(f"matmul of shapes {self.shape} and {w.shape}: the batch dimensions {x.shape[:-2]} and "
+                             f"{y.shape[:-2]} cannot be broadcast together") from None
         n, k, m = x.shape[-2], x.shape[-1], y.shape[-1]
         xb = x.expand(batch + (n, k)).reshape(batch + (n, 1, k))
         yb = y.expand(batch + (k, m)).transpose(-1, -2).reshape(batch + (1, m, k))
         out_dtype = least_upper_dtype(x.dtype, y.dtype)
-        out = (xb * yb).sum(-1, dtype=out_dtype if out_dtype.is_float else None)
+        out = (xb * yb).sum(-1, dtype=out_dtype)  # integer products stay in their dtype, as in PyTorch
         if self.ndim == 1:
             out = out.squeeze(-2)
         if w.ndim == 1:
@@ -824,17 +862,33 @@ class Tensor:
             gradient = Tensor.ones(self.shape, dtype=self.dtype, device=self.device)
         if gradient.shape != self.shape:
             raise ValueError(f"gradient of shape {gradient.shape} for a tensor of shape {self.shape}")
-        grads = compute_gradient(self.uop, gradient.uop, {t.uop for t in targets})
+        root, aliases = self._grad_graph(targets)
+        grads = compute_gradient(root, gradient.uop, {u for t in targets for u in aliases(t)})
         out = []
         for t in targets:
-            g = grads.get(t.uop)
+            parts = [g for u in aliases(t) if (g := grads.get(u)) is not None]
+            g = parts[0] if parts else None
+            for p in parts[1:]:
+                g = g + p  # type: ignore[operator]
             out.append(Tensor(g, device=t.device) if g is not None else t.zeros_like())
         return out
 
+    def _grad_graph(self, targets: Sequence[Tensor]) -> tuple[UOp, Any]:
+        """The graph backward() walks, and for each target the nodes in it that stand for the target: realize()
+        turns a leaf into a buffer, so a graph built before that holds the leaf's earlier node."""
+        root = self.uop
+        earlier: dict[UOp, list[UOp]] = {}
+        for node in root.toposort():
+            if (view := realized_views.get(node)) is not None and view is not node:
+                earlier.setdefault(view, []).append(node)
+        return root, lambda t: [t.uop, *earlier.get(t.uop, [])]
+
     def backward(self, gradient: Tensor | None = None) -> Tensor:
         """Accumulate d(self)/d(t) into `t.grad` for every tensor t with requires_grad that self depends on."""
-        in_graph = self.uop.toposort()
-        targets = [t for t in list(Tensor._grad_tensors) if t.uop in in_graph]
+        leaves = list(Tensor._grad_tensors.values())
+        root, aliases = self._grad_graph(leaves)
+        in_graph = root.toposort()
+        targets = [t for t in leaves if any(u in in_graph for u in aliases(t))]
         if not targets:
             if not self.requires_grad:
                 raise RuntimeError("backward() on a tensor that does not depend on any tensor with requires_grad=True")
@@ -846,13 +900,20 @@ class Tensor:
 
 
 def _list_to_numpy(data: list | tuple, want: DType | None) -> np.ndarray:
+    try:
+        arr = np.array(data, dtype=to_numpy(want) if want is not None and want != dtypes.bfloat16 else None)
+    except ValueError as e:  # numpy's message talks about "inhomogeneous parts"; say what the user passed
+        raise ValueError(f"cannot make a Tensor from {data!r}: nested lists must be rectangular and hold numbers "
+                         f"({e})") from None
     if want is not None and want != dtypes.bfloat16:
-        return np.array(data, dtype=to_numpy(want))
-    arr = np.array(data)
+        return arr
     if arr.dtype == np.float64:
         return arr.astype(np.float32)
     if arr.dtype == np.int64:
-        return arr.astype(np.int32)
+        # Python ints default to int32 (tinygrad's default_int) only where that loses nothing
+        i32 = np.iinfo(np.int32)
+        fits = arr.size == 0 or (int(arr.min()) >= i32.min and int(arr.max()) <= i32.max)
+        return arr.astype(np.int32) if fits else arr
     return arr
 
 
@@ -863,7 +924,8 @@ def _getitem(t: Tensor, index: Any) -> Tensor:
         if isinstance(i, Tensor) or isinstance(i, (list, np.ndarray)):
             raise NotImplementedError("indexing with tensors or lists is not supported yet; use basic slicing")
         if isinstance(i, float):
-            raise TypeError(f"tensor indices must be ints, slices, None or ..., not float ({i})")
+            # IndexError, as PyTorch and numpy raise for a float index
+            raise IndexError(f"tensor indices must be ints, slices, None or ..., not float ({i})")
     n_real = sum(1 for i in idx if i is not None and i is not Ellipsis)
     if sum(1 for i in idx if i is Ellipsis) > 1:
         raise IndexError("an index can only have a single ellipsis (...)")
@@ -905,7 +967,7 @@ def _getitem(t: Tensor, index: Any) -> Tensor:
             steps.append(abs(step))
             final_shape.append(("keep", dim))
         else:
-            raise TypeError(f"invalid index {i!r} of type {type(i).__name__}")
+            raise IndexError(f"invalid index {i!r} of type {type(i).__name__}; use ints, slices, None or ...")
         dim += 1
     x = t.shrink(tuple(bounds)) if bounds else t
     if any(flips):
@@ -929,4 +991,4 @@ def _getitem(t: Tensor, index: Any) -> Tensor:
 
 
 # keep `argsort` importable from here for callers that used it with tensors' shapes
-__all__ = ["Tensor", "broadcast_shape", "argsort"]
+__all__ = ["Tensor", "argsort", "broadcast_shape"]

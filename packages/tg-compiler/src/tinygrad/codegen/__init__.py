@@ -51,7 +51,7 @@ def get_program(ast: UOp, renderer: Renderer) -> ProgramSpec:
     if DEBUG >= 6:
         for i, u in enumerate(program):
             srcs = [program.index(s) if s in program else "-" for s in u.src]
-            print(f"{i:4d} {u.op.name:<12} {str(u.dtype):<20} {str(srcs):<20} {u.arg!r}", file=sys.stderr)
+            print(f"{i:4d} {u.op.name:<12} {u.dtype!s:<20} {srcs!s:<20} {u.arg!r}", file=sys.stderr)
     name = renderer.kernel_name(lowered)
     src = renderer.render(name, program)
     params = tuple(sorted(u.arg[0] for u in program if u.op is Ops.PARAM))

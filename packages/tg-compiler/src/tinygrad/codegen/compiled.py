@@ -5,6 +5,7 @@ launcher into. Core asks a device for a runner (`get_runner(ast)`); this turns t
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sys
@@ -15,7 +16,7 @@ from typing import Any, Protocol
 
 from tinygrad.codegen import ProgramSpec, get_program
 from tinygrad.device import Allocator, Buffer
-from tinygrad.dtype import DType
+from tinygrad.dtype import DType, dtypes
 from tinygrad.helpers import DEBUG, DISABLE_COMPILER_CACHE, cache_dir
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import UOp
@@ -59,15 +60,21 @@ def disk_cache_get_or_make(namespace: str, src: str, make: Callable[[], bytes]) 
     except OSError:
         pass
     payload = make()
+    tmp: str | None = None
     try:
         directory.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
         with os.fdopen(fd, "wb") as f:
             f.write(hashlib.sha256(payload).digest() + payload)
         os.replace(tmp, path)
+        tmp = None
     except OSError as e:  # a read-only or full cache must not stop the program
         if DEBUG >= 1:
             print(f"compile cache: could not write {path}: {e}", file=sys.stderr)
+    finally:
+        if tmp is not None:  # a write that failed half way must not leave its temporary file behind
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
     return payload
 
 
@@ -98,7 +105,8 @@ class Compiled:
 
     def __init__(self, name: str, allocator: Allocator, renderer: Renderer, compiler: Compiler,
                  runtime: Callable[[str, bytes], Program]):
-        self.name, self.allocator, self.renderer, self.compiler, self.runtime = name, allocator, renderer, compiler, runtime
+        self.name, self.allocator, self.renderer = name, allocator, renderer
+        self.compiler, self.runtime = compiler, runtime
         self._runners: dict[UOp, CompiledRunner] = {}
 
     def supports_dtype(self, dtype: DType) -> bool:
@@ -107,6 +115,12 @@ class Compiled:
     def get_runner(self, ast: UOp) -> CompiledRunner:
         if (hit := self._runners.get(ast)) is not None:
             return hit
+        unsupported = sorted({u.dtype.scalar.name for u in ast.toposort()
+                              if u.dtype.kind != "void" and not self.renderer.supports_dtype(u.dtype)})
+        if unsupported:
+            ok = [d.name for d in dtypes.all() if self.renderer.supports_dtype(d)]
+            raise TypeError(f"device {self.name} cannot compute with {', '.join(unsupported)}; it supports {ok}. "
+                            f"Cast to a supported dtype first, or use a device that has {unsupported[0]}")
         spec = get_program(ast, self.renderer)
         lib = self.compiler.compile_cached(spec.src)
         runner = CompiledRunner(self, spec, lib)

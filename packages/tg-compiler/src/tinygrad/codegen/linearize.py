@@ -26,9 +26,16 @@ class _Linearizer:
         """The loop ranges u's value depends on (a REDUCE does not depend on the ranges it closes)."""
         if (hit := self.deps.get(u)) is not None:
             return hit
-        # iterative post-order so long chains do not recurse deeply
-        for node in u.toposort():
+        # iterative post-order that stops at nodes already known: a toposort per node would make this
+        # quadratic in the length of a chain
+        stack: list[tuple[UOp, bool]] = [(u, False)]
+        while stack:
+            node, ready = stack.pop()
             if node in self.deps:
+                continue
+            if not ready:
+                stack.append((node, True))
+                stack.extend((s, False) for s in node.src if s not in self.deps)
                 continue
             if node.op is Ops.RANGE:
                 out = frozenset((node,))
@@ -44,17 +51,24 @@ class _Linearizer:
         return u
 
     def emit(self, u: UOp) -> UOp:
-        if (hit := self.emitted.get(u)) is not None:
-            return hit
-        if u.op is Ops.REDUCE:
-            out = self.emit_reduce(u)
-        elif u.op is Ops.RANGE:
-            raise RuntimeError(f"range {u.arg} used outside of its loop")
-        else:
-            new_src = tuple(self.emit(s) for s in u.src)
-            out = self.push(u if new_src == u.src else u.replace(src=new_src))
-        self.emitted[u] = out
-        return out
+        """Emit u after its sources. An explicit stack: a 5000-op chain must not hit the recursion limit."""
+        stack: list[tuple[UOp, bool]] = [(u, False)]
+        while stack:
+            node, ready = stack.pop()
+            if node in self.emitted:
+                continue
+            if node.op is Ops.REDUCE:
+                # nests only as deep as the reductions do
+                self.emitted[node] = self.emit_reduce(node)
+            elif node.op is Ops.RANGE:
+                raise RuntimeError(f"range {node.arg} used outside of its loop")
+            elif not ready:
+                stack.append((node, True))
+                stack.extend((s, False) for s in reversed(node.src) if s not in self.emitted)
+            else:
+                new_src = tuple(self.emitted[s] if s in self.emitted else self.emit(s) for s in node.src)
+                self.emitted[node] = self.push(node if new_src == node.src else node.replace(src=new_src))
+        return self.emitted[u]
 
     def hoist(self, u: UOp, ranges: frozenset[UOp]) -> None:
         """Emit every maximal subexpression of u that does not depend on `ranges`."""
@@ -93,12 +107,28 @@ class _Linearizer:
 
 def linearize(sink: UOp) -> list[UOp]:
     lin = _Linearizer()
-    global_ranges = sorted({r for r in sink.toposort() if r.op is Ops.RANGE and r.arg[1] == "global"},
-                           key=lambda r: r.arg[0])
-    for r in global_ranges:
-        lin.emitted[r] = lin.push(r.replace(src=(lin.emit(r.src[0]),)))
+    # stores over the same output loops share one loop nest; stores of another shape get their own, in order
+    nests: dict[tuple[UOp, ...], list[UOp]] = {}
     for store in sink.src:
-        lin.emit(store)
-    for r in reversed(global_ranges):
-        lin.push(UOp(Ops.END, dtypes.void, (lin.emitted[r],)))
+        loops = tuple(sorted((r for r in store.toposort() if r.op is Ops.RANGE and r.arg[1] == "global"),
+                             key=lambda r: r.arg[0]))
+        nests.setdefault(loops, []).append(store)
+    for loops, stores in nests.items():
+        start = len(lin.program)
+        for r in loops:
+            lin.emitted[r] = lin.push(r.replace(src=(lin.emit(r.src[0]),)))
+        for store in stores:
+            lin.emit(store)
+        for r in reversed(loops):
+            lin.push(UOp(Ops.END, dtypes.void, (lin.emitted[r],)))
+        if len(nests) > 1:
+            # whatever was computed inside this nest is out of scope in the next one, loop-invariant or not
+            # (a renderer declares it inside the loop body); only names that are not declarations survive
+            inside = set(lin.program[start:])
+            for k in [k for k, e in lin.emitted.items() if e in inside and e.op not in GLOBAL_NAMES]:
+                del lin.emitted[k]
     return lin.program
+
+
+#: UOps a renderer refers to by a name that is valid everywhere in the kernel (not a declared local)
+GLOBAL_NAMES = frozenset({Ops.PARAM, Ops.CONST, Ops.DEFINE_VAR})

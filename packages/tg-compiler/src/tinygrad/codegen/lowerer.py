@@ -94,15 +94,36 @@ class _Lowering:
         key = (node, idxs, valid)
         if (hit := self.memo.get(key)) is not None:
             return hit
+        if node.op in GroupOp.Elementwise:
+            # lower the elementwise operands first, deepest first: a long chain (x+1+1+...) would otherwise
+            # recurse once per op and hit Python's recursion limit
+            for sub in self._elementwise_postorder(node, idxs, valid)[:-1]:
+                self.memo[(sub, idxs, valid)] = self._lower(sub, idxs, valid)
         out = self._lower(node, idxs, valid)
         self.memo[key] = out
         return out
 
+    def _elementwise_postorder(self, root: UOp, idxs: tuple[UOp, ...], valid: UOp | None) -> list[UOp]:
+        order: list[UOp] = []
+        seen: set[UOp] = set()
+        stack: list[tuple[UOp, bool]] = [(root, False)]
+        while stack:
+            node, ready = stack.pop()
+            if ready:
+                order.append(node)
+                continue
+            if node in seen or (node, idxs, valid) in self.memo:
+                continue
+            seen.add(node)
+            stack.append((node, True))
+            stack.extend((s, False) for s in reversed(node.src) if s.op in GroupOp.Elementwise)
+        return order
+
     def _lower(self, node: UOp, idxs: tuple[UOp, ...], valid: UOp | None) -> UOp:
         op = node.op
         if op is Ops.PARAM:
-            src = (node, idxs[0]) if valid is None else (node, idxs[0], valid)
-            return UOp(Ops.LOAD, node.dtype, (UOp(Ops.INDEX, node.dtype, src),))
+            index_src = (node, idxs[0]) if valid is None else (node, idxs[0], valid)
+            return UOp(Ops.LOAD, node.dtype, (UOp(Ops.INDEX, node.dtype, index_src),))
         if op is Ops.CONST:
             return node
         if op in GroupOp.Elementwise:
@@ -113,9 +134,9 @@ class _Lowering:
             return self.lower(src, reshape_indices(idxs, node.shape, src.shape), valid)
         if op is Ops.PERMUTE:
             assert src is not None
-            new = [idx_const(0)] * len(idxs)
-            for i, axis in enumerate(node.arg):
-                new[axis] = idxs[i]
+            new: list[UOp] = [idx_const(0)] * len(idxs)
+            for pos, axis in enumerate(node.arg):
+                new[axis] = idxs[pos]
             return self.lower(src, tuple(new), valid)
         if op is Ops.EXPAND:
             assert src is not None
@@ -131,9 +152,9 @@ class _Lowering:
         if op is Ops.PAD:
             assert src is not None
             cond: UOp | None = None
-            new_list = []
-            for i, (b, _), s in zip(idxs, node.arg, src.shape):
-                if b == 0 and _ == 0:
+            new_list: list[UOp] = []
+            for i, (b, after), s in zip(idxs, node.arg, src.shape):
+                if b == 0 and after == 0:
                     new_list.append(i)
                     continue
                 cond = _and(cond, _and(_ge(i, b), i.lt(idx_const(b + s))))
@@ -168,10 +189,14 @@ def lower_kernel(ast: UOp) -> UOp:
         raise ValueError(f"a kernel AST starts with SINK, got {ast.op}")
     state = _Lowering()
     stores = []
+    loops_for_shape: dict[tuple[int, ...], tuple[UOp, ...]] = {}
     for store in ast.src:
         target, value = store.src
         shape = target.shape
-        idxs = tuple(state.new_range(s, "global") if s != 1 else idx_const(0) for s in shape)
+        # stores of one shape share their loops; separate ranges would nest, running each store N times over
+        if shape not in loops_for_shape:
+            loops_for_shape[shape] = tuple(state.new_range(s, "global") if s != 1 else idx_const(0) for s in shape)
+        idxs = loops_for_shape[shape]
         param = target
         while param.op is Ops.RESHAPE:
             param = param.src[0]

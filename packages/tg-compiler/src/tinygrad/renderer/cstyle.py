@@ -4,7 +4,8 @@ in the table of type names and the few formats that differ; the walk over the pr
 Semantics that C leaves undefined are pinned down here to match `tinygrad.uop.alu` (integer division
 by zero and shifts past the width give 0; signed overflow wraps, so compile with -fwrapv or the
 target's equivalent). bfloat16 is emulated: stored as 16-bit patterns, computed in float and rounded
-back after every op.
+back after every op. float16 (`_Float16`) is rounded back after every op too: compilers evaluate it in
+float and may keep that excess precision across an inlined expression, and libm's f-functions return float.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ static inline unsigned short tg_f32_to_bf16(float f) {
 }
 static inline float tg_round_bf16(float f) { return tg_bf16_to_f32(tg_f32_to_bf16(f)); }
 """
+
+
+#: longer expressions get a variable, so that a long elementwise chain does not become one enormous line
+MAX_INLINE_CHARS = 1000
 
 
 class CStyleRenderer(Renderer):
@@ -87,11 +92,17 @@ class CStyleRenderer(Renderer):
         return f"(({self.value_type(to)})({x}))"
 
     def render_bitcast(self, x: str, frm: DType, to: DType) -> str:
+        # a bfloat16 value lives in a float: go through its 16-bit pattern, reinterpreted (not converted)
         if frm.scalar == dtypes.bfloat16:
-            return f"(({self.value_type(to)})tg_f32_to_bf16({x}))"
+            return self._pun(f"tg_f32_to_bf16({x})", "unsigned short", self.value_type(to))
         if to.scalar == dtypes.bfloat16:
-            return f"tg_bf16_to_f32(({self.memory_type(frm)})({x}))"
-        return f"__builtin_bit_cast({self.value_type(to)}, ({self.value_type(frm)})({x}))"
+            return f"tg_bf16_to_f32({self._pun(x, self.value_type(frm), 'unsigned short')})"
+        return self._pun(x, self.value_type(frm), self.value_type(to))
+
+    @staticmethod
+    def _pun(x: str, frm_type: str, to_type: str) -> str:
+        # type punning through a union is defined C (gcc has no __builtin_bit_cast in C, only in C++)
+        return f"((union {{ {frm_type} f; {to_type} t; }}){{.f = ({x})}}).t"
 
     def render_load(self, buf: str, idx: str, gate: str | None, d: DType) -> str:
         raw = f"{buf}[{idx}]"
@@ -107,7 +118,8 @@ class CStyleRenderer(Renderer):
         return f"{self.buffer_prefix}{const}{self.memory_type(d)}* {self.restrict} data{index}"
 
     def render_kernel(self, name: str, params: list[str], body: list[str], uses_bf16: bool = False) -> str:
-        return self.prelude + (self.bf16_prelude if uses_bf16 else "") + f"\n{self.kernel_prefix}void {name}({', '.join(params)}) {{\n" + "\n".join(body) + "\n}\n"
+        head = f"\n{self.kernel_prefix}void {name}({', '.join(params)}) {{\n"
+        return self.prelude + (self.bf16_prelude if uses_bf16 else "") + head + "\n".join(body) + "\n}\n"
 
     def render_alu(self, op: Ops, d: DType, srcs: list[str], src_uops: tuple[UOp, ...]) -> str:
         sd = src_uops[0].dtype if src_uops else d
@@ -120,7 +132,9 @@ class CStyleRenderer(Renderer):
         elif op is Ops.NEG:
             expr = f"(!{a})" if d.is_bool else f"(-{a})"
         elif op is Ops.MAX:
-            expr = f"((({a})>({b})||({a})!=({a}))?({a}):({b}))" if d.is_float else f"((({a})>({b}))?({a}):({b}))"
+            # NaN wins; on a tie +0.0 beats -0.0 whatever the order (the reference's IEEE maximum)
+            expr = f"((({a})>({b})||({a})!=({a})||(({a})==({b})&&!signbit({a})))?({a}):({b}))" if d.is_float \
+                else f"((({a})>({b}))?({a}):({b}))"
         elif op in (Ops.IDIV, Ops.MOD):
             expr = self._render_divmod(op, a, b, sd, src_uops[1])
         elif op in (Ops.SHL, Ops.SHR):
@@ -133,14 +147,26 @@ class CStyleRenderer(Renderer):
             expr = f"({a}{sym}{b})"
         if d.scalar == dtypes.bfloat16 and op not in GroupOp.Comparison:
             expr = f"tg_round_bf16({expr})"
+        if d.scalar == dtypes.float16 and op not in GroupOp.Comparison and op is not Ops.WHERE:
+            expr = f"(({self.value_type(d)}){expr})"  # round the float result back to half after every op
         if d.is_int and d.itemsize < 4 and op not in GroupOp.Comparison:
             expr = f"(({self.value_type(d)}){expr})"  # C promotes small ints to int; wrap back
+        if d.is_bool and op not in GroupOp.Comparison and op is not Ops.WHERE:
+            expr = f"((bool){expr})"  # true+true is 2 in C: inlined into a comparison it must be 1 again
         return expr
 
     def _render_divmod(self, op: Ops, a: str, b: str, d: DType, divisor: UOp) -> str:
         sym = "/" if op is Ops.IDIV else "%"
         if d.is_float:
-            return f"{self.math_fn(Ops.TRUNC, d)}({a}/{b})" if op is Ops.IDIV else f"fmod{'' if d == dtypes.float64 else 'f'}({a},{b})"
+            if op is Ops.MOD:
+                return f"fmod{'' if d == dtypes.float64 else 'f'}({a},{b})"
+            # truncate the quotient as rounded to the dtype, not the wider float the division ran in
+            quotient = f"({a}/{b})"
+            if d.scalar == dtypes.bfloat16:
+                quotient = f"tg_round_bf16{quotient}"
+            elif d.scalar == dtypes.float16:
+                quotient = f"(({self.value_type(d)}){quotient})"
+            return f"{self.math_fn(Ops.TRUNC, d)}({quotient})"
         if divisor.op is Ops.CONST and int(divisor.arg) > 0:
             return f"({a}{sym}{b})"
         zero = self.render_const(0, d)
@@ -161,6 +187,16 @@ class CStyleRenderer(Renderer):
             self.render_const(0, d)
         return f"({out_of_range}?{fill}:(({a})>>({b})))"
 
+    def repeats_operands(self, u: UOp) -> bool:
+        """Whether u's C text names an operand more than once. Its operands then get variables: inlined they
+        would be evaluated several times, and a chain (x.maximum(y).maximum(z)...) would grow exponentially."""
+        if u.op in (Ops.MAX, Ops.SHL, Ops.SHR):
+            return True
+        if u.op in (Ops.IDIV, Ops.MOD):
+            divisor = u.src[1]
+            return not (u.src[0].dtype.is_float or (divisor.op is Ops.CONST and int(divisor.arg) > 0))
+        return False
+
     # ---- the shared walk over the program ----
     def render(self, name: str, program: list[UOp]) -> str:
         depth_of: dict[UOp, int] = {}
@@ -178,7 +214,8 @@ class CStyleRenderer(Renderer):
         def inlinable(u: UOp) -> bool:
             us = users[u]
             return (u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST, Ops.LOAD)) and len(us) == 1 \
-                and depth_of[us[0]] == depth_of[u] and us[0].op is not Ops.DEFINE_ACC
+                and depth_of[us[0]] == depth_of[u] and us[0].op is not Ops.DEFINE_ACC \
+                and not self.repeats_operands(us[0]) and len(pending[u]) <= MAX_INLINE_CHARS
 
         names: dict[UOp, str] = {}
         body: list[str] = []
@@ -191,7 +228,10 @@ class CStyleRenderer(Renderer):
             counters[prefix] += 1
             return f"{prefix}{n}"
 
+        pending: dict[UOp, str] = {}
+
         def emit(u: UOp, expr: str, prefix: str) -> None:
+            pending[u] = expr
             if inlinable(u):
                 names[u] = expr
             else:

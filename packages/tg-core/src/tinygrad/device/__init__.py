@@ -152,7 +152,7 @@ class Buffer:
 
     def numpy(self) -> np.ndarray:
         out = np.empty(self.size, dtype=to_numpy(self.dtype))
-        self.copyout(memoryview(out).cast("B"))
+        self.copyout(out.data.cast("B"))
         return out
 
 
@@ -223,7 +223,7 @@ class _DeviceRegistry:
     def register_plugin(self, module: object, name: str | None = None, package: str = "", version: str = "") -> None:
         """Register a plugin module (or object) implementing `tinygrad_backends`, as discovery would."""
         pm = self._plugin_manager()
-        plugin_name = name or getattr(module, "__name__", repr(module))
+        plugin_name = str(name or getattr(module, "__name__", None) or repr(module))
         if pm.has_plugin(plugin_name):
             pm.unregister(name=plugin_name)
         pm.register(module, name=plugin_name)
@@ -284,6 +284,9 @@ class _DeviceRegistry:
         if num and not num.isdigit():
             raise UnknownDeviceError(f"device {device!r}: the part after ':' must be a device number, like {name}:1")
         if name not in self.backends:
+            refused = [b.reason for b in self.broken if name in b.reason or b.entry_point.upper() == name]
+            if refused:
+                raise UnknownDeviceError(f"device {device!r} was found but not loaded: {'; '.join(refused)}")
             raise UnknownDeviceError(
                 f"unknown device {device!r}; available backends: {sorted(self.backends)}. "
                 f"Install the backend's package (for example tg-backend-{name.lower()}) or pick one of those; "
@@ -299,7 +302,11 @@ class _DeviceRegistry:
         reason = self.availability(name)
         if reason is not None:
             raise RuntimeError(f"device {key} is unavailable: {reason}")
-        dev = info.open(int(num or 0))
+        try:
+            dev = info.open(int(num or 0))
+        except Exception as e:
+            raise RuntimeError(f"opening device {key} from {info.package or 'a hand-registered plugin'} failed: "
+                               f"{type(e).__name__}: {e}") from e
         self._state.opened[key] = dev
         if DEBUG >= 1:
             print(f"opened device {key} from {info.package or 'a hand-registered plugin'}", file=sys.stderr)
@@ -317,7 +324,7 @@ class _DeviceRegistry:
                 raise RuntimeError(f"DEV={requested} asks for an unavailable device: {reason}")
             self._default = key
             return key
-        for name, info in sorted(self.backends.items(), key=lambda kv: (kv[1].priority, kv[0])):
+        for name, _ in sorted(self.backends.items(), key=lambda kv: (kv[1].priority, kv[0])):
             if self.availability(name) is None:
                 self._default = name
                 return name

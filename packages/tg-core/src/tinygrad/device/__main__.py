@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tinygrad.device import CONTRACT_VERSION, Device
+from tinygrad.device import CONTRACT_VERSION, Device, UnknownDeviceError
 
 
 def report() -> str:
@@ -19,7 +19,7 @@ def report() -> str:
         lines.append(f"broken plugin {b.entry_point} ({b.package} {b.version}): {b.reason}")
     try:
         lines.append(f"\nDevice.DEFAULT = {Device.DEFAULT}")
-    except RuntimeError as e:
+    except (RuntimeError, UnknownDeviceError) as e:
         lines.append(f"\nno default device: {e}")
     return "\n".join(lines)
 

@@ -18,8 +18,8 @@ def _copy(dest: Buffer, src: Buffer) -> None:
     from tinygrad.dtype import to_numpy
 
     host = np.empty(src.size, dtype=to_numpy(src.dtype))
-    src.copyout(memoryview(host).cast("B"))
-    dest.copyin(memoryview(host).cast("B"))
+    src.copyout(host.data.cast("B"))
+    dest.copyin(host.data.cast("B"))
 
 
 def run_schedule(schedule: list[ScheduleItem]) -> None:

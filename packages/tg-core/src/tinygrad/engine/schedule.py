@@ -103,20 +103,49 @@ class _KernelBuilder:
             self.param_of[key] = UOp(Ops.PARAM, buf.dtype, (), (len(self.params), buf.size))
         return self.param_of[key]
 
-    def build(self, node: UOp) -> UOp:
-        if (hit := self.memo.get(node)) is not None:
-            return hit
+    def build(self, root: UOp) -> UOp:
+        # iterative post-order walk: long elementwise chains must not hit Python's recursion limit
+        stack: list[tuple[UOp, bool]] = [(root, False)]
+        while stack:
+            node, ready = stack.pop()
+            if node in self.memo:
+                continue
+            leaf = self._leaf(node)
+            if leaf is not None:
+                self.memo[node] = leaf
+                continue
+            srcs = node.src[:1] if node.op in (Ops.CONTIGUOUS, Ops.DETACH) else node.src
+            if not ready:
+                stack.append((node, True))
+                stack.extend((s, False) for s in srcs if s not in self.memo)
+                continue
+            if node.op in (Ops.CONTIGUOUS, Ops.DETACH):
+                self.memo[node] = self.memo[node.src[0]]
+            else:
+                new_src = tuple(self.memo[s] for s in node.src)
+                self.memo[node] = node if new_src == node.src else node.replace(src=new_src)
+        return self.memo[root]
+
+    def _leaf(self, node: UOp) -> UOp | None:
+        """What a node becomes when the kernel does not look inside it, else None."""
         if node.op is Ops.BUFFER:
-            out = self.param(node.arg)
-        elif node is not self.root and node in self.points:
-            out = self.param(self.buffers_of[node]).reshape(node.shape)
-        elif node.op in (Ops.CONTIGUOUS, Ops.DETACH):
-            out = self.build(node.src[0])
-        else:
-            new_src = tuple(self.build(s) for s in node.src)
-            out = node if new_src == node.src else node.replace(src=new_src)
-        self.memo[node] = out
-        return out
+            return self.param(node.arg)
+        if node is not self.root and node in self.points:
+            return self.param(self.buffers_of[node]).reshape(node.shape)
+        if node.op in (Ops.REDUCE_AXIS, Ops.PAD) and 0 in node.src[0].shape:
+            # the only ways from an empty tensor to a non-empty one: the value is the reduction's identity, or
+            # all padding. Folding it here keeps zero-sized loops (and their index arithmetic) out of kernels.
+            return _empty_source_value(node)
+        return None
+
+
+def _empty_source_value(node: UOp) -> UOp:
+    if node.op is Ops.REDUCE_AXIS:
+        rop = node.arg[0]
+        value = node.dtype.min if rop is Ops.MAX else (1 if rop is Ops.MUL else 0)
+    else:
+        value = 0
+    return UOp.const(node.dtype, value).reshape((1,) * len(node.shape)).expand(node.shape)
 
 
 def create_schedule(outputs: list[UOp], devices: list[str]) -> tuple[list[ScheduleItem], dict[UOp, UOp], list[UOp]]:

@@ -8,6 +8,9 @@ every renderer must produce it:
   integer by zero gives 0, and MIN_INT // -1 wraps to MIN_INT.
 * SHL/SHR by a negative amount or by the bit width or more gives 0 (SHR of a negative signed value: -1).
 * Integer arithmetic wraps around; float arithmetic rounds to the result dtype.
+* MAX propagates NaN and is IEEE 754-2019 `maximum` on zeros: MAX(-0.0, +0.0) is +0.0 in either order, so the
+  op is commutative (numpy returns the second operand on ties, PyTorch the first).
+* IDIV of floats is TRUNC of the quotient rounded to the operand dtype (what C's `trunc(a/b)` computes).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from tinygrad.dtype import DType, dtypes, float_to_bf16_bits, bf16_bits_to_float, truncate
+from tinygrad.dtype import DType, bf16_bits_to_float, dtypes, float_to_bf16_bits, truncate
 from tinygrad.uop.ops import Ops
 
 Number = int | float | bool
@@ -70,7 +73,8 @@ def _sin(a: float) -> float:
 
 
 def _trunc(a: float) -> float:
-    return a if math.isinf(a) or math.isnan(a) else float(math.trunc(a))
+    # copysign keeps the sign of zero: trunc(-0.5) is -0.0, as in C
+    return a if math.isinf(a) or math.isnan(a) else math.copysign(float(math.trunc(a)), a)
 
 
 def _max(a: Number, b: Number) -> Number:
@@ -78,6 +82,9 @@ def _max(a: Number, b: Number) -> Number:
         return a
     if isinstance(b, float) and math.isnan(b):
         return b
+    if a == b and isinstance(a, float) and a == 0:
+        # -0.0 == +0.0: pick +0.0 whatever the order, keeping MAX commutative
+        return a if math.copysign(1.0, a) > 0 else b
     return a if a >= b else b
 
 
@@ -115,7 +122,10 @@ def exec_alu(op: Ops, dtype: DType, operands: tuple[Number, ...], operand_dtype:
     if op in (Ops.AND, Ops.OR, Ops.XOR) and dtype.is_bool:
         operands = tuple(bool(x) for x in operands)
     if op is Ops.IDIV and src_dtype.is_float:
-        return truncate(_trunc(_fdiv(float(operands[0]), float(operands[1]))), dtype)
+        # the quotient is rounded to the operand dtype before truncating (37575424/6.7109747 is 5599100.9997 exactly
+        # but 5599101.0 as a float32), as a kernel computing trunc(a/b) in that dtype does
+        quotient = truncate(_fdiv(float(operands[0]), float(operands[1])), src_dtype)
+        return truncate(_trunc(float(quotient)), dtype)
     if op is Ops.MOD and src_dtype.is_float:
         a, b = float(operands[0]), float(operands[1])
         return truncate(math.fmod(a, b) if b != 0 and not math.isinf(a) else math.nan, dtype)
@@ -127,7 +137,24 @@ def exec_alu(op: Ops, dtype: DType, operands: tuple[Number, ...], operand_dtype:
 
 
 def exec_cast(value: Number, to: DType) -> Number:
+    if to.is_float and to.scalar != dtypes.float64 and isinstance(value, int) and not isinstance(value, bool) \
+            and abs(value) > 1 << 53:
+        value = _int_to_float_once(value)
     return truncate(value, to)
+
+
+def _int_to_float_once(value: int) -> float:
+    """A float64 that rounds to the same narrower float as `value` itself does.
+
+    float(value) rounds to 53 bits, and rounding that again to float32 can land on a tie the exact integer
+    was not on (2**60 + 2**36 + 1 -> 2**60 + 2**36 -> 2**60, where C's direct conversion gives 2**60 + 2**37).
+    Folding the dropped low bits into one sticky bit keeps 53 significant bits that float() holds exactly and
+    that round like the whole integer for any target of at most 51 bits of precision.
+    """
+    sign, mag = (-1, -value) if value < 0 else (1, value)
+    drop = mag.bit_length() - 53
+    kept = (mag >> drop) | (1 if mag & ((1 << drop) - 1) else 0)
+    return sign * math.ldexp(float(kept), drop)
 
 
 def exec_bitcast(value: Number, frm: DType, to: DType) -> Number:

@@ -24,18 +24,18 @@ class Ops(enum.Enum):
     BUFFER = enum.auto()  # arg: Buffer (device storage); shape (size,)
     CONST = enum.auto()  # arg: the Python value; shape ()
     # elementwise ALU; the set a renderer must provide is in DESIGN.md
-    NEG = enum.auto(); RECIPROCAL = enum.auto(); SQRT = enum.auto(); EXP2 = enum.auto(); LOG2 = enum.auto()  # noqa: E702
-    SIN = enum.auto(); TRUNC = enum.auto()  # noqa: E702
-    ADD = enum.auto(); SUB = enum.auto(); MUL = enum.auto(); IDIV = enum.auto(); MOD = enum.auto()  # noqa: E702
-    MAX = enum.auto(); CMPLT = enum.auto(); CMPNE = enum.auto(); CMPEQ = enum.auto()  # noqa: E702
-    AND = enum.auto(); OR = enum.auto(); XOR = enum.auto(); SHL = enum.auto(); SHR = enum.auto()  # noqa: E702
+    NEG = enum.auto(); RECIPROCAL = enum.auto(); SQRT = enum.auto(); EXP2 = enum.auto(); LOG2 = enum.auto()
+    SIN = enum.auto(); TRUNC = enum.auto()
+    ADD = enum.auto(); SUB = enum.auto(); MUL = enum.auto(); IDIV = enum.auto(); MOD = enum.auto()
+    MAX = enum.auto(); CMPLT = enum.auto(); CMPNE = enum.auto(); CMPEQ = enum.auto()
+    AND = enum.auto(); OR = enum.auto(); XOR = enum.auto(); SHL = enum.auto(); SHR = enum.auto()
     FDIV = enum.auto()  # float division; decomposed into MUL+RECIPROCAL for renderers without it
     WHERE = enum.auto()
-    CAST = enum.auto(); BITCAST = enum.auto()  # noqa: E702
+    CAST = enum.auto(); BITCAST = enum.auto()
     # reductions and movement (tensor graph only); REDUCE_AXIS arg: (Ops.ADD|Ops.MAX|Ops.MUL, axes)
     REDUCE_AXIS = enum.auto()
-    RESHAPE = enum.auto(); PERMUTE = enum.auto(); EXPAND = enum.auto()  # noqa: E702
-    PAD = enum.auto(); SHRINK = enum.auto(); FLIP = enum.auto()  # noqa: E702
+    RESHAPE = enum.auto(); PERMUTE = enum.auto(); EXPAND = enum.auto()
+    PAD = enum.auto(); SHRINK = enum.auto(); FLIP = enum.auto()
     # graph structure
     CONTIGUOUS = enum.auto()  # realization boundary; arg may carry a unique tag
     DETACH = enum.auto()  # identity that stops gradients
@@ -54,7 +54,7 @@ class Ops(enum.Enum):
     DEFINE_ACC = enum.auto()  # src: (init,); a mutable accumulator
     ASSIGN = enum.auto()  # src: (acc, value)
     END = enum.auto()  # src: (range,); closes a loop
-    IF = enum.auto(); ENDIF = enum.auto()  # noqa: E702
+    IF = enum.auto(); ENDIF = enum.auto()
     BARRIER = enum.auto()
     NOOP = enum.auto()
 
@@ -82,7 +82,7 @@ def _arg_key(arg: Any) -> Any:
 class UOpMeta(type):
     cache: weakref.WeakValueDictionary[tuple, UOp] = weakref.WeakValueDictionary()
 
-    def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None):  # type: ignore[misc]
+    def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
         key = (op, dtype, src, _arg_key(arg))
         if (hit := UOpMeta.cache.get(key)) is not None:
             return hit
@@ -94,31 +94,51 @@ class UOpMeta(type):
 class UOp(metaclass=UOpMeta):
     """A node of the IR. Equal structure is the same object, so `is` compares graphs in O(1)."""
 
-    __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "_shape", "_toposort", "_ranges")
+    __slots__ = ("__weakref__", "_ranges", "_shape", "_toposort", "arg", "dtype", "op", "src")
 
-    def __init__(self, op: Ops, dtype: DType, src: tuple[UOp, ...], arg: Any):
+    def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None):
         self.op, self.dtype, self.src, self.arg = op, dtype, src, arg
-        self._shape: tuple[int, ...] | None | bool = False
+        self._shape: tuple[int, ...] | bool | None = False
         self._toposort: dict[UOp, None] | None = None
+        self._ranges: tuple[int | float, int | float] | None = None
 
     def __repr__(self) -> str:
         return self.pretty()
 
     def pretty(self, depth: int = 0, seen: set[int] | None = None) -> str:
+        # an explicit stack of pending nodes and closing text: printing a deep graph must not recurse
         seen = set() if seen is None else seen
-        pad = "  " * depth
-        if id(self) in seen:
-            return f"{pad}<{self.op.name} ...>"
-        seen.add(id(self))
-        arg = self.arg if self.op is not Ops.BUFFER else f"<buffer {self.arg}>"
-        head = f"{pad}UOp({self.op}, {self.dtype}, arg={arg!r}"
-        if not self.src:
-            return head + ")"
-        return head + ", src=(\n" + ",\n".join(s.pretty(depth + 1, seen) for s in self.src) + f")\n{pad})"
+        out: list[str] = []
+        stack: list[tuple[UOp, int] | str] = [(self, depth)]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, str):
+                out.append(item)
+                continue
+            node, d = item
+            pad = "  " * d
+            if id(node) in seen:
+                out.append(f"{pad}<{node.op.name} ...>")
+                continue
+            seen.add(id(node))
+            arg = node.arg if node.op is not Ops.BUFFER else f"<buffer {node.arg}>"
+            head = f"{pad}UOp({node.op}, {node.dtype}, arg={arg!r}"
+            if not node.src:
+                out.append(head + ")")
+                continue
+            out.append(head + ", src=(\n")
+            stack.append(f")\n{pad})")
+            for i, child in enumerate(reversed(node.src)):
+                stack.append((child, d + 1))
+                if i != len(node.src) - 1:
+                    stack.append(",\n")
+        return "".join(out)
 
     # ---- graph walking ----
     def toposort(self) -> dict[UOp, None]:
-        """All nodes reachable from self, sources before users (iterative: deep graphs do not hit the recursion limit)."""
+        """All nodes reachable from self, sources before users.
+
+        Iterative, so deep graphs do not hit the recursion limit."""
         if self._toposort is not None:
             return self._toposort
         out: dict[UOp, None] = {}
@@ -156,7 +176,8 @@ class UOp(metaclass=UOpMeta):
     def shape(self) -> tuple[int, ...]:
         s = self._shape
         if s is False:
-            s = self._shape = _infer_shape(self)
+            _fill_sources_first(self, lambda n: n._shape is not False, _cache_shape)
+            s = self._shape
         if s is None:
             raise ValueError(f"{self.op} has no shape")
         return s  # type: ignore[return-value]
@@ -164,7 +185,7 @@ class UOp(metaclass=UOpMeta):
     @property
     def has_shape(self) -> bool:
         if self._shape is False:
-            self._shape = _infer_shape(self)
+            _fill_sources_first(self, lambda n: n._shape is not False, _cache_shape)
         return self._shape is not None
 
     @property
@@ -249,11 +270,36 @@ class UOp(metaclass=UOpMeta):
         return self._bounds()[1]
 
     def _bounds(self) -> tuple[int | float, int | float]:
-        cached = getattr(self, "_ranges", None)
-        if cached is None:
-            cached = _compute_bounds(self)
-            self._ranges = cached
-        return cached
+        if self._ranges is None:
+            _fill_sources_first(self, lambda n: n._ranges is not None, _cache_bounds)
+        assert self._ranges is not None
+        return self._ranges
+
+
+def _fill_sources_first(root: UOp, is_cached: Callable[[UOp], bool], fill: Callable[[UOp], None]) -> None:
+    """Compute a per-node cached property for root, sources before users, without recursion.
+
+    Shapes and bounds of a node read those of its sources; computing them depth-first through Python calls
+    fails with RecursionError on long chains (a 5000-deep ADD), so fill the uncached subgraph bottom-up here.
+    """
+    stack: list[tuple[UOp, bool]] = [(root, False)]
+    while stack:
+        node, ready = stack.pop()
+        if is_cached(node):
+            continue
+        if ready:
+            fill(node)
+            continue
+        stack.append((node, True))
+        stack.extend((s, False) for s in node.src if not is_cached(s))
+
+
+def _cache_shape(u: UOp) -> None:
+    u._shape = _infer_shape(u)
+
+
+def _cache_bounds(u: UOp) -> None:
+    u._ranges = _compute_bounds(u)
 
 
 def _compute_bounds(u: UOp) -> tuple[int | float, int | float]:

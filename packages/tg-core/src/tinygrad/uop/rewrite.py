@@ -20,7 +20,7 @@ Bindings = dict[str, UOp]
 
 
 class UPat:
-    __slots__ = ("ops", "dtypes", "src", "arg", "name", "commutative")
+    __slots__ = ("arg", "commutative", "dtypes", "name", "ops", "src")
 
     def __init__(self, op: Ops | tuple[Ops, ...] | frozenset[Ops] | set[Ops] | None = None,
                  dtype: DType | tuple[DType, ...] | None = None,
@@ -81,16 +81,18 @@ class PatternMatcher:
 
     def __init__(self, patterns: list[tuple[UPat, Rewrite]]):
         self.patterns = patterns
-        self.by_op: dict[Ops | None, list[tuple[UPat, Rewrite]]] = {}
-        for pat, fn in patterns:
-            for op in (pat.ops if pat.ops is not None else (None,)):
-                self.by_op.setdefault(op, []).append((pat, fn))
+        # per op, the patterns that can match it in table order; patterns without an op sit in every list at
+        # their own position, so an earlier op-less pattern still wins over a later op-specific one
+        self.any_op: list[tuple[UPat, Rewrite]] = [(p, f) for p, f in patterns if p.ops is None]
+        self.by_op: dict[Ops, list[tuple[UPat, Rewrite]]] = {}
+        for op in {op for p, _ in patterns if p.ops is not None for op in p.ops}:
+            self.by_op[op] = [(p, f) for p, f in patterns if p.ops is None or op in p.ops]
 
     def __add__(self, other: PatternMatcher) -> PatternMatcher:
         return PatternMatcher(self.patterns + other.patterns)
 
     def rewrite(self, u: UOp, ctx: Any = None) -> UOp | None:
-        for pat, fn in self.by_op.get(u.op, []) + self.by_op.get(None, []):
+        for pat, fn in self.by_op.get(u.op, self.any_op):
             for bound in pat.match(u, {}):
                 kwargs = {k: v for k, v in bound.items()}
                 out = fn(ctx, **kwargs) if _wants_ctx(fn) else fn(**kwargs)

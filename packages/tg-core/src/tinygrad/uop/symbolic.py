@@ -18,7 +18,9 @@ from tinygrad.uop.rewrite import PatternMatcher, UPat
 def _fold(op: Ops, out: UOp) -> UOp | None:
     if not all(s.op is Ops.CONST for s in out.src) or out.dtype.vcount > 1:
         return None
-    operand_dtype = out.src[-1].dtype if out.src else out.dtype
+    # WHERE's operands are its last two sources; every other op computes in the dtype of its first source
+    # (a shift's width is that of the shifted value, not of the amount)
+    operand_dtype = out.src[-1].dtype if op is Ops.WHERE else out.src[0].dtype
     if op is Ops.CAST:
         return UOp.const(out.dtype, exec_cast(out.src[0].arg, out.dtype))
     if op is Ops.BITCAST:
@@ -31,14 +33,39 @@ def _is_int(u: UOp) -> bool:
 
 
 def _terms(x: UOp) -> list[tuple[UOp | None, int]]:
-    """Decompose an integer sum into (term, coefficient) pairs; a constant is (None, value)."""
-    if x.op is Ops.ADD:
-        return _terms(x.src[0]) + _terms(x.src[1])
-    if x.op is Ops.CONST:
-        return [(None, int(x.arg))]
-    if x.op is Ops.MUL and x.src[1].op is Ops.CONST:
-        return [(t, c * int(x.src[1].arg)) if t is not None else (None, c * int(x.src[1].arg)) for t, c in _terms(x.src[0])]
-    return [(x, 1)]
+    """Decompose an integer sum into (term, coefficient) pairs; a constant is (None, value).
+
+    Iterative: index sums can be long chains. The sum of the terms equals x modulo 2**bits; `_no_wrap`
+    says when it equals x as a plain integer too.
+    """
+    out: list[tuple[UOp | None, int]] = []
+    stack: list[tuple[UOp, int]] = [(x, 1)]
+    while stack:
+        node, scale = stack.pop()
+        if node.op is Ops.ADD:
+            stack.extend(((node.src[1], scale), (node.src[0], scale)))
+        elif node.op is Ops.CONST:
+            out.append((None, int(node.arg) * scale))
+        elif node.op is Ops.MUL and node.src[1].op is Ops.CONST:
+            stack.append((node.src[0], scale * int(node.src[1].arg)))
+        else:
+            out.append((node, scale))
+    return out
+
+
+def _no_wrap(terms: list[tuple[UOp | None, int]], like: UOp) -> bool:
+    """True when every term and coefficient is non-negative and the exact integer sum fits `like`'s dtype.
+
+    Then the wrapping arithmetic that computes x never wrapped, and x equals the plain sum of its terms -
+    the premise of the div/mod rules. (For unsigned dtypes the bounds of a wrapped sum are the whole range,
+    which starts at 0, so vmin >= 0 alone does not say this: (r + 0xFFFFFFFF) // 3 must not become r//3 + ...)
+    """
+    top: int | float = 0
+    for t, cf in terms:
+        if cf < 0 or (t is not None and t.vmin < 0):
+            return False
+        top += cf * (t.vmax if t is not None else 1)
+    return top <= like.dtype.max
 
 
 def _rebuild(terms: list[tuple[UOp | None, int]], like: UOp) -> UOp:
@@ -55,6 +82,29 @@ def _rebuild(terms: list[tuple[UOp | None, int]], like: UOp) -> UOp:
     return out if const == 0 else out + UOp.const(like.dtype, const)
 
 
+def _split_by_gcd(terms: list[tuple[UOp | None, int]], d: int) -> tuple[int, UOp, UOp | None] | None:
+    """Write a non-negative sum as g*big + small with g | d and 0 <= small < g, for the largest such g > 1.
+
+    Then x // d == big // (d/g) and x % d == (big % (d/g))*g + small: what a reshape of (4,4) into (2,8)
+    needs, where (r0*4 + r1) // 8 is r0 // 2 because r1 < 4.
+    """
+    ordered = sorted(terms, key=lambda tc: tc[1])
+    best: tuple[int, int] | None = None  # (g, how many of the smallest-coefficient terms form `small`)
+    small_max: int | float = 0
+    for i in range(len(ordered)):
+        g = math.gcd(d, *(cf for _, cf in ordered[i:]))
+        if g > 1 and small_max < g and (best is None or g > best[0]):
+            best = (g, i)
+        t, cf = ordered[i]
+        small_max += cf * (t.vmax if t is not None else 1)
+    if best is None:
+        return None
+    g, i = best
+    like = next(t for t, _ in terms if t is not None)
+    big = _rebuild([(t, cf // g) for t, cf in ordered[i:]], like)
+    return g, big, (_rebuild(ordered[:i], like) if i else None)
+
+
 def _div_by_const(x: UOp, c: UOp) -> UOp | None:
     d = int(c.arg)
     if d <= 0 or x.vmin < 0:
@@ -64,12 +114,15 @@ def _div_by_const(x: UOp, c: UOp) -> UOp | None:
     if x.op is Ops.IDIV and x.src[1].op is Ops.CONST and int(x.src[1].arg) > 0:
         return x.src[0] // UOp.const(x.dtype, int(x.src[1].arg) * d)
     terms = _terms(x)
-    if any(t is not None and t.vmin < 0 for t, _ in terms) or any(cf < 0 for _, cf in terms):
+    if not _no_wrap(terms, x):
         return None
     whole = [(t, cf // d) for t, cf in terms if cf % d == 0]
     rest = [(t, cf) for t, cf in terms if cf % d != 0]
     if not whole:
-        return None
+        if (split := _split_by_gcd(terms, d)) is None:
+            return None
+        g, big, _ = split
+        return big if g == d else big // UOp.const(x.dtype, d // g)
     q = _rebuild(whole, x)
     if not rest:
         return q
@@ -85,14 +138,19 @@ def _mod_by_const(x: UOp, c: UOp) -> UOp | None:
         return UOp.const(x.dtype, 0)
     if x.vmax < d:
         return x
-    if x.op is Ops.MOD and x.src[1].op is Ops.CONST and int(x.src[1].arg) % d == 0:
+    # (y % m) % d -> y % d needs m > 0: y % 0 is 0, not y
+    if x.op is Ops.MOD and x.src[1].op is Ops.CONST and int(x.src[1].arg) > 0 and int(x.src[1].arg) % d == 0:
         return x.src[0] % c
     terms = _terms(x)
-    if any(t is not None and t.vmin < 0 for t, _ in terms) or any(cf < 0 for _, cf in terms):
+    if not _no_wrap(terms, x):
         return None
     rest = [(t, cf % d) for t, cf in terms if cf % d != 0]
     if len(rest) == len(terms) and all(cf < d for _, cf in rest):
-        return None
+        if (split := _split_by_gcd(terms, d)) is None or split[0] == d:
+            return None
+        g, big, small = split
+        scaled = (big % UOp.const(x.dtype, d // g)) * UOp.const(x.dtype, g)
+        return scaled if small is None else scaled + small
     if not rest:
         return UOp.const(x.dtype, 0)
     r = _rebuild(rest, x)

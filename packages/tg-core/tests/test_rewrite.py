@@ -1,0 +1,192 @@
+"""The rewrite engine: UPat matching, PatternMatcher order, graph_rewrite to a fixed point."""
+
+from __future__ import annotations
+
+import pytest
+from tinygrad.dtype import dtypes
+from tinygrad.uop.ops import Ops, UOp
+from tinygrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite
+
+I32, F32 = dtypes.int32, dtypes.float32
+
+
+def var(name: str, dtype=I32) -> UOp:
+    return UOp(Ops.DEFINE_VAR, dtype, (), (name, 0, 100))
+
+
+def matches(pat: UPat, u: UOp) -> list[dict[str, UOp]]:
+    return list(pat.match(u, {}))
+
+
+a, b = var("a"), var("b")
+fa = var("fa", F32)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# UPat
+
+def test_match_by_op_and_op_set() -> None:
+    assert matches(UPat(Ops.ADD), a + b)
+    assert not matches(UPat(Ops.MUL), a + b)
+    assert matches(UPat((Ops.MUL, Ops.ADD)), a + b)
+    assert matches(UPat({Ops.MUL, Ops.ADD}), a * b)
+    assert matches(UPat(), a + b)  # no op: anything
+
+
+def test_match_by_dtype() -> None:
+    assert matches(UPat(dtype=I32), a)
+    assert not matches(UPat(dtype=F32), a)
+    assert matches(UPat(dtype=(F32, I32)), a)
+    vec = UOp(Ops.DEFINE_VAR, F32.vec(4), (), ("v", 0, 1))
+    assert matches(UPat(dtype=F32), vec)  # a vector matches its scalar dtype
+
+
+def test_match_by_arg_compares_type_too() -> None:
+    one, true = UOp.const(I32, 1), UOp.const(dtypes.bool, True)
+    assert matches(UPat.cvar(value=1), one)
+    assert not matches(UPat.cvar(value=1), true)  # True == 1 in Python, but it is another constant
+    assert not matches(UPat.cvar(value=1), UOp.const(F32, 1.0))
+    assert not matches(UPat.cvar(value=2), one)
+    assert matches(UPat(Ops.DEFINE_VAR, arg=("a", 0, 100)), a)
+
+
+def test_names_bind_nodes() -> None:
+    pat = UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c")))
+    (bound,) = matches(pat, a + 3)
+    assert bound["x"] is a and bound["c"] is UOp.const(I32, 3)
+    (whole,) = matches(UPat(Ops.ADD, name="n"), a + b)
+    assert whole["n"] is a + b
+
+
+def test_src_tuple_matches_in_order_only() -> None:
+    pat = UPat(Ops.ADD, src=(UPat.cvar("c"), UPat.var("x")))
+    assert not matches(pat, a + 3)
+    assert matches(pat, UOp(Ops.ADD, I32, (UOp.const(I32, 3), a)))
+    assert not matches(UPat(Ops.ADD, src=(UPat.var("x"),)), a + b)  # wrong arity
+
+
+def test_src_list_is_commutative() -> None:
+    pat = UPat(Ops.ADD, src=[UPat.cvar("c"), UPat.var("x")])
+    for u in (a + 3, UOp(Ops.ADD, I32, (UOp.const(I32, 3), a))):
+        bound = matches(pat, u)
+        assert bound and bound[0]["x"] is a and bound[0]["c"].arg == 3
+
+
+def test_repeated_name_must_bind_the_same_node() -> None:
+    pat = UPat(Ops.ADD, src=(UPat.var("x"), UPat.var("x")))
+    assert matches(pat, a + a)
+    assert not matches(pat, a + b)
+    nested = UPat(Ops.MUL, src=(UPat(Ops.ADD, src=(UPat.var("x"), UPat.var("y"))), UPat.var("x")))
+    assert matches(nested, (a + b) * a)
+    assert not matches(nested, (a + b) * b)
+    # in a commutative list the second order is tried when the first binds inconsistently
+    comm = UPat(Ops.MUL, src=[UPat.var("x"), UPat(Ops.ADD, src=(UPat.var("x"), UPat.var("y")))])
+    assert matches(comm, (a + b) * a)
+    assert matches(comm, a * (a + b))
+
+
+def test_one_pattern_for_every_source() -> None:
+    pat = UPat(Ops.ADD, src=UPat(Ops.CONST))
+    assert matches(pat, UOp(Ops.ADD, I32, (UOp.const(I32, 1), UOp.const(I32, 2))))
+    assert not matches(pat, a + 1)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# PatternMatcher
+
+def test_first_matching_pattern_wins() -> None:
+    pm = PatternMatcher([(UPat(Ops.ADD), lambda: UOp.const(I32, 1)), (UPat(Ops.ADD), lambda: UOp.const(I32, 2))])
+    assert pm.rewrite(a + b).arg == 1
+
+
+def test_order_holds_between_op_less_and_op_patterns() -> None:
+    # an earlier pattern without an op must win over a later one that names the op
+    pm = PatternMatcher([(UPat(name="x"), lambda x: UOp.const(I32, 1) if x.op is Ops.ADD else None),
+                         (UPat(Ops.ADD), lambda: UOp.const(I32, 2))])
+    assert pm.rewrite(a + b).arg == 1
+    pm2 = PatternMatcher([(UPat(Ops.ADD), lambda: UOp.const(I32, 2)), (UPat(name="x"), lambda x: UOp.const(I32, 1))])
+    assert pm2.rewrite(a + b).arg == 2
+    assert pm2.rewrite(a * b).arg == 1  # ops without their own patterns still see the op-less ones
+
+
+def test_none_and_self_fall_through() -> None:
+    pm = PatternMatcher([(UPat(Ops.ADD, name="x"), lambda x: None),
+                         (UPat(Ops.ADD, name="x"), lambda x: x),
+                         (UPat(Ops.ADD), lambda: UOp.const(I32, 7))])
+    assert pm.rewrite(a + b).arg == 7
+    assert PatternMatcher([(UPat(Ops.ADD, name="x"), lambda x: x)]).rewrite(a + b) is None
+    assert PatternMatcher([]).rewrite(a) is None
+
+
+def test_ctx_is_passed_to_functions_that_ask() -> None:
+    seen = []
+    pm = PatternMatcher([(UPat(Ops.ADD, name="x"), lambda ctx, x: seen.append(ctx))])
+    pm.rewrite(a + b, ctx="context")
+    assert seen == ["context"]
+
+
+def test_matchers_add_in_order() -> None:
+    pm = PatternMatcher([(UPat(Ops.ADD), lambda: UOp.const(I32, 1))]) + \
+        PatternMatcher([(UPat(Ops.ADD), lambda: UOp.const(I32, 2)), (UPat(Ops.MUL), lambda: UOp.const(I32, 3))])
+    assert pm.rewrite(a + b).arg == 1
+    assert pm.rewrite(a * b).arg == 3
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# graph_rewrite
+
+add_zero = PatternMatcher([(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar(value=0))), lambda x: x)])
+
+
+def test_rewrite_applies_everywhere() -> None:
+    e = ((a + 0) * (b + 0)) + 0
+    assert graph_rewrite(e, add_zero) is a * b
+
+
+def test_rewrite_reaches_a_fixed_point() -> None:
+    # each rewrite creates the next match: 3 -> 2 -> 1 -> 0, and a parent whose sources change is revisited
+    down = PatternMatcher([(UPat.cvar("c", dtype=I32), lambda c: UOp.const(I32, c.arg - 1) if c.arg > 0 else None)])
+    assert graph_rewrite(UOp.const(I32, 3), down) is UOp.const(I32, 0)
+    assert graph_rewrite(a + 3, down + add_zero) is a
+    # a rewrite whose result matches another pattern: (x*1) -> x + 0 -> x
+    mul_one = PatternMatcher([(UPat(Ops.MUL, src=(UPat.var("x"), UPat.cvar(value=1))), lambda x: x + 0)])
+    out = graph_rewrite((a * 1) * 1, mul_one + add_zero)
+    assert out is a
+    assert graph_rewrite(out, mul_one + add_zero) is out  # and it is a fixed point
+
+
+def test_rewrite_result_sources_are_rewritten() -> None:
+    # the replacement contains a new x+0 that must be rewritten too
+    wrap = PatternMatcher([(UPat(Ops.MUL, src=(UPat.var("x"), UPat.cvar(value=2))), lambda x: (x + 0) + (x + 0))])
+    assert graph_rewrite(a * 2, wrap + add_zero) is a + a
+
+
+def test_shared_subgraphs_are_rewritten_once() -> None:
+    calls = []
+
+    def count(x: UOp) -> None:
+        calls.append(x)
+
+    shared = a + b
+    e = (shared * shared) + shared
+    graph_rewrite(e, PatternMatcher([(UPat(Ops.ADD, name="x"), count)]))
+    assert calls.count(shared) == 1
+
+
+def test_deep_chain_does_not_recurse() -> None:
+    x = a
+    for _ in range(5000):
+        x = x + 0
+    assert graph_rewrite(x, add_zero) is a
+    y = a
+    for i in range(5000):
+        y = y + UOp.const(I32, i % 3 + 1)
+    sub_to_var = PatternMatcher([(UPat(Ops.DEFINE_VAR, name="v"), lambda v: b if v is a else None)])
+    out = graph_rewrite(y, sub_to_var)
+    assert out.op is Ops.ADD and a not in out.toposort() and b in out.toposort()
+
+
+def test_a_cycle_is_reported() -> None:
+    flip = PatternMatcher([(UPat(Ops.ADD, src=(UPat.var("x"), UPat.var("y"))), lambda x, y: UOp(Ops.ADD, I32, (y, x)))])
+    with pytest.raises(RuntimeError, match="fixed point"):
+        graph_rewrite(a + b, flip, max_steps=1000)

@@ -1,0 +1,170 @@
+"""The scheduler: how many kernels a graph becomes (via Tensor.schedule()), reuse of realized values, and
+what DEBUG prints about it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from tinygrad import Context, Device, Tensor
+from tinygrad.engine import realize as engine_realize
+
+
+def kernels(*ts: Tensor) -> int:
+    return sum(1 for si in ts[0].schedule(*ts[1:]) if not si.is_copy)
+
+
+def launched(fn) -> int:  # type: ignore[no-untyped-def]
+    before = engine_realize.kernel_count
+    fn()
+    return engine_realize.kernel_count - before
+
+
+def rand(*shape: int, seed: int = 0) -> tuple[Tensor, np.ndarray]:
+    a = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    return Tensor(a), a
+
+
+N = 6
+
+
+def test_readme_example_is_one_kernel() -> None:
+    (a, na), (b, nb) = rand(N, N, seed=1), rand(N, N, seed=2)
+    c = (a.reshape(N, 1, N) * b.T.reshape(1, N, N)).sum(axis=2)
+    assert kernels(c) == 1
+    assert launched(c.realize) == 1
+    np.testing.assert_allclose(c.numpy(), na @ nb, atol=1e-5, rtol=1e-5)
+
+
+def test_uploaded_inputs_need_no_kernel() -> None:
+    a, _ = rand(3, 4)
+    assert a.schedule() == []
+    assert kernels(a.reshape(4, 3)) == 0  # a reshape of a contiguous buffer is that buffer
+    assert kernels(a.T) == 1  # a permuted view is realized into a buffer of its own
+
+
+def test_movement_ops_are_views() -> None:
+    a, na = rand(4, 6)
+    v = a.permute(1, 0).reshape(3, 8).pad(((1, 0), (0, 2))).shrink(((0, 3), (1, 9))).flip(0)[::2, 1:].unsqueeze(0)
+    out = v.expand(2, 2, 7) * 2  # the views only change how the one kernel indexes a's buffer
+    assert kernels(out) == 1
+    ref = np.flip(np.pad(na.T.reshape(3, 8), ((1, 0), (0, 2)))[0:3, 1:9], 0)[::2, 1:][None]
+    np.testing.assert_array_equal(out.numpy(), np.broadcast_to(ref, (2, 2, 7)) * 2)
+
+
+def test_elementwise_chain_is_one_kernel() -> None:
+    (a, na), (b, nb), (c, nc) = rand(3, 4, seed=1), rand(4, seed=2), rand(4, 3, seed=3)
+    out = ((a + b) * c.T - 1).exp().relu().sqrt() / (a.abs() + 1)
+    assert kernels(out) == 1
+    ref = np.sqrt(np.maximum(np.exp((na + nb) * nc.T - 1), 0)) / (np.abs(na) + 1)
+    np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5)
+
+
+def test_elementwise_into_reduce_is_one_kernel() -> None:
+    (a, na), (b, nb) = rand(3, 4, seed=1), rand(3, 4, seed=2)
+    out = (a * b + 1).sum(axis=1)
+    assert kernels(out) == 1
+    np.testing.assert_allclose(out.numpy(), (na * nb + 1).sum(axis=1), rtol=1e-5, atol=1e-6)
+
+
+def test_reduce_then_elementwise_is_one_kernel() -> None:
+    (a, na), (b, nb) = rand(3, 4, seed=1), rand(3, seed=2)
+    out = (a.sum(axis=1) * 2 + b).abs().sqrt()
+    assert kernels(out) == 1
+    np.testing.assert_allclose(out.numpy(), np.sqrt(np.abs(na.sum(axis=1) * 2 + nb)), rtol=1e-5)
+
+
+def test_softmax_like_is_two_kernels() -> None:
+    x, nx = rand(4, 5)
+    out = x - x.max(axis=1, keepdim=True)
+    assert kernels(out) == 2  # the max is read by every element of its row: it is realized first
+    assert launched(out.realize) == 2
+    np.testing.assert_allclose(out.numpy(), nx - nx.max(axis=1, keepdims=True), rtol=1e-6)
+    e = (x - x.max(axis=1, keepdim=True)).exp()
+    soft = e / e.sum(axis=1, keepdim=True)
+    ref = np.exp(nx - nx.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(soft.numpy(), ref / ref.sum(axis=1, keepdims=True), rtol=1e-5)
+
+
+def test_contiguous_is_a_boundary() -> None:
+    a, na = rand(3, 4)
+    assert kernels((a + 1).contiguous() * 2) == 2
+    assert kernels(a + 1, a * 2) == 2  # two outputs, two kernels
+    np.testing.assert_allclose(((a + 1).contiguous() * 2).numpy(), (na + 1) * 2, rtol=1e-6)
+
+
+def test_schedule_runs_nothing() -> None:
+    a, _ = rand(3, 4)
+    out = (a * 3).exp()
+    assert launched(lambda: out.schedule()) == 0
+    assert launched(out.realize) == 1
+
+
+def test_realized_tensors_are_reused() -> None:
+    (a, na), (b, nb) = rand(3, 4, seed=1), rand(3, 4, seed=2)
+    c = (a * b).sum(axis=0)
+    graph = c.uop  # realize() swaps c's graph for its buffer; holding the graph keeps its record alive
+    assert launched(c.realize) == 1
+    assert c.schedule() == [] and launched(c.realize) == 0
+    # the same expression built again is the same (hash-consed) graph, and that is already realized
+    again = (a * b).sum(axis=0)
+    assert again.uop is graph
+    assert again.schedule() == []
+    assert launched(again.realize) == 0
+    np.testing.assert_allclose(again.numpy(), (na * nb).sum(axis=0), rtol=1e-5, atol=1e-6)
+    # a consumer of a realized value runs only its own kernel, reading the stored buffer
+    d = c + 1
+    (item,) = d.schedule()
+    assert any(buf is c._buffer() for buf in item.bufs[1:])
+    np.testing.assert_allclose(d.numpy(), (na * nb).sum(axis=0) + 1, rtol=1e-5, atol=1e-6)
+
+
+def test_shared_intermediate_realized_once() -> None:
+    a, na = rand(3, 4)
+    m = (a * 2).contiguous()
+    x, y = m + 1, m * 3
+    assert kernels(x, y) == 3  # m once, then each consumer
+    assert launched(lambda: x.realize(y)) == 3
+    np.testing.assert_allclose(x.numpy(), na * 2 + 1, rtol=1e-6)
+    np.testing.assert_allclose(y.numpy(), na * 6, rtol=1e-6)
+
+
+def test_empty_results_launch_nothing() -> None:
+    a = Tensor.zeros(0, 3) + 1
+    assert launched(a.realize) == 0 and a.numpy().shape == (0, 3)
+    s = Tensor(np.zeros((0, 3), np.float32)).sum(axis=0)  # an empty source, a non-empty result
+    np.testing.assert_array_equal(s.numpy(), [0, 0, 0])
+
+
+def test_debug2_reports_the_kernel_count(capfd: pytest.CaptureFixture[str]) -> None:
+    (a, _), (b, _) = rand(N, N, seed=3), rand(N, N, seed=4)
+    c = (a.reshape(N, 1, N) * b.T.reshape(1, N, N)).sum(axis=2)
+    capfd.readouterr()
+    with Context(DEBUG=2):
+        c.realize()
+    err = capfd.readouterr().err
+    assert "scheduled 1 kernel," in err, err
+
+
+def test_debug4_prints_the_kernel_source() -> None:
+    pytest.importorskip("tinygrad.renderer.cstyle")
+    from tinygrad.renderer.cstyle import CStyleRenderer
+
+    if not isinstance(getattr(Device[Device.DEFAULT], "renderer", None), CStyleRenderer):
+        pytest.skip(f"{Device.DEFAULT} does not render C-style source")
+    # a fresh process: kernels compiled earlier in this one are cached and would print nothing
+    script = textwrap.dedent(f"""
+        from tinygrad import Tensor
+        N = {N}
+        a, b = Tensor.rand(N, N), Tensor.rand(N, N)
+        (a.reshape(N, 1, N) * b.T.reshape(1, N, N)).sum(axis=2).realize()
+    """)
+    env = {**os.environ, "DEBUG": "4", "DEV": Device.DEFAULT}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "scheduled 1 kernel" in proc.stderr
+    assert "for (" in proc.stderr, proc.stderr
