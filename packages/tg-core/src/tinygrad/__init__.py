@@ -10,7 +10,7 @@ from tinygrad.device import Device
 from tinygrad.dtype import dtypes
 from tinygrad.helpers import Context, getenv
 from tinygrad.tensor import Tensor
-from tinygrad.uop.ops import UOp
+from tinygrad.uop.ops import UOp, Variable
 
 __version__ = "0.1.0"
-__all__ = ["Context", "Device", "Tensor", "UOp", "dtypes", "getenv"]
+__all__ = ["Context", "Device", "Tensor", "UOp", "Variable", "dtypes", "getenv"]

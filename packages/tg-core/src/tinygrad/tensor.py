@@ -25,7 +25,7 @@ from tinygrad.mixin.elementwise import ElementwiseMixin
 from tinygrad.mixin.movement import MovementMixin
 from tinygrad.mixin.processing import ProcessingMixin
 from tinygrad.mixin.reduce import ReduceMixin
-from tinygrad.uop.ops import Ops, UOp
+from tinygrad.uop.ops import Ops, UOp, resolve_size
 
 
 class _CastShortcuts:
@@ -212,12 +212,13 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, MovementMixin, Red
         return base.arg
 
     def numpy(self) -> np.ndarray:
-        if self.numel() == 0:
-            return np.zeros(self.shape, dtype=to_numpy(self.dtype) if self.dtype != dtypes.bfloat16 else np.float32)
+        shape = tuple(resolve_size(s) for s in self.shape)  # symbolic dims take their bound values
+        if 0 in shape:
+            return np.zeros(shape, dtype=to_numpy(self.dtype) if self.dtype != dtypes.bfloat16 else np.float32)
         raw = self._buffer().numpy()
         if self.dtype == dtypes.bfloat16:
             raw = (raw.astype(np.uint32) << np.uint32(16)).view(np.float32)
-        return raw.reshape(self.shape)
+        return raw.reshape(shape)
 
     def tolist(self) -> Any:
         return self.numpy().tolist()

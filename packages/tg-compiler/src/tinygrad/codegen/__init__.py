@@ -13,7 +13,7 @@ from tinygrad.codegen.linearize import linearize
 from tinygrad.codegen.lowerer import lower_kernel
 from tinygrad.helpers import DEBUG, prod
 from tinygrad.renderer import Renderer
-from tinygrad.uop.ops import GroupOp, Ops, UOp
+from tinygrad.uop.ops import GroupOp, Ops, UOp, sint
 
 
 @dataclass(frozen=True)
@@ -26,21 +26,29 @@ class ProgramSpec:
     estimated_ops: int
     estimated_bytes: int
     applied_opts: tuple[str, ...] = ()
+    var_names: tuple[str, ...] = ()  # symbolic variables the kernel takes after its buffers, in this order
 
 
 def _estimates(ast: UOp, lowered: UOp) -> tuple[int, int]:
     """FLOPs and bytes moved, counting each ALU op once per loop iteration it sits in."""
     store = ast.src[0]
-    out_size = store.src[0].size
+    out_size = upper_bound(store.src[0].size)
     reduce_size = 1
     for r in lowered.toposort():
         if r.op is Ops.RANGE and r.arg[1] == "reduce":
-            reduce_size *= r.src[0].arg
+            reduce_size *= upper_bound(r.src[0])
     alu = sum(1 for u in lowered.toposort() if u.op in GroupOp.ALU and u.dtype.kind != "bool" and
               not u.dtype.is_int)
     ops = max(alu, 1) * out_size * max(reduce_size, 1)
-    nbytes = sum(u.arg[1] * u.dtype.itemsize for u in ast.toposort() if u.op is Ops.PARAM)
+    nbytes = sum(upper_bound(u.arg[1]) * u.dtype.itemsize for u in ast.toposort() if u.op is Ops.PARAM)
     return ops, nbytes
+
+
+def upper_bound(size: sint) -> int:
+    """A size as an int; a symbolic size by its largest value (estimates only: launches use the bound values)."""
+    if isinstance(size, int):
+        return size
+    return int(size.arg) if size.op is Ops.CONST else int(size.vmax)
 
 
 def get_program(ast: UOp, renderer: Renderer) -> ProgramSpec:
@@ -58,11 +66,12 @@ def get_program(ast: UOp, renderer: Renderer) -> ProgramSpec:
     ops, nbytes = _estimates(ast, lowered)
     global_ranges = [u for u in program if u.op is Ops.RANGE and u.arg[1] == "global"]
     if DEBUG >= 3:
-        print(f"{name}: opts applied: none (loops {[int(r.src[0].arg) for r in global_ranges]})", file=sys.stderr)
+        print(f"{name}: opts applied: none (loops {[upper_bound(r.src[0]) for r in global_ranges]})", file=sys.stderr)
     if DEBUG >= 4:
         print(src, file=sys.stderr)
-    gsize = tuple(int(r.src[0].arg) for r in global_ranges) if renderer.has_local else None
-    return ProgramSpec(name, src, params, gsize, None, ops, nbytes)
+    gsize = tuple(upper_bound(r.src[0]) for r in global_ranges) if renderer.has_local else None
+    var_names = tuple(sorted({u.arg[0] for u in program if u.op is Ops.DEFINE_VAR}))
+    return ProgramSpec(name, src, params, gsize, None, ops, nbytes, var_names=var_names)
 
 
 __all__ = ["ProgramSpec", "get_program", "prod"]

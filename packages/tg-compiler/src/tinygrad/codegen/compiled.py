@@ -97,7 +97,7 @@ class CompiledRunner:
     def __call__(self, bufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
         args = [bufs[i].opaque for i in self.spec.param_indices]
         return self.program(*args, global_size=self.global_size, local_size=self.local_size,
-                            vals=tuple(var_vals.values()), wait=wait)
+                            vals=tuple(var_vals[name] for name in self.spec.var_names), wait=wait)
 
 
 class Compiled:

@@ -18,15 +18,16 @@ from dataclasses import dataclass, field
 
 from tinygrad.dtype import DType, dtypes
 from tinygrad.helpers import prod
-from tinygrad.uop.ops import GroupOp, Ops, UOp
+from tinygrad.uop.ops import GroupOp, Ops, UOp, sint
 from tinygrad.uop.rewrite import graph_rewrite
 from tinygrad.uop.symbolic import symbolic
 
 IDX = dtypes.index
 
 
-def idx_const(v: int) -> UOp:
-    return UOp.const(IDX, v)
+def idx_const(v: sint) -> UOp:
+    """An index-arithmetic value: a constant, or a symbolic size (an expression over Variables) as it is."""
+    return v if isinstance(v, UOp) else UOp.const(IDX, v)
 
 
 def _ge(x: UOp, b: int) -> UOp:
@@ -41,9 +42,9 @@ def _and(a: UOp | None, b: UOp | None) -> UOp | None:
     return a.alu(Ops.AND, b)
 
 
-def flat_index(idxs: tuple[UOp, ...], shape: tuple[int, ...]) -> UOp:
+def flat_index(idxs: tuple[UOp, ...], shape: tuple[sint, ...]) -> UOp:
     acc: UOp = idx_const(0)
-    stride = 1
+    stride: sint = 1
     for i, s in reversed(list(zip(idxs, shape))):
         if s != 1:
             acc = acc + i * idx_const(stride) if stride != 1 else acc + i
@@ -51,7 +52,8 @@ def flat_index(idxs: tuple[UOp, ...], shape: tuple[int, ...]) -> UOp:
     return acc
 
 
-def reshape_indices(idxs: tuple[UOp, ...], new_shape: tuple[int, ...], src_shape: tuple[int, ...]) -> tuple[UOp, ...]:
+def reshape_indices(idxs: tuple[UOp, ...], new_shape: tuple[sint, ...],
+                    src_shape: tuple[sint, ...]) -> tuple[UOp, ...]:
     """Indices into `src_shape` that address the same element as `idxs` into `new_shape`."""
     squeezed_new = [(i, s) for i, s in zip(idxs, new_shape) if s != 1]
     if [s for _, s in squeezed_new] == [s for s in src_shape if s != 1]:
@@ -59,6 +61,11 @@ def reshape_indices(idxs: tuple[UOp, ...], new_shape: tuple[int, ...], src_shape
         it = iter(i for i, _ in squeezed_new)
         return tuple(next(it) if s != 1 else idx_const(0) for s in src_shape)
     flat = flat_index(idxs, new_shape)
+    if len(src_shape) == 1:
+        return (flat,)  # a flat buffer: the flat index is the index (no modulo needed, it is in range)
+    if not all(isinstance(s, int) for s in (*new_shape, *src_shape)):
+        raise NotImplementedError(f"reshape from {src_shape} to {new_shape}: symbolic shapes can be reshaped only by "
+                                  f"adding or removing size-1 dimensions, or from a flat buffer")
     out = []
     stride = prod(src_shape)
     for s in src_shape:
@@ -85,7 +92,7 @@ class _Lowering:
     next_axis: int = 0
     memo: dict[tuple, UOp] = field(default_factory=dict)
 
-    def new_range(self, size: int, kind: str) -> UOp:
+    def new_range(self, size: sint, kind: str) -> UOp:
         r = UOp(Ops.RANGE, IDX, (idx_const(size),), (self.next_axis, kind))
         self.next_axis += 1
         return r

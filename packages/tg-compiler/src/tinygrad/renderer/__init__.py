@@ -29,5 +29,13 @@ class Renderer:
         """A readable name: r_ for kernels with a reduction, E_ for elementwise, then the loop sizes."""
         ranges = sorted((u for u in sink.toposort() if u.op is Ops.RANGE), key=lambda r: r.arg[0])
         prefix = "r" if any(r.arg[1] == "reduce" for r in ranges) else "E"
-        sizes = "_".join(str(r.src[0].arg) for r in ranges) or "1"
+        sizes = "_".join(_size_name(r.src[0]) for r in ranges) or "1"
         return f"{prefix}_{sizes}"
+
+
+def _size_name(size: UOp) -> str:
+    if size.op is Ops.CONST:
+        return str(size.arg)
+    if size.op is Ops.DEFINE_VAR:
+        return str(size.arg[0])
+    return "s"  # a symbolic expression

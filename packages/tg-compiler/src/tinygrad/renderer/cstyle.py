@@ -117,6 +117,9 @@ class CStyleRenderer(Renderer):
         const = "" if is_output else "const "
         return f"{self.buffer_prefix}{const}{self.memory_type(d)}* {self.restrict} data{index}"
 
+    def render_var_param(self, name: str, d: DType) -> str:
+        return f"const {self.value_type(d)} {name}"
+
     def render_kernel(self, name: str, params: list[str], body: list[str], uses_bf16: bool = False) -> str:
         head = f"\n{self.kernel_prefix}void {name}({', '.join(params)}) {{\n"
         return self.prelude + (self.bf16_prelude if uses_bf16 else "") + head + "\n".join(body) + "\n}\n"
@@ -277,6 +280,9 @@ class CStyleRenderer(Renderer):
             else:
                 raise NotImplementedError(f"{type(self).__name__} cannot render {op}")
         param_decls = [self.render_param(i, params[i].dtype, i in stored) for i in sorted(params)]
+        # symbolic variables follow the buffers, sorted by name (ProgramSpec.var_names is the same order)
+        variables = sorted({u.arg[0]: u for u in program if u.op is Ops.DEFINE_VAR}.items())
+        param_decls += [self.render_var_param(name, u.dtype) for name, u in variables]
         uses_bf16 = any(u.dtype.scalar == dtypes.bfloat16 for u in program)
         return self.render_kernel(name, param_decls, body, uses_bf16)
 

@@ -41,7 +41,7 @@ def run_schedule(schedule: list[ScheduleItem]) -> None:
         dev = Device[si.device]
         runner = dev.get_runner(si.ast)
         st = time.perf_counter()
-        et = runner(si.bufs, {}, wait=DEBUG >= 2)
+        et = runner(si.bufs, si.var_vals, wait=DEBUG >= 2)
         kernel_count += 1
         if DEBUG >= 2:
             elapsed = et if et is not None else time.perf_counter() - st

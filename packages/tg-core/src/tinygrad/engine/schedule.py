@@ -20,7 +20,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from tinygrad.device import Buffer
-from tinygrad.uop.ops import Ops, UOp
+from tinygrad.helpers import prod
+from tinygrad.uop.ops import Ops, UOp, resolve_size, sint, unbind
 
 
 @dataclass(eq=False)
@@ -29,6 +30,7 @@ class ScheduleItem:
     bufs: list[Buffer]  # output first, then inputs in PARAM order
     device: str
     outputs: list[UOp] = field(default_factory=list)  # the graph node(s) this item realizes
+    var_vals: dict[str, int] = field(default_factory=dict)  # values of the symbolic variables the kernel takes
 
     @property
     def is_copy(self) -> bool:
@@ -93,14 +95,18 @@ class _KernelBuilder:
     def __init__(self, root: UOp, points: set[UOp], buffers_of: dict[UOp, Buffer]):
         self.root, self.points, self.buffers_of = root, points, buffers_of
         self.params: list[Buffer] = []
-        self.param_of: dict[int, UOp] = {}
+        self.param_of: dict[tuple[int, sint], UOp] = {}
         self.memo: dict[UOp, UOp] = {}
 
-    def param(self, buf: Buffer) -> UOp:
-        key = id(buf)
+    def param(self, buf: Buffer, size: sint | None = None) -> UOp:
+        """The PARAM standing for `buf`. A buffer seen through a symbolic shape is given that symbolic size, so the
+        kernel does not depend on the value the variable had when the buffer was made."""
+        key = (id(buf), size if size is not None else buf.size)
         if key not in self.param_of:
-            self.params.append(buf)
-            self.param_of[key] = UOp(Ops.PARAM, buf.dtype, (), (len(self.params), buf.size))
+            if not any(b is buf for b in self.params):
+                self.params.append(buf)
+            index = next(i for i, b in enumerate(self.params) if b is buf) + 1
+            self.param_of[key] = UOp(Ops.PARAM, buf.dtype, (), (index, key[1]))
         return self.param_of[key]
 
     def build(self, root: UOp) -> UOp:
@@ -131,12 +137,20 @@ class _KernelBuilder:
         if node.op is Ops.BUFFER:
             return self.param(node.arg)
         if node is not self.root and node in self.points:
-            return self.param(self.buffers_of[node]).reshape(node.shape)
+            return self.param(self.buffers_of[node], _symbolic_size(node.shape)).reshape(node.shape)
+        if node.op is Ops.RESHAPE and node.src[0].op is Ops.BUFFER and _symbolic_size(node.shape) is not None:
+            return self.param(node.src[0].arg, _symbolic_size(node.shape)).reshape(node.shape)
         if node.op in (Ops.REDUCE_AXIS, Ops.PAD) and 0 in node.src[0].shape:
             # the only ways from an empty tensor to a non-empty one: the value is the reduction's identity, or
             # all padding. Folding it here keeps zero-sized loops (and their index arithmetic) out of kernels.
             return _empty_source_value(node)
         return None
+
+
+def _symbolic_size(shape: tuple[sint, ...]) -> UOp | None:
+    if all(isinstance(s, int) for s in shape):
+        return None
+    return prod(shape)  # type: ignore[return-value]
 
 
 def _empty_source_value(node: UOp) -> UOp:
@@ -161,7 +175,7 @@ def create_schedule(outputs: list[UOp], devices: list[str]) -> tuple[list[Schedu
             continue
         value = node.src[0] if node.op is Ops.CONTIGUOUS else node
         dev = device_of[node]
-        out_buf = Buffer(dev, node.size, node.dtype)
+        out_buf = Buffer(dev, resolve_size(node.size), node.dtype)
         buffers_of[node] = out_buf
         if node.op is Ops.COPY:
             src = node.src[0]
@@ -173,8 +187,11 @@ def create_schedule(outputs: list[UOp], devices: list[str]) -> tuple[list[Schedu
         builder = _KernelBuilder(node, points, buffers_of)
         body = builder.build(value)
         out_param = UOp(Ops.PARAM, node.dtype, (), (0, node.size)).reshape(node.shape)
-        ast = UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(out_param, body)),))
-        items.append(ScheduleItem(ast, [out_buf, *builder.params], dev, [node]))
+        # bound variables leave the AST (it keeps the Variable) and travel as launch arguments instead,
+        # so one compiled kernel serves every value
+        ast, var_vals = unbind(UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(out_param, body)),)))
+        items.append(ScheduleItem(ast, [out_buf, *builder.params], dev, [node],
+                                  {v.arg[0]: val for v, val in var_vals.items()}))
     views = {node: buffer_view(buf, node.shape) for node, buf in buffers_of.items()}
     return items, views, [views.get(o, o) for o in outputs]
 

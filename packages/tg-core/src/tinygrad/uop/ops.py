@@ -44,6 +44,7 @@ class Ops(enum.Enum):
     # kernel level
     PARAM = enum.auto()  # arg: (index, size): a kernel's buffer argument, shape (size,)
     DEFINE_VAR = enum.auto()  # arg: (name, min, max): a symbolic integer bound at launch
+    BIND = enum.auto()  # src: (DEFINE_VAR, CONST value): a variable with its value, in the tensor graph
     RANGE = enum.auto()  # arg: (axis id, kind); src: (end,)
     INDEX = enum.auto()  # src: (param, idx) or (param, idx, valid)
     LOAD = enum.auto()  # src: (index,)
@@ -314,6 +315,8 @@ def _compute_bounds(u: UOp) -> tuple[int | float, int | float]:
         return (0, u.arg[1] - 1)
     if u.op is Ops.DEFINE_VAR:
         return (u.arg[1], u.arg[2])
+    if u.op is Ops.BIND:
+        return u.src[0]._bounds()
     if not d.is_int:
         return full
     if u.op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.MAX, Ops.IDIV, Ops.MOD):
@@ -371,7 +374,7 @@ def _infer_shape(u: UOp) -> tuple[int, ...] | None:
     if op is Ops.PAD:
         return tuple(s + b + a for s, (b, a) in zip(u.src[0].shape, u.arg))
     if op is Ops.SHRINK:
-        return tuple(e - b for b, e in u.arg)
+        return tuple(e - b if b else e for b, e in u.arg)
     if op is Ops.FLIP:
         return u.src[0].shape
     if op is Ops.STORE and u.src[0].has_shape:
@@ -397,3 +400,101 @@ def is_const(u: UOp, value: Any = None) -> bool:
     if value is None:
         return True
     return u.arg == value and not (isinstance(u.arg, float) and math.isnan(u.arg))
+
+
+# ---- symbolic sizes: a dimension may be a Variable bound to a value ----
+
+sint = int | UOp  # a size: an int, or an integer UOp over bound variables
+
+
+def Variable(name: str, min_val: int, max_val: int) -> UOp:
+    """A symbolic integer in [min_val, max_val]. `Variable("n", 1, 64).bind(10)` stands for 10 in shapes, while the
+    kernels compiled for it take n as an argument, so one program serves every value."""
+    if not name.isidentifier():
+        raise ValueError(f"a Variable's name must be an identifier, got {name!r}")
+    if not (isinstance(min_val, int) and isinstance(max_val, int)) or min_val > max_val or min_val < 0:
+        raise ValueError(f"Variable {name} needs 0 <= min_val <= max_val, got [{min_val}, {max_val}]")
+    return UOp(Ops.DEFINE_VAR, dtypes.index, (), (name, min_val, max_val))
+
+
+def _bind(self: UOp, value: int) -> UOp:
+    if self.op is not Ops.DEFINE_VAR:
+        raise TypeError(f"only a Variable can be bound, not {self.op}")
+    name, lo, hi = self.arg
+    if not isinstance(value, int) or not lo <= value <= hi:
+        raise ValueError(f"Variable {name} takes values in [{lo}, {hi}], got {value!r}")
+    return UOp(Ops.BIND, dtypes.index, (self, UOp.const(dtypes.index, value)))
+
+
+UOp.bind = _bind  # type: ignore[attr-defined]
+
+
+def resolve_size(x: sint, var_vals: dict[UOp, int] | None = None) -> int:
+    """The value of a size: ints as they are, symbolic ones with their bound (or the given) values."""
+    if isinstance(x, int):
+        return x
+    from tinygrad.uop.alu import exec_alu
+
+    values: dict[UOp, int | None] = {}
+    for node in x.toposort():
+        if node.op is Ops.CONST:
+            values[node] = int(node.arg)
+        elif node.op is Ops.BIND:
+            values[node] = int(node.src[1].arg)
+        elif node.op is Ops.DEFINE_VAR:
+            values[node] = (var_vals or {}).get(node)  # None: only fine under a BIND, which carries the value
+        else:
+            operands = tuple(values[s] for s in node.src)
+            if None in operands:
+                unbound = next(s.arg[0] for s in node.toposort() if s.op is Ops.DEFINE_VAR and values[s] is None)
+                raise ValueError(f"Variable {unbound} has no value here; bind it: Variable(...).bind(value)")
+            values[node] = int(exec_alu(node.op, node.dtype, operands))  # type: ignore[arg-type]
+    out = values[x]
+    if out is None:
+        raise ValueError(f"Variable {x.arg[0]} has no value here; bind it: Variable(...).bind(value)")
+    return out
+
+
+def _arg_uops(arg: Any) -> Iterator[UOp]:
+    """UOps inside an arg (movement ops keep symbolic sizes in theirs)."""
+    if isinstance(arg, UOp):
+        yield arg
+    elif isinstance(arg, tuple):
+        for a in arg:
+            yield from _arg_uops(a)
+
+
+def _map_arg(arg: Any, fn: Callable[[UOp], UOp]) -> Any:
+    if isinstance(arg, UOp):
+        return fn(arg)
+    if isinstance(arg, tuple):
+        return tuple(_map_arg(a, fn) for a in arg)
+    return arg
+
+
+def unbind(x: UOp) -> tuple[UOp, dict[UOp, int]]:
+    """Replace every BIND under x (in sources and in symbolic sizes inside args) by its variable; return the new
+    graph and the variables' values."""
+    values: dict[UOp, int] = {}
+    memo: dict[UOp, UOp] = {}
+
+    def strip(root: UOp) -> UOp:
+        for node in root.toposort():
+            if node in memo:
+                continue
+            if node.op is Ops.BIND:
+                var, val = node.src[0], int(node.src[1].arg)
+                if values.get(var, val) != val:
+                    raise ValueError(f"Variable {var.arg[0]} is bound to both {values[var]} and {val} in one "
+                                     f"computation")
+                values[var] = val
+                memo[node] = var
+                continue
+            new_src = tuple(memo[s] for s in node.src)
+            new_arg = _map_arg(node.arg, strip) if any(True for _ in _arg_uops(node.arg)) else node.arg
+            memo[node] = node if new_src == node.src and new_arg == node.arg else node.replace(src=new_src,
+                                                                                                arg=new_arg)
+        return memo[root]
+
+    out = strip(x)
+    return out, values
