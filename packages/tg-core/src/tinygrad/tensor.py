@@ -18,13 +18,15 @@ from tinygrad.engine.realize import run_schedule
 from tinygrad.engine.schedule import ScheduleItem, base_buffer, buffer_view, create_schedule, realized_views
 from tinygrad.gradient import compute_gradient
 from tinygrad.helpers import prod
-from tinygrad.mixin import creation, elementwise, movement, processing, reduce
+from tinygrad.mixin import creation, elementwise, linalg, movement, processing, reduce, utility
 from tinygrad.mixin.common import Scalar, broadcast_shape, shape_args
 from tinygrad.mixin.creation import CreationMixin
 from tinygrad.mixin.elementwise import ElementwiseMixin
+from tinygrad.mixin.linalg import LinalgMixin
 from tinygrad.mixin.movement import MovementMixin
 from tinygrad.mixin.processing import ProcessingMixin
 from tinygrad.mixin.reduce import ReduceMixin
+from tinygrad.mixin.utility import UtilityMixin
 from tinygrad.uop.ops import Ops, UOp, resolve_size
 
 
@@ -62,7 +64,8 @@ class _CastShortcuts:
         return self.cast(dtypes.bfloat16)
 
 
-class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, ProcessingMixin):
+class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, ProcessingMixin,
+             LinalgMixin, UtilityMixin):
     """A lazy tensor. `Tensor([1, 2, 3])`, `Tensor(np_array)`, `Tensor.zeros(2, 3)`, ..."""
 
     training: ClassVar[bool] = False
@@ -374,7 +377,7 @@ def _list_to_numpy(data: list | tuple, want: DType | None) -> np.ndarray:
 
 
 # the mixin modules name `Tensor` in their bodies; give them the class now that it exists
-for _module in (creation, elementwise, movement, processing, reduce):
+for _module in (creation, elementwise, linalg, movement, processing, reduce, utility):
     _module.Tensor = Tensor  # type: ignore[attr-defined]
 
 __all__ = ["Tensor", "broadcast_shape", "shape_args"]

@@ -1,0 +1,138 @@
+"""Utilities of the Tensor API that are not math: low-level op access, in-place replacement, symbolic-shape
+bounds, hashing, and loading bytes from a URL."""
+
+from __future__ import annotations
+
+import hashlib
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tinygrad.dtype import DTypeLike, dtypes
+from tinygrad.helpers import prod
+from tinygrad.mixin.common import Scalar
+from tinygrad.uop.ops import GroupOp, Ops
+
+if TYPE_CHECKING:
+    from tinygrad.tensor import Tensor
+else:
+    Tensor = None  # bound to the real class by tinygrad.tensor once it is defined (the modules import each other)
+
+#: the Keccak configurations keccak() accepts (FIPS 202 names, as hashlib spells them); shake digests are 32 bytes
+KECCAK_CONFIGS = ("sha3_224", "sha3_256", "sha3_384", "sha3_512", "shake_128", "shake_256")
+
+
+class UtilityMixin:
+    __slots__ = ()
+
+    def alu(self: Tensor, op: Ops, *src: Tensor) -> Tensor:
+        """Apply one ALU op of the IR (`Ops.ADD`, `Ops.MAX`, ...) to this tensor and `src`, broadcasting them."""
+        if op not in GroupOp.ALU:
+            raise ValueError(f"alu takes an ALU op ({sorted(o.name for o in GroupOp.ALU)}), got {op}")
+        if op is Ops.WHERE:
+            return self.where(*src)
+        operands = [self, *src]
+        want = 1 if op in GroupOp.Unary else 2
+        if len(operands) != want:
+            raise ValueError(f"{op.name} takes {want} operand(s), got {len(operands)}")
+        if len(operands) == 1:
+            return self._unop(op)
+        return self._binop(op, src[0])
+
+    @classmethod
+    def const(cls: type[Tensor], b: Scalar, dtype: DTypeLike | None = None, device: str | None = None) -> Tensor:
+        """A 0-d tensor holding the constant `b` (lazy: no buffer until it is realized)."""
+        if not isinstance(b, (bool, int, float)):
+            raise TypeError(f"const takes a Python number, got {type(b).__name__}")
+        return cls(b, dtype=dtype, device=device)
+
+    def ufix(self: Tensor, x: Tensor | Scalar) -> Tensor:
+        """`x` as a tensor that can meet this one in an op: Python numbers become constants of a matching dtype."""
+        return x if isinstance(x, Tensor) else self._const_operand(x)
+
+    def replace(self: Tensor, x: Tensor) -> Tensor:
+        """Give this tensor the value (and dtype) of `x`, which must have the same shape; returns self."""
+        if not isinstance(x, Tensor):
+            raise TypeError(f"replace needs a Tensor, got {type(x).__name__}")
+        if x.shape != self.shape:
+            raise ValueError(f"replace of a tensor of shape {self.shape} by one of shape {x.shape}: shapes must match")
+        if x.device != self.device:
+            x = x.to(self.device)
+        self.uop = x.uop
+        return self
+
+    def to_(self: Tensor, device: str | None) -> Tensor:
+        """Move this tensor to `device` in place; returns self."""
+        moved = self.to(device)
+        self.uop, self.device = moved.uop, moved.device
+        return self
+
+    @property
+    def max_shape(self: Tensor) -> tuple[int, ...]:
+        """The shape with every symbolic dimension replaced by its largest value."""
+        return tuple(s if isinstance(s, int) else int(s.vmax) for s in self.shape)
+
+    def max_numel(self: Tensor) -> int:
+        """The number of elements of `max_shape`."""
+        return prod(self.max_shape)
+
+    def _host_bytes(self: Tensor) -> np.ndarray:
+        data = np.ascontiguousarray(self.numpy())
+        return data.reshape(data.shape[:-1] + (-1,)).view(np.uint8) if data.ndim else data.reshape(1).view(np.uint8)
+
+    def hash(self: Tensor) -> Tensor:
+        """A 16-byte digest (BLAKE2b) of the tensor's shape, dtype and data, as a uint8 tensor."""
+        h = hashlib.blake2b(digest_size=16)
+        h.update(repr((tuple(self.shape), self.dtype.name)).encode())
+        h.update(np.ascontiguousarray(self.numpy()).tobytes())
+        return Tensor(np.frombuffer(h.digest(), dtype=np.uint8), device=self.device)
+
+    def keccak(self: Tensor, cfg: str = "sha3_256") -> Tensor:
+        """A Keccak (SHA-3) hash of each row of bytes along the last dimension; returns uint8 digests."""
+        if cfg not in KECCAK_CONFIGS:
+            raise ValueError(f"unknown keccak configuration {cfg!r}; use one of {sorted(KECCAK_CONFIGS)}")
+        rows = self._host_bytes()
+        flat = rows.reshape(-1, rows.shape[-1]) if rows.ndim > 1 else rows.reshape(1, -1)
+
+        def digest(row: np.ndarray) -> bytes:
+            h = hashlib.new(cfg, row.tobytes())
+            return h.digest(32) if cfg.startswith("shake") else h.digest()  # type: ignore[call-arg]
+
+        out = np.stack([np.frombuffer(digest(r), dtype=np.uint8) for r in flat]) if len(flat) else \
+            np.zeros((0, 32), dtype=np.uint8)
+        lead = self.shape[:-1] if self.ndim > 1 else ()
+        return Tensor(out.reshape(*lead, out.shape[-1]), device=self.device)
+
+    @classmethod
+    def from_url(cls: type[Tensor], url: str, device: str | None = None, dtype: DTypeLike | None = None,
+                 timeout: float = 30.0, **kwargs: Any) -> Tensor:
+        """The bytes at `url` (http(s) or file://, or a plain local path) as a 1-D uint8 tensor (or `dtype`)."""
+        parsed = urllib.parse.urlparse(url)
+        if parsed.scheme in ("", "file"):
+            path = Path(urllib.request.url2pathname(parsed.path) if parsed.scheme else url)
+            if not path.exists():
+                raise FileNotFoundError(f"from_url: {path} does not exist")
+            data = path.read_bytes()
+        elif parsed.scheme in ("http", "https"):
+            with urllib.request.urlopen(url, timeout=timeout) as resp:
+                data = resp.read()
+        else:
+            raise ValueError(f"from_url supports http(s)://, file:// and local paths, not {parsed.scheme}://")
+        out = cls(data, device=device, **kwargs)
+        return out if dtype is None else out.bitcast_bytes(dtype)
+
+    def bitcast_bytes(self: Tensor, dtype: DTypeLike) -> Tensor:
+        """Reinterpret a 1-D uint8 tensor as `dtype` (its length must be a multiple of the item size)."""
+        from tinygrad.dtype import to_dtype, to_numpy
+
+        d = to_dtype(dtype)
+        if self.dtype != dtypes.uint8 or self.ndim != 1:
+            raise TypeError(f"bitcast_bytes needs a 1-D uint8 tensor, got {self.dtype} of shape {self.shape}")
+        if self.shape[0] % d.itemsize:
+            raise ValueError(f"{self.shape[0]} bytes are not a whole number of {d.name} items ({d.itemsize} bytes)")
+        raw = self.numpy().view(to_numpy(d))  # bfloat16 travels as its 16-bit patterns
+        return Tensor(raw, device=self.device).bitcast(d) if d == dtypes.bfloat16 else Tensor(raw, device=self.device)
+
