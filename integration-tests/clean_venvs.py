@@ -32,7 +32,7 @@ FRAMEWORK = ("packages/tg-core", "packages/tg-compiler", "packages/tg-backend-cp
 SAMPLE_BACKEND = "integration-tests/sample_backend"
 #: what our installs and builds pull from an index: runtime deps of tg-core, the build backend our
 #: pyproject files pin (with `editables`, which hatchling needs for editable installs), and pytest
-THIRD_PARTY = ("numpy>=1.26", "pluggy>=1.5", "hatchling==1.27.0", "editables", "pytest")
+THIRD_PARTY = ("numpy>=1.26", "pluggy>=1.5", "hatchling==1.27.0", "editables", "pytest", "pytest-xdist")
 #: environment variables that would change what a subprocess sees: none leak in from the caller
 SCRUBBED = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "DEV", "DEBUG", "BEAM", "NOOPT", "PIP_REQUIRE_VIRTUALENV")
 PIP_TIMEOUT = 300

@@ -6,6 +6,7 @@ Every test runs on `Device.DEFAULT` (chosen by `DEV=...`), so the same files che
 from __future__ import annotations
 
 import gc
+import os
 
 import numpy as np
 import pytest
@@ -15,6 +16,18 @@ from tinygrad import Device, Tensor
 @pytest.fixture(scope="session")
 def device() -> str:
     return Device.DEFAULT
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _only_the_expected_device():
+    """With TG_EXPECT_DEVICE=NAME (the integration tests set it), fail unless every test ran on NAME alone."""
+    want = os.environ.get("TG_EXPECT_DEVICE")
+    if want:
+        assert Device.DEFAULT == want, f"TG_EXPECT_DEVICE={want} but the default device is {Device.DEFAULT}"
+    yield
+    if want:
+        opened = {name.split(":")[0] for name in Device._state.opened}
+        assert opened <= {want}, f"TG_EXPECT_DEVICE={want} but these devices were opened: {sorted(opened)}"
 
 
 @pytest.fixture
