@@ -93,3 +93,40 @@ def test_cache_key_names_the_compiler_and_flags(fresh_compiler_lookup) -> None:
         pytest.skip("no C compiler installed")
     cc = CCompiler()
     assert cc.version in cc.cache_key and "-fwrapv" in cc.cache_key and "-march=native" in cc.cache_key
+
+
+# A reduction over a select of a comparison: the shape of a relu-of-matmul gradient. gcc 12.2 at -O3 with its loop
+# if-conversion on computes [-1, 7, -1, 8] here; the flags CCompiler uses must give the right answer with every
+# compiler found on this machine.
+SELECT_IN_REDUCTION = """
+#include <stdbool.h>
+void k(float* restrict out, const float* restrict w, const float* restrict g, const float* restrict z) {
+  for (int i = 0; i < 2; i++) for (int j = 0; j < 2; j++) {
+    float acc = 0.0f;
+    for (int r = 0; r < 2; r++) {
+      float v = z[r + i*2];
+      acc = acc + (((bool)((v < 0.0f) | (v == 0.0f))) ? 0.0f : g[r + i*2] * 1.0f) * w[r + j*2];
+    }
+    out[j + i*2] = acc;
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("name", ["gcc", "clang"])
+def test_the_chosen_flags_do_not_miscompile_selects_in_reductions(name: str, fresh_compiler_lookup,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+    from tg_backend_cpu.device import CPUProgram
+
+    if shutil.which(name) is None:
+        pytest.skip(f"{name} is not installed here")
+    monkeypatch.setenv("CC", name)
+    fresh_compiler_lookup()
+    program = CPUProgram("k", CCompiler().compile(SELECT_IN_REDUCTION))
+    w = np.array([[1.0, -1.0], [2.0, 1.0]], np.float32)
+    g = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    z = g @ w  # all positive: the select passes g through
+    out = np.zeros(4, np.float32)
+    program(*[(a, a.ctypes.data) for a in (out, w, g, z)])
+    np.testing.assert_array_equal(out.reshape(2, 2), g @ w.T)
