@@ -6,14 +6,27 @@ import functools
 import hashlib
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
 
 from tinygrad.codegen.compiled import CompileError, Compiler
 
-# clang first: gcc 12's loop vectorizer miscompiles some of our kernels unless its loop if-conversion is off
-CANDIDATES = ("clang", "clang-19", "clang-18", "clang-17", "clang-16", "clang-15", "clang-14", "gcc", "cc")
+# clang first: gcc 12's loop vectorizer miscompiles some of our kernels unless its loop if-conversion is off.
+# clang older than 15 cannot compile _Float16 on x86, so it is passed over.
+CANDIDATES = ("clang", "clang-19", "clang-18", "clang-17", "clang-16", "clang-15", "gcc", "cc")
+MIN_CLANG = 15
+
+
+def clang_major(path: str) -> int | None:
+    """The major version of a clang, or None if `path` is not clang."""
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"clang version (\d+)", out)
+    return int(m.group(1)) if m else None
 
 
 @functools.cache
@@ -26,8 +39,12 @@ def find_c_compiler() -> tuple[str | None, str | None]:
             return None, f"CC={override} is not an executable on PATH; unset CC or point it at clang or gcc"
         return path, None
     for name in CANDIDATES:
-        if (path := shutil.which(name)) is not None:
-            return path, None
+        if (path := shutil.which(name)) is None:
+            continue
+        major = clang_major(path) if "clang" in name or name == "cc" else None
+        if major is not None and major < MIN_CLANG:
+            continue
+        return path, None
     return None, ("no C compiler found (looked for CC, then " + ", ".join(CANDIDATES) +
                   "); install one, for example `apt-get install clang` or `apt-get install gcc`")
 
