@@ -16,8 +16,14 @@ def _private_compile_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch
 
 @pytest.fixture(scope="session")
 def c_compiler() -> str:
-    """A C compiler for syntax checks of rendered source (CC, else clang or gcc)."""
-    for name in (os.environ.get("CC"), "clang", "gcc", "cc"):
-        if name and (path := shutil.which(name)):
-            return path
-    pytest.skip("no C compiler (CC, clang, gcc or cc) to check that rendered C compiles")
+    """A C compiler for syntax checks of rendered source: the one the CPU backend would use (CC, else a clang
+    new enough for _Float16, else gcc), or any compiler on PATH where that backend is not installed."""
+    try:
+        from tg_backend_cpu.compiler import find_c_compiler
+    except ImportError:
+        found = next((p for n in (os.environ.get("CC"), "clang", "gcc", "cc") if n and (p := shutil.which(n))), None)
+    else:
+        found = find_c_compiler()[0]
+    if found is None:
+        pytest.skip("no C compiler (CC, clang, gcc or cc) to check that rendered C compiles")
+    return found

@@ -140,3 +140,31 @@ def test_decompositions_need_float_matrices() -> None:
         Tensor([1.0, 2.0]).svd()
     with pytest.raises(TypeError, match="floating point"):
         Tensor([[1, 2], [3, 4]]).qr()
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (3, 3), (3, 5), (2, 4, 2)])
+def test_qr_is_orthonormal_times_upper_triangular(shape: tuple[int, ...]) -> None:
+    a = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+    q, r = Tensor(a).qr()
+    k = min(shape[-2:])
+    assert q.shape == (*shape[:-2], shape[-2], k) and r.shape == (*shape[:-2], k, shape[-1])
+    qn, rn = q.numpy(), r.numpy()
+    np.testing.assert_allclose(qn @ rn, a, atol=1e-5)
+    np.testing.assert_allclose(np.swapaxes(qn, -1, -2) @ qn, np.broadcast_to(np.eye(k), qn.shape[:-2] + (k, k)),
+                               atol=1e-5)
+    assert np.allclose(np.tril(rn, -1), 0)
+    # the same factors as LAPACK up to the sign of each column/row
+    ref_r = np.linalg.qr(a.astype(np.float64))[1]
+    np.testing.assert_allclose(np.abs(rn), np.abs(ref_r), atol=1e-4)
+
+
+def test_qr_is_differentiable(torch: Any) -> None:
+    a = np.random.default_rng(6).standard_normal((4, 3)).astype(np.float32)
+    t = Tensor(a, requires_grad=True)
+    q, r = t.qr()
+    (q.sum() + (r * r).sum()).backward()
+    ta = torch.tensor(a, requires_grad=True)
+    tq, tr = torch.linalg.qr(ta)
+    (tq.sum() + (tr * tr).sum()).backward()
+    assert t.grad is not None
+    np.testing.assert_allclose(t.grad.numpy(), ta.grad.numpy(), atol=1e-4)

@@ -14,6 +14,12 @@ from tinygrad.uop.ops import GroupOp, Ops, UOp, inverse_permutation
 GradRule = Callable[[UOp, UOp], tuple[UOp | None, ...]]
 
 
+def _cos(x: UOp) -> UOp:
+    # cos(x) = 1 - 2 sin^2(x/2): halving is exact, while x + pi/2 would round away pi/2 for large |x|
+    s = (x * x.const_like(0.5)).alu(Ops.SIN)
+    return x.const_like(1.0) - x.const_like(2.0) * s * s
+
+
 def _max_grad(g: UOp, node: UOp) -> tuple[UOp | None, ...]:
     a, b = node.src
     # ties split the gradient evenly, as PyTorch's maximum does
@@ -74,7 +80,7 @@ GRAD_RULES: dict[Ops, GradRule] = {
     Ops.SQRT: lambda g, n: (g.alu(Ops.FDIV, n * n.const_like(2.0)),),
     Ops.EXP2: lambda g, n: (g * n * n.const_like(LN2),),
     Ops.LOG2: lambda g, n: (g.alu(Ops.FDIV, n.src[0] * n.const_like(LN2)),),
-    Ops.SIN: lambda g, n: (g * (n.src[0] + n.const_like(math.pi / 2)).alu(Ops.SIN),),
+    Ops.SIN: lambda g, n: (g * _cos(n.src[0]),),
     Ops.MAX: _max_grad,
     Ops.WHERE: lambda g, n: (None, n.src[0].where(g, g.const_like(0.0)), n.src[0].where(g.const_like(0.0), g)),
     Ops.CAST: _cast_grad,

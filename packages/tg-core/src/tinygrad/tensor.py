@@ -18,10 +18,12 @@ from tinygrad.engine.realize import run_schedule
 from tinygrad.engine.schedule import ScheduleItem, base_buffer, buffer_view, create_schedule, realized_views
 from tinygrad.gradient import compute_gradient
 from tinygrad.helpers import prod
-from tinygrad.mixin import creation, elementwise, linalg, movement, processing, reduce, utility
+from tinygrad.mixin import creation, elementwise, functional, indexing, linalg, movement, processing, reduce, utility
 from tinygrad.mixin.common import Scalar, broadcast_shape, shape_args
 from tinygrad.mixin.creation import CreationMixin
 from tinygrad.mixin.elementwise import ElementwiseMixin
+from tinygrad.mixin.functional import FunctionalMixin
+from tinygrad.mixin.indexing import IndexingMixin
 from tinygrad.mixin.linalg import LinalgMixin
 from tinygrad.mixin.movement import MovementMixin
 from tinygrad.mixin.processing import ProcessingMixin
@@ -64,8 +66,8 @@ class _CastShortcuts:
         return self.cast(dtypes.bfloat16)
 
 
-class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, ProcessingMixin,
-             LinalgMixin, UtilityMixin):
+class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, MovementMixin, IndexingMixin, ReduceMixin,
+             FunctionalMixin, ProcessingMixin, LinalgMixin, UtilityMixin):
     """A lazy tensor. `Tensor([1, 2, 3])`, `Tensor(np_array)`, `Tensor.zeros(2, 3)`, ..."""
 
     training: ClassVar[bool] = False
@@ -73,6 +75,8 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, MovementMixin, Red
     _grad_tensors: ClassVar[weakref.WeakValueDictionary[int, Tensor]] = weakref.WeakValueDictionary()
 
     __slots__ = ("__weakref__", "_requires_grad", "device", "grad", "uop")
+    uop: UOp
+    device: str
 
     def __init__(self, data: Any, device: str | None = None, dtype: DTypeLike | None = None,
                  requires_grad: bool | None = None):
@@ -210,7 +214,8 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, MovementMixin, Red
 
     def _buffer(self) -> Buffer:
         self.realize()
-        base = base_buffer(realized_views.get(self.uop, self.uop))
+        view = realized_views.get(self.uop)
+        base = base_buffer(view if view is not None else self.uop)
         assert base is not None, "realize() leaves a contiguous buffer"
         return base.arg
 
@@ -377,7 +382,7 @@ def _list_to_numpy(data: list | tuple, want: DType | None) -> np.ndarray:
 
 
 # the mixin modules name `Tensor` in their bodies; give them the class now that it exists
-for _module in (creation, elementwise, linalg, movement, processing, reduce, utility):
+for _module in (creation, elementwise, functional, indexing, linalg, movement, processing, reduce, utility):
     _module.Tensor = Tensor  # type: ignore[attr-defined]
 
 __all__ = ["Tensor", "broadcast_shape", "shape_args"]

@@ -67,8 +67,9 @@ def reshape_indices(idxs: tuple[UOp, ...], new_shape: tuple[sint, ...],
         raise NotImplementedError(f"reshape from {src_shape} to {new_shape}: symbolic shapes can be reshaped only by "
                                   f"adding or removing size-1 dimensions, or from a flat buffer")
     out = []
-    stride = prod(src_shape)
-    for s in src_shape:
+    int_shape = [s for s in src_shape if isinstance(s, int)]  # all of them: symbolic shapes were refused above
+    stride = prod(int_shape)
+    for s in int_shape:
         stride //= s
         if s == 1:
             out.append(idx_const(0))

@@ -20,8 +20,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from tinygrad.device import Buffer
-from tinygrad.helpers import prod
-from tinygrad.uop.ops import Ops, UOp, resolve_size, sint, unbind
+from tinygrad.uop.ops import Ops, UOp, resolve_size, sint, sym_prod, unbind
 
 
 @dataclass(eq=False)
@@ -150,7 +149,8 @@ class _KernelBuilder:
 def _symbolic_size(shape: tuple[sint, ...]) -> UOp | None:
     if all(isinstance(s, int) for s in shape):
         return None
-    return prod(shape)  # type: ignore[return-value]
+    size = sym_prod(shape)
+    return size if isinstance(size, UOp) else None
 
 
 def _empty_source_value(node: UOp) -> UOp:

@@ -1,14 +1,22 @@
-"""Creating tensors: constants, ranges, and random numbers from a seeded counter-based generator."""
+"""Creating tensors: constants, ranges, and random numbers from a seeded counter-based generator.
+
+Random numbers are drawn on the host (numpy) from a counter-based hash of (seed, position), so that a seed gives
+the same values on every device, and uploaded; no two draws after one `manual_seed` share positions.
+
+Bad sizes raise ValueError (a negative dimension, count or step number) or TypeError (a non-integer one), where
+PyTorch raises RuntimeError for both; bad random arguments raise what PyTorch raises.
+"""
 
 from __future__ import annotations
 
+import ctypes
 import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tinygrad.device import Buffer, Device
-from tinygrad.dtype import DTypeLike, dtypes, to_dtype, to_numpy
+from tinygrad.device import Buffer, Device, dtype_error
+from tinygrad.dtype import DType, DTypeLike, dtypes, to_dtype, to_numpy
 from tinygrad.engine.schedule import buffer_view
 from tinygrad.helpers import prod
 from tinygrad.mixin.common import Scalar, ShapeArg, shape_args
@@ -22,13 +30,15 @@ else:
 
 class _RNG:
     """A counter-based generator: value i of a draw is a hash of (seed, counter + i), computed on the host
-    with numpy so that every device gets the same numbers for a seed."""
+    with numpy so that every device gets the same numbers for a seed. The seed enters between two rounds of
+    mixing the counter, so that two seeds give unrelated streams (not the same values in another order)."""
 
     seed = 0
     counter = 0
 
     @staticmethod
     def _mix(x: np.ndarray) -> np.ndarray:
+        # a bijective 32-bit integer hash (xor-shift / multiply rounds)
         x = x ^ (x >> np.uint32(16))
         x = x * np.uint32(0x7FEB352D)
         x = x ^ (x >> np.uint32(15))
@@ -36,19 +46,35 @@ class _RNG:
         return x ^ (x >> np.uint32(16))
 
     @classmethod
+    def _keys(cls) -> tuple[np.ndarray, np.ndarray]:
+        s = cls.seed % (1 << 64)
+        lo, hi = np.array([s & 0xFFFFFFFF], np.uint32), np.array([s >> 32], np.uint32)
+        k1 = cls._mix(lo ^ np.uint32(0x243F6A88)) ^ cls._mix(hi + np.uint32(0x85A308D3))
+        return k1, cls._mix(k1 ^ np.uint32(0x13198A2E))
+
+    @classmethod
     def bits(cls, n: int) -> np.ndarray:
         idx = np.arange(cls.counter, cls.counter + n, dtype=np.uint64)
         cls.counter += n
         lo = (idx & np.uint64(0xFFFFFFFF)).astype(np.uint32)
         hi = (idx >> np.uint64(32)).astype(np.uint32)
-        key = np.uint32(cls.seed & 0xFFFFFFFF)
+        k1, k2 = cls._keys()
         with np.errstate(over="ignore"):
-            return cls._mix(cls._mix(lo ^ key) + cls._mix(hi + np.uint32(0x9E3779B9) * (key | np.uint32(1))))
+            x = cls._mix(lo + cls._mix(hi ^ k2))
+            return cls._mix(cls._mix(x ^ k1) + k2)
 
     @classmethod
-    def uniform(cls, n: int) -> np.ndarray:
-        return (cls.bits(n) >> np.uint32(8)).astype(np.float32) * np.float32(1.0 / (1 << 24))
+    def bits64(cls, n: int) -> np.ndarray:
+        pairs = cls.bits(2 * n).astype(np.uint64).reshape(n, 2)
+        return (pairs[:, 0] << np.uint64(32)) | pairs[:, 1]
 
+    @classmethod
+    def uniform(cls, n: int, dtype: DType = dtypes.float32) -> np.ndarray:
+        """n values in [0, 1), each exactly representable in `dtype` (so that casting never rounds up to 1)."""
+        if dtype == dtypes.float64:
+            return (cls.bits64(n) >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+        mantissa = {dtypes.float16: 11, dtypes.bfloat16: 8}.get(dtype, 24)
+        return (cls.bits(n) >> np.uint32(32 - mantissa)).astype(np.float32) * np.float32(1.0 / (1 << mantissa))
 
 
 class CreationMixin:
@@ -100,29 +126,259 @@ class CreationMixin:
         values = steps * step + start
         return cls(values.astype(to_numpy(d)) if d != dtypes.bfloat16 else values, device=device, dtype=d, **kwargs)
 
+
+    @classmethod
+    def linspace(cls: type[Tensor], start: Scalar, stop: Scalar, steps: int, device: str | None = None,
+                 dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
+        """`steps` evenly spaced values from start to stop, both included (integer dtypes truncate, as PyTorch)."""
+        _check_count(steps, "linspace steps")
+        d = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        i = np.arange(steps, dtype=np.float64)
+        step = (float(stop) - float(start)) / (steps - 1) if steps > 1 else 0.0
+        # each half is counted from its own end, so that both ends come out exact
+        values = np.where(i < steps // 2, float(start) + i * step, float(stop) - (steps - 1 - i) * step)
+        return cls(values.astype(to_numpy(d)) if d != dtypes.bfloat16 else values, device=device, dtype=d, **kwargs)
+
+    @classmethod
+    def eye(cls: type[Tensor], n: int, m: int | None = None, device: str | None = None,
+            dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
+        """The n x m (default n x n) identity matrix, built lazily from a padded constant (no host upload)."""
+        _check_count(n, "eye n")
+        m = n if m is None else m
+        _check_count(m, "eye m")
+        d = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        k = min(n, m)
+        # k rows of (1, 0 x m), read back as k rows of m: row i then holds its 1 at column i
+        ones = Tensor.full((k, 1), 1, dtype=dtypes.int32, device=device).pad(((0, 0), (0, m)))
+        diag = ones.reshape(k * (m + 1)).shrink(((0, k * m),)).reshape(k, m).pad(((0, n - k), (0, 0)))
+        return cls(diag.cast(d).uop, device=device, **kwargs)
+
+    def empty_like(self: Tensor, **kwargs: Any) -> Tensor:
+        return type(self).empty(self.shape, **{"dtype": self.dtype, "device": self.device, **kwargs})
+
+    def const_like(self: Tensor, b: Scalar) -> Tensor:
+        """A tensor of self's shape, dtype and device filled with `b`."""
+        return self.full_like(b)
+
+    @classmethod
+    def from_blob(cls: type[Tensor], ptr: Any, shape: ShapeArg, device: str | None = None,
+                  dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
+        """A tensor holding a copy of `prod(shape)` elements of `dtype` read from host memory at `ptr` (an int
+        address or a ctypes pointer/array). tinygrad wraps the memory without copying; this one copies, so the
+        tensor stays valid after the memory is freed."""
+        sh = shape_args((shape,) if isinstance(shape, int) else tuple(shape))
+        d = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        if isinstance(ptr, (bool, str, bytes, float)):
+            raise TypeError(f"from_blob needs an int address or a ctypes pointer, got {type(ptr).__name__}")
+        if not isinstance(ptr, (int, np.integer)):
+            try:
+                ptr = ctypes.cast(ptr, ctypes.c_void_p).value
+            except (TypeError, ctypes.ArgumentError):
+                raise TypeError(f"from_blob needs an int address or a ctypes pointer, got {type(ptr).__name__}") \
+                    from None
+        dev = Device.canonicalize(device)
+        if not Device[dev].supports_dtype(d):
+            raise dtype_error(d, dev)
+        buf = Buffer(dev, prod(sh), d)
+        if buf.nbytes:
+            if not ptr:
+                raise ValueError(f"from_blob got a null pointer for {buf.nbytes} bytes of shape {sh}")
+            buf.copyin(memoryview(ctypes.string_at(int(ptr), buf.nbytes)))
+        return cls(buffer_view(buf, sh), device=dev, **kwargs)
+
+    # ---- random ----
+
     @classmethod
     def manual_seed(cls: type[Tensor], seed: int = 0) -> None:
         _RNG.seed, _RNG.counter = int(seed), 0
 
     @classmethod
+    def random_bits(cls: type[Tensor], *shape: Any, device: str | None = None, dtype: DTypeLike = dtypes.uint32,
+                    **kwargs: Any) -> Tensor:
+        """Raw generator output: every bit of every element uniformly random, in any integer dtype."""
+        sh, d = shape_args(shape), to_dtype(dtype)
+        if not d.is_int:
+            raise TypeError(f"random_bits needs an integer dtype, got {d}")
+        n = prod(sh)
+        raw = _RNG.bits64(n) if d.itemsize == 8 else _RNG.bits(n).astype(np.dtype(f"u{d.itemsize}"))
+        return cls(raw.view(to_numpy(d)).reshape(sh), device=device, dtype=d, **kwargs)
+
+    @classmethod
     def rand(cls: type[Tensor], *shape: Any, device: str | None = None, dtype: DTypeLike | None = None,
              **kwargs: Any) -> Tensor:
+        """Uniform values in [0, 1)."""
         sh = shape_args(shape)
-        d = to_dtype(dtype) if dtype is not None else dtypes.default_float
-        return cls(_RNG.uniform(prod(sh)).reshape(sh), device=device, dtype=d, **kwargs)
+        d = _float_dtype(dtype, "rand")
+        return cls(_RNG.uniform(prod(sh), d).reshape(sh), device=device, dtype=d, **kwargs)
 
     @classmethod
     def randn(cls: type[Tensor], *shape: Any, device: str | None = None, dtype: DTypeLike | None = None,
               **kwargs: Any) -> Tensor:
+        """Standard normal values (Box-Muller on two uniform draws)."""
         sh = shape_args(shape)
-        n = prod(sh)
-        u1, u2 = _RNG.uniform(n).astype(np.float64), _RNG.uniform(n).astype(np.float64)
-        z = np.sqrt(-2.0 * np.log1p(-u1)) * np.cos(2.0 * np.pi * u2)  # Box-Muller; 1-u1 is never 0
-        d = to_dtype(dtype) if dtype is not None else dtypes.default_float
-        return cls(z.astype(np.float32).reshape(sh), device=device, dtype=d, **kwargs)
+        d = _float_dtype(dtype, "randn")
+        return cls(_normal_draws(prod(sh)).reshape(sh), device=device, dtype=d, **kwargs)
+
+    def rand_like(self: Tensor, **kwargs: Any) -> Tensor:
+        return type(self).rand(self.shape, **{"dtype": self._like_dtype(kwargs, "rand_like"), "device": self.device,
+                                              **kwargs})
+
+    def randn_like(self: Tensor, **kwargs: Any) -> Tensor:
+        return type(self).randn(self.shape, **{"dtype": self._like_dtype(kwargs, "randn_like"),
+                                               "device": self.device, **kwargs})
+
+    def _like_dtype(self: Tensor, kwargs: dict[str, Any], name: str) -> DType:
+        d = to_dtype(kwargs.pop("dtype")) if kwargs.get("dtype") is not None else self.dtype
+        if not d.is_float:
+            raise TypeError(f"{name} draws floats; the tensor is {d}, pass a floating dtype with dtype=")
+        return d
 
     @classmethod
     def uniform(cls: type[Tensor], *shape: Any, low: float = 0.0, high: float = 1.0, **kwargs: Any) -> Tensor:
+        """Uniform values in [low, high); the result is a leaf (requires_grad applies to it, not to rand)."""
         requires_grad = kwargs.pop("requires_grad", None)
         out = (Tensor.rand(*shape, **kwargs) * (high - low) + low).realize()
         return out.requires_grad_(True) if requires_grad else out
+
+    @classmethod
+    def normal(cls: type[Tensor], *shape: Any, mean: float = 0.0, std: float = 1.0, **kwargs: Any) -> Tensor:
+        if std < 0:
+            raise RuntimeError(f"normal needs std >= 0, got std={std}")
+        requires_grad = kwargs.pop("requires_grad", None)
+        out = (Tensor.randn(*shape, **kwargs) * std + mean).realize()
+        return out.requires_grad_(True) if requires_grad else out
+
+    @classmethod
+    def randint(cls: type[Tensor], *shape: Any, low: int = 0, high: int = 10, dtype: DTypeLike = dtypes.int32,
+                device: str | None = None, **kwargs: Any) -> Tensor:
+        """Integers drawn uniformly from [low, high). The default dtype is int32 (tinygrad's; PyTorch's is int64)."""
+        sh, d = shape_args(shape), to_dtype(dtype)
+        for name, v in (("low", low), ("high", high)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"randint {name} must be an int, got {type(v).__name__} {v!r}")
+        low, high = int(low), int(high)
+        if low >= high:
+            raise RuntimeError(f"randint needs low < high, got low={low} >= high={high}")
+        if not d.is_float and (low < d.min or high - 1 > d.max):
+            raise ValueError(f"randint range [{low}, {high}) does not fit in {d} ([{d.min}, {d.max}])")
+        span = high - low
+        draws = _RNG.bits64(prod(sh))
+        # mod a 64-bit draw: the bias is below span / 2**64
+        offsets = draws if span >= 1 << 64 else draws % np.uint64(span)
+        with np.errstate(over="ignore"):
+            values = (offsets + np.uint64(low % (1 << 64))).view(np.int64)  # wraps to the signed value
+        if d.is_unsigned:
+            values = values.view(np.uint64)
+        out = values.astype(to_numpy(d)) if d != dtypes.bfloat16 else values.astype(np.float64)
+        return cls(out.reshape(sh), device=device, dtype=d, **kwargs)
+
+    @classmethod
+    def randperm(cls: type[Tensor], n: int, device: str | None = None, dtype: DTypeLike = dtypes.int32,
+                 **kwargs: Any) -> Tensor:
+        """A random permutation of 0..n-1 (int32 by default, tinygrad's; PyTorch's is int64)."""
+        _check_count(n, "randperm n")
+        perm = np.argsort(_RNG.bits64(n), kind="stable")
+        d = to_dtype(dtype)
+        return cls(perm.astype(to_numpy(d)) if d != dtypes.bfloat16 else perm, device=device, dtype=d, **kwargs)
+
+    @classmethod
+    def scaled_uniform(cls: type[Tensor], *shape: Any, **kwargs: Any) -> Tensor:
+        """Uniform in [-1, 1) scaled by 1/sqrt(numel)."""
+        n = prod(shape_args(shape))
+        return cls.uniform(*shape, low=-n ** -0.5 if n else -1.0, high=n ** -0.5 if n else 1.0, **kwargs)
+
+    @classmethod
+    def glorot_uniform(cls: type[Tensor], *shape: Any, **kwargs: Any) -> Tensor:
+        """Xavier/Glorot uniform: bound sqrt(6 / (fan_out + fan_in)) with fan_out = shape[0]."""
+        sh = shape_args(shape)
+        if not sh:
+            raise ValueError("glorot_uniform needs a shape with at least one dimension")
+        fans = sh[0] + prod(sh[1:])
+        bound = math.sqrt(6 / fans) if fans else 1.0
+        return cls.uniform(*shape, low=-bound, high=bound, **kwargs)
+
+    @classmethod
+    def kaiming_uniform(cls: type[Tensor], *shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
+        """He uniform for a leaky ReLU of slope `a`: bound sqrt(6 / ((1 + a^2) fan_in)), fan_in = prod(shape[1:])."""
+        fan_in = prod(shape_args(shape)[1:])
+        bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(fan_in) if fan_in else 1.0
+        return cls.uniform(*shape, low=-bound, high=bound, **kwargs)
+
+    @classmethod
+    def kaiming_normal(cls: type[Tensor], *shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
+        """He normal for a leaky ReLU of slope `a`: std sqrt(2 / ((1 + a^2) fan_in)), fan_in = prod(shape[1:])."""
+        fan_in = prod(shape_args(shape)[1:])
+        std = math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(fan_in) if fan_in else 1.0
+        return cls.normal(*shape, mean=0.0, std=std, **kwargs)
+
+    def multinomial(self: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
+        """Indices drawn from the categories of each row of `self` (1-D or 2-D non-negative weights, not
+        necessarily normalized). Without replacement an index appears at most once per row. Returns int32
+        (tinygrad's choice; PyTorch returns int64)."""
+        if self.ndim not in (1, 2):
+            raise RuntimeError(f"multinomial needs a 1-D or 2-D tensor of weights, got shape {self.shape}")
+        if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples <= 0:
+            raise RuntimeError(f"multinomial needs num_samples > 0, got {num_samples!r}")
+        if self.shape[-1] == 0:
+            raise RuntimeError("multinomial needs at least one category")
+        if not replacement and num_samples > self.shape[-1]:
+            raise RuntimeError(f"cannot draw {num_samples} samples without replacement from {self.shape[-1]} "
+                               f"categories")
+        w = self.float().numpy().astype(np.float64).reshape(-1, self.shape[-1])
+        if not np.isfinite(w).all() or (w < 0).any():
+            raise RuntimeError("multinomial weights must be finite and non-negative (got inf, nan or a negative)")
+        total = w.sum(axis=1, keepdims=True)
+        if (total <= 0).any():
+            raise RuntimeError("multinomial needs a positive weight in every row (a row sums to 0)")
+        rows, cats = w.shape
+        if replacement:
+            u = _RNG.uniform(rows * num_samples, dtypes.float64).reshape(rows, num_samples)
+            cdf = np.cumsum(w / total, axis=1)
+            idx = np.stack([np.searchsorted(c, r, side="right") for c, r in zip(cdf, u)])
+            # rounding can leave the cdf's end just below 1: a draw past it takes the last positive category
+            last = cats - 1 - np.argmax(w[:, ::-1] > 0, axis=1)
+            idx = np.minimum(idx, last[:, None])
+        else:
+            if ((w > 0).sum(axis=1) < num_samples).any():
+                raise RuntimeError(f"cannot draw {num_samples} samples without replacement: a row has fewer "
+                                   f"categories of positive weight")
+            # exponential races: the first num_samples arrivals of clocks running at rates w (rate 0 never arrives)
+            u = _RNG.uniform(rows * cats, dtypes.float64).reshape(rows, cats)
+            with np.errstate(divide="ignore"):
+                arrival = -np.log1p(-u) / w
+            idx = np.argsort(arrival, axis=1, kind="stable")[:, :num_samples]
+        out = idx.astype(np.int32).reshape(self.shape[:-1] + (num_samples,))
+        return type(self)(out, device=self.device, dtype=dtypes.int32)
+
+    def dropout(self: Tensor, p: float = 0.5) -> Tensor:
+        """While `Tensor.training`, zero each element with probability p and scale the rest by 1/(1-p);
+        otherwise the identity."""
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"dropout probability has to be between 0 and 1, got {p}")
+        if not Tensor.training or p == 0:
+            return self
+        if not self.dtype.is_float:
+            raise TypeError(f"dropout of a {self.dtype} tensor; dropout scales by 1/(1-p) and needs floats")
+        if p == 1:
+            return self * 0
+        keep = Tensor.rand(*self.shape, device=self.device) >= p
+        return keep.where(self, 0) * (1 / (1 - p))
+
+
+def _check_count(n: Any, what: str) -> None:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"{what} must be an int, got {type(n).__name__} {n!r}")
+    if n < 0:
+        raise ValueError(f"{what} must be non-negative, got {n}")
+
+
+def _float_dtype(dtype: DTypeLike | None, name: str) -> DType:
+    d = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    if not d.is_float:
+        raise TypeError(f"{name} draws floats, got dtype={d}; use randint for integers")
+    return d
+
+
+def _normal_draws(n: int) -> np.ndarray:
+    u1, u2 = _RNG.uniform(n).astype(np.float64), _RNG.uniform(n).astype(np.float64)
+    return (np.sqrt(-2.0 * np.log1p(-u1)) * np.cos(2.0 * np.pi * u2)).astype(np.float32)  # 1-u1 is never 0

@@ -1,16 +1,21 @@
-"""Movement ops. All of them are views: they build index arithmetic, never copies."""
+"""Movement ops: reshapes, pads, concatenation, windows and friends.
+
+The primitives (reshape, permute, expand, pad, shrink, flip) are views: they build index arithmetic, never copies.
+Everything else here is made of them plus, where pieces meet (cat, the padding modes, triu/tril), a `where` over
+masks that are themselves padded constants, so a whole chain stays one fused kernel and differentiates through
+the primitive gradient rules. Indexing (`t[...]`, gather, scatter) lives in indexing.py."""
 
 from __future__ import annotations
 
-import math
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tinygrad.dtype import dtypes
+from tinygrad.dtype import DType, dtypes, least_upper_dtype
 from tinygrad.helpers import prod
-from tinygrad.uop.ops import UOp
+from tinygrad.mixin.indexing import _const, _placed_mask, select
 
 if TYPE_CHECKING:
     from tinygrad.tensor import Tensor
@@ -48,8 +53,6 @@ class MovementMixin:
                              f"({prod(new)} elements); the sizes must match")
         return self._derive(self.uop.reshape(new))
 
-    view = reshape
-
     def permute(self: Tensor, *order: Any) -> Tensor:
         if len(order) == 1 and isinstance(order[0], (tuple, list)):
             order = tuple(order[0])
@@ -70,30 +73,59 @@ class MovementMixin:
                 raise ValueError(f"cannot expand shape {self.shape} to {tuple(shape)}: only size-1 dims can grow")
         return self._derive(self.uop.reshape(padded).expand(new))
 
-    def pad(self: Tensor, padding: Sequence[tuple[int, int] | None] | Sequence[int], value: float = 0.0) -> Tensor:
-        """`padding` is one (before, after) pair per dimension, or PyTorch's flat form starting at the last dim."""
-        pairs: list[tuple[int, int]]
-        if padding and all(isinstance(p, int) for p in padding):
-            flat = [int(p) for p in padding]  # type: ignore[arg-type]
-            if len(flat) % 2:
-                raise ValueError(f"flat padding needs an even number of entries, got {padding}")
-            pairs = [(0, 0)] * self.ndim
-            for i in range(len(flat) // 2):
-                pairs[self.ndim - 1 - i] = (flat[2 * i], flat[2 * i + 1])
-        else:
-            pairs = [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]  # type: ignore[index]
-        if len(pairs) != self.ndim:
-            raise ValueError(f"padding {padding} has {len(pairs)} entries for a tensor with {self.ndim} dimensions")
+    def view(self: Tensor, *shape: Any) -> Tensor:
+        """An alias of reshape (movement ops never copy here, so every reshape is a view). `view(dtype)`
+        reinterprets the bytes as PyTorch's does, for dtypes of one size."""
+        if len(shape) == 1 and isinstance(shape[0], DType):
+            return self.bitcast(shape[0])
+        return self.reshape(*shape)
+
+    def pad(self: Tensor, padding: Sequence[tuple[int, int] | None] | Sequence[int], mode: str = "constant",
+            value: float = 0.0) -> Tensor:
+        """Pad with `value` (mode "constant"), the mirror image without the edge ("reflect"), copies of the edge
+        ("replicate") or the other end of the axis ("circular").
+
+        `padding` is one (before, after) pair or None per dimension (tinygrad's form), or PyTorch's flat form
+        (before, after, before, after, ...) starting at the last dimension. Negative amounts crop."""
+        pairs = _pad_pairs(self, padding)
+        if mode not in PAD_MODES:
+            raise ValueError(f"padding mode {mode!r} is not one of {', '.join(PAD_MODES)}")
+        if mode != "constant" and value != 0:
+            raise ValueError(f"padding mode {mode!r} takes no value (got value={value}); use mode='constant'")
         if any(b < 0 or a < 0 for b, a in pairs):
-            # negative padding crops, as in PyTorch
+            # negative padding crops first, as in PyTorch
+            for d, ((b, a), s) in enumerate(zip(pairs, self.shape)):
+                if max(0, -b) + max(0, -a) > s:
+                    raise ValueError(f"padding {padding} crops more than the {s} elements of dimension {d} "
+                                     f"(shape {self.shape})")
             x = self.shrink(tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(pairs, self.shape)))
-            return x.pad([(max(0, b), max(0, a)) for b, a in pairs], value)
+            return x.pad([(max(0, b), max(0, a)) for b, a in pairs], mode, value)
+        if mode != "constant":
+            x = self
+            for d, (b, a) in enumerate(pairs):
+                if b or a:
+                    x = _pad_dim(x, d, b, a, mode)
+            return x
         out = self._derive(self.uop.pad(tuple(pairs)))
         if value != 0:
-            mask = Tensor(UOp.const(dtypes.bool, True).reshape((1,) * self.ndim).expand(self.shape).pad(tuple(pairs)),
-                          device=self.device)
-            out = mask.where(out, value)
+            out = select(_placed_mask(self.shape, tuple(pairs)), out, _const(out, value))
         return out
+
+    def pad_to(self: Tensor, *shape: Any) -> Tensor:
+        """Pad at the end of each dimension up to `shape` (None keeps a dimension)."""
+        sizes = _sizes_or_none(self, shape, "pad_to")
+        for d, (s, n) in enumerate(zip(self.shape, sizes)):
+            if n is not None and n < s:
+                raise ValueError(f"pad_to{tuple(sizes)}: dimension {d} has size {s}, more than {n}; use shrink_to")
+        return self.pad([(0, 0 if n is None else n - s) for s, n in zip(self.shape, sizes)])
+
+    def shrink_to(self: Tensor, *shape: Any) -> Tensor:
+        """Keep the first `shape[d]` elements of each dimension d (None keeps a dimension)."""
+        sizes = _sizes_or_none(self, shape, "shrink_to")
+        for d, (s, n) in enumerate(zip(self.shape, sizes)):
+            if n is not None and n > s:
+                raise ValueError(f"shrink_to{tuple(sizes)}: dimension {d} has size {s}, less than {n}; use pad_to")
+        return self.shrink(tuple(None if n is None else (0, n) for n in sizes))
 
     def shrink(self: Tensor, bounds: Sequence[tuple[int, int] | None]) -> Tensor:
         if len(bounds) != self.ndim:
@@ -136,78 +168,409 @@ class MovementMixin:
         d = self._axis(dim, self.ndim + 1)
         return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
 
-    def __getitem__(self: Tensor, index: Any) -> Tensor:
-        return getitem(self, index)
 
+    def unflatten(self: Tensor, dim: int, sizes: Sequence[int]) -> Tensor:
+        """Split dimension `dim` into `sizes` (one entry may be -1); the inverse of flatten."""
+        d = self._axis(dim)
+        sizes = tuple(int(s) for s in sizes)
+        known = prod(s for s in sizes if s != -1)
+        if (-1 not in sizes and known != self.shape[d]) or (-1 in sizes and (known == 0 or self.shape[d] % known)):
+            raise ValueError(f"unflatten: sizes {sizes} do not multiply to the size {self.shape[d]} of dimension {d} "
+                             f"(shape {self.shape})")
+        return self.reshape(self.shape[:d] + sizes + self.shape[d + 1:])
 
-def getitem(t: Tensor, index: Any) -> Tensor:
-    """Basic indexing: ints, slices (any step), None and Ellipsis."""
-    idx = index if isinstance(index, tuple) else (index,)
-    for i in idx:
-        if isinstance(i, Tensor) or isinstance(i, (list, np.ndarray)):
-            raise NotImplementedError("indexing with tensors or lists is not supported yet; use basic slicing")
-        if isinstance(i, float):
-            # IndexError, as PyTorch and numpy raise for a float index
-            raise IndexError(f"tensor indices must be ints, slices, None or ..., not float ({i})")
-    n_real = sum(1 for i in idx if i is not None and i is not Ellipsis)
-    if sum(1 for i in idx if i is Ellipsis) > 1:
-        raise IndexError("an index can only have a single ellipsis (...)")
-    if n_real > t.ndim:
-        raise IndexError(f"too many indices ({n_real}) for a tensor of shape {t.shape}")
-    if Ellipsis in idx:
-        at = idx.index(Ellipsis)
-        idx = idx[:at] + (slice(None),) * (t.ndim - n_real) + idx[at + 1:]
-    else:
-        idx = idx + (slice(None),) * (t.ndim - n_real)
-    bounds, flips, steps, final_shape = [], [], [], []
-    dim = 0
-    for i in idx:
-        if i is None:
-            final_shape.append(("new", 1))
-            continue
-        size = t.shape[dim]
-        if isinstance(i, (int, np.integer)) and not isinstance(i, bool):
-            if not -size <= i < size:
-                raise IndexError(f"index {i} is out of bounds for dimension {dim} with size {size}")
-            j = int(i) % size
-            bounds.append((j, j + 1))
-            flips.append(False)
-            steps.append(1)
-            final_shape.append(("drop", dim))
-        elif isinstance(i, slice):
-            start, stop, step = i.indices(size)
-            if step == 0:
-                raise ValueError("slice step cannot be zero")
-            if step > 0:
-                n = max(0, math.ceil((stop - start) / step))
-                bounds.append((start, start + max(0, (n - 1) * step + 1) if n else start))
-                flips.append(False)
-            else:
-                n = max(0, math.ceil((start - stop) / -step))
-                lo = start - (n - 1) * (-step) if n else start
-                bounds.append((lo, start + 1) if n else (0, 0))
-                flips.append(True)
-            steps.append(abs(step))
-            final_shape.append(("keep", dim))
+    # ---- joining and splitting ----
+    def cat(self: Tensor, *args: Tensor, dim: int = 0) -> Tensor:
+        """Concatenate along `dim`: `a.cat(b, c, dim=1)`, `Tensor.cat(a, b)` or `Tensor.cat([a, b])`. Mixed dtypes
+        promote as in PyTorch; a 1-D empty tensor is skipped, as PyTorch does for legacy code."""
+        tensors = _tensor_list(self, args, "cat")
+        ref = next((t for t in tensors if t.shape != (0,)), tensors[0])
+        parts = [t for t in tensors if t.shape != (0,) or ref.ndim == 1]
+        if ref.ndim == 0:
+            raise ValueError("cat of 0-d tensors: they have no dimension to join along; use stack")
+        d = ref._axis(dim)
+        for i, t in enumerate(parts):
+            if t.ndim != ref.ndim or any(a != b for k, (a, b) in enumerate(zip(t.shape, ref.shape)) if k != d):
+                raise ValueError(f"cat along dimension {d}: shapes {ref.shape} and {t.shape} (tensor {i}) must match "
+                                 f"in every other dimension")
+        out_dtype = least_upper_dtype(*(t.dtype for t in parts))
+        parts = [t.cast(out_dtype) for t in parts]
+        if len(parts) == 1:
+            return parts[0]
+        total = sum(t.shape[d] for t in parts)
+        out: Tensor | None = None
+        offset = 0
+        for t in parts:
+            n = t.shape[d]
+            pairs = tuple((offset, total - offset - n) if k == d else (0, 0) for k in range(t.ndim))
+            placed = t._derive(t.uop.pad(pairs))
+            # a where, not a sum of the padded pieces: that keeps -0.0 and needs no add for bool
+            out = placed if out is None else select(_placed_mask(t.shape, pairs), placed, out)
+            offset += n
+        assert out is not None
+        return out
+
+    def stack(self: Tensor, *args: Tensor, dim: int = 0) -> Tensor:
+        """Join tensors of one shape along a new dimension `dim`."""
+        tensors = _tensor_list(self, args, "stack")
+        for i, t in enumerate(tensors):
+            if t.shape != tensors[0].shape:
+                raise ValueError(f"stack needs tensors of one shape, got {tensors[0].shape} (tensor 0) and {t.shape} "
+                                 f"(tensor {i})")
+        d = tensors[0]._axis(dim, tensors[0].ndim + 1)
+        return Tensor.cat(*[t.unsqueeze(d) for t in tensors], dim=d)
+
+    def split(self: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+        """Pieces of `sizes` elements along `dim` (an int: equal pieces, the last one smaller), as views."""
+        d = self._axis(dim)
+        n = self.shape[d]
+        if isinstance(sizes, (int, np.integer)):
+            if sizes < 0 or (sizes == 0 and n != 0):
+                raise ValueError(f"split size must be positive (0 only for an empty dimension), got {sizes} for "
+                                 f"dimension {d} of size {n}")
+            step = int(sizes)
+            lengths = [min(step, n - i) for i in range(0, n, step)] if n else [0]
         else:
-            raise IndexError(f"invalid index {i!r} of type {type(i).__name__}; use ints, slices, None or ...")
-        dim += 1
-    x = t.shrink(tuple(bounds)) if bounds else t
-    if any(flips):
-        x = x.flip(tuple(i for i, f in enumerate(flips) if f))
-    if any(s != 1 for s in steps):
-        # take every s-th element: pad to a multiple of s, split off the step, keep index 0
-        pads = [(0, (-x.shape[d]) % s if x.shape[d] else 0) for d, s in enumerate(steps)]
-        x = x.pad(pads)
-        split = []
-        for d, s in enumerate(steps):
-            split += [x.shape[d] // s, s]
-        x = x.reshape(tuple(split)).shrink(tuple((0, v) if k % 2 == 0 else (0, 1) for k, v in enumerate(split)))
-        x = x.reshape(tuple(split[0::2]))
-    shape = []
-    for kind, v in final_shape:
-        if kind == "new":
-            shape.append(1)
-        elif kind == "keep":
-            shape.append(x.shape[v])
-    return x.reshape(tuple(shape))
+            lengths = [int(s) for s in sizes]
+            if any(s < 0 for s in lengths):
+                raise ValueError(f"split sizes must not be negative, got {list(sizes)}")
+            if sum(lengths) != n:
+                raise ValueError(f"split sizes {list(sizes)} sum to {sum(lengths)}, not to the size {n} of "
+                                 f"dimension {d} (shape {self.shape})")
+        out, start = [], 0
+        for length in lengths:
+            out.append(self.shrink(tuple((start, start + length) if k == d else None for k in range(self.ndim))))
+            start += length
+        return tuple(out)
+
+    def chunk(self: Tensor, chunks: int, dim: int = 0) -> list[Tensor]:
+        """At most `chunks` pieces of ceil(size / chunks) elements along `dim` (PyTorch's rule: possibly fewer)."""
+        if not isinstance(chunks, (int, np.integer)) or chunks <= 0:
+            raise ValueError(f"chunk needs a positive number of chunks, got {chunks!r}")
+        d = self._axis(dim)
+        n = self.shape[d]
+        if n == 0:
+            return [self] * int(chunks)
+        return list(self.split(-(-n // int(chunks)), d))
+
+    # ---- repeating ----
+    def repeat(self: Tensor, *repeats: Any) -> Tensor:
+        """Tile the tensor: `repeats[i]` copies along dimension i (extra leading entries add dimensions)."""
+        reps = _int_args(repeats, "repeat")
+        if len(reps) < self.ndim:
+            raise ValueError(f"repeat needs at least one count per dimension: {reps} for shape {self.shape}")
+        if any(r < 0 for r in reps):
+            raise ValueError(f"repeat counts must not be negative, got {reps}")
+        base = (1,) * (len(reps) - self.ndim) + self.shape
+        spread = tuple(v for s in base for v in (1, s))
+        tiled = tuple(v for r, s in zip(reps, base) for v in (r, s))
+        return self.reshape(spread).expand(tiled).reshape(tuple(r * s for r, s in zip(reps, base)))
+
+    def repeat_interleave(self: Tensor, repeats: int | Sequence[int] | Tensor, dim: int | None = None) -> Tensor:
+        """Repeat each element `repeats` times along `dim` (the flattened tensor when dim is None). Per-element
+        counts (a list or a tensor) decide the output size, so a tensor of counts is realized to read them."""
+        x = self.flatten() if dim is None else self
+        d = 0 if dim is None else x._axis(dim)
+        if isinstance(repeats, (int, np.integer)) and not isinstance(repeats, bool):
+            if repeats < 0:
+                raise ValueError(f"repeat_interleave count must not be negative, got {repeats}")
+            shape = x.shape
+            spread = x.reshape(shape[:d + 1] + (1,) + shape[d + 1:])
+            return spread.expand(shape[:d + 1] + (int(repeats),) + shape[d + 1:]).flatten(d, d + 1)
+        counts = np.asarray(repeats.numpy() if isinstance(repeats, Tensor) else repeats).reshape(-1)
+        if counts.dtype.kind not in "iu":
+            raise TypeError(f"repeat_interleave counts must be integers, got {counts.dtype}")
+        if counts.size == 1:
+            return x.repeat_interleave(int(counts[0]), d)
+        if counts.size != x.shape[d] or (counts < 0).any():
+            raise ValueError(f"repeat_interleave needs one non-negative count per element of dimension {d} "
+                             f"(size {x.shape[d]}), got {counts.tolist()}")
+        picks = np.repeat(np.arange(x.shape[d]), counts)
+        return x[(slice(None),) * d + (picks,)]
+
+    # ---- windows, diagonals, rolls ----
+    def unfold(self: Tensor, dim: int, size: int, step: int) -> Tensor:
+        """PyTorch's Tensor.unfold: every window of `size` elements along `dim`, starting every `step` elements.
+        The windows become dimension `dim`; their elements a new last dimension."""
+        if self.ndim == 0:
+            raise ValueError("unfold needs a tensor with at least one dimension")
+        d = self._axis(dim)
+        n = self.shape[d]
+        if size < 0 or size > n:
+            raise ValueError(f"unfold window size {size} does not fit dimension {d} of size {n} (shape {self.shape})")
+        if step <= 0:
+            raise ValueError(f"unfold step must be positive, got {step}")
+        others = [k for k in range(self.ndim) if k != d]
+        x = self.permute(others + [d])
+        lead, count = x.shape[:-1], n - size + 1
+        nopad, whole = ((0, 0),) * len(lead), (None,) * len(lead)
+        # size copies of the row, each re-read one element later (a row stride of n+1): row j holds x[j:j+count]
+        rows = x.unsqueeze(-2).expand(lead + (size, n)).reshape(lead + (size * n,)).pad(nopad + ((0, size),))
+        rows = rows.reshape(lead + (size, n + 1)).shrink(whole + ((0, size), (0, count)))
+        windows = rows.transpose(-1, -2)[(Ellipsis, slice(None, None, step), slice(None))]  # (..., windows, size)
+        order = list(range(len(lead)))
+        order.insert(d, len(lead))
+        return windows.permute(order + [len(lead) + 1])
+
+    def roll(self: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
+        """Shift elements along `dims` by `shifts`, wrapping around (the flattened tensor when dims is None)."""
+        if dims is None:
+            if not isinstance(shifts, (int, np.integer)) and len(shifts) != 1:
+                raise ValueError(f"roll without dims takes one shift, got {shifts}")
+            shift = int(shifts) if isinstance(shifts, (int, np.integer)) else int(shifts[0])
+            return self.flatten().roll(shift, 0).reshape(self.shape)
+        shift_list = [shifts] if isinstance(shifts, (int, np.integer)) else list(shifts)
+        dim_list = [dims] if isinstance(dims, (int, np.integer)) else list(dims)
+        if len(shift_list) != len(dim_list):
+            raise ValueError(f"roll needs one shift per dimension, got shifts={shifts} and dims={dims}")
+        x = self
+        for shift, dim in zip(shift_list, dim_list):
+            d = x._axis(dim)
+            n = x.shape[d]
+            if n == 0 or int(shift) % n == 0:
+                continue
+            s = int(shift) % n
+            # two copies back to back along d, read from n-s: no data moves, only the view
+            twice = x.unsqueeze(d).expand(x.shape[:d] + (2,) + x.shape[d:]).flatten(d, d + 1)
+            x = twice.shrink(tuple((n - s, 2 * n - s) if k == d else None for k in range(x.ndim)))
+        return x
+
+    def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+        """The diagonal of the (dim1, dim2) planes, `offset` above (positive) or below the main one, as a new
+        last dimension."""
+        a, b = self._axis(dim1), self._axis(dim2)
+        if a == b:
+            raise ValueError(f"diagonal needs two different dimensions, got {dim1} and {dim2}")
+        x = self.permute([k for k in range(self.ndim) if k not in (a, b)] + [a, b])
+        lead, (rows, cols) = x.shape[:-2], x.shape[-2:]
+        nopad, whole = ((0, 0),) * len(lead), (None,) * len(lead)
+        r0, c0 = (0, min(offset, cols)) if offset >= 0 else (min(-offset, rows), 0)
+        m = max(0, min(rows - r0, cols - c0))
+        square = x.shrink(whole + ((r0, r0 + m), (c0, c0 + m)))
+        # read the m*m square with a row stride of m+1: element i of the first column is square[i, i]
+        flat = square.reshape(lead + (m * m,)).pad(nopad + ((0, m),)).reshape(lead + (m, m + 1))
+        return flat.shrink(whole + ((0, m), (0, 1))).reshape(lead + (m,))
+
+    def diag(self: Tensor, diagonal: int = 0) -> Tensor:
+        """PyTorch's diag: a 1-D tensor becomes a square matrix with it on diagonal `diagonal`; a matrix gives that
+        diagonal as a 1-D tensor."""
+        if self.ndim == 2:
+            return self.diagonal(diagonal)
+        if self.ndim != 1:
+            raise ValueError(f"diag needs a 1-D or 2-D tensor, got shape {self.shape}")
+        n, k = self.shape[0], abs(diagonal)
+        # rows of [x_i, 0, ..., 0] (length n+1) read n at a time put x_i at column i
+        square = self.reshape(n, 1).pad(((0, 0), (0, n))).reshape(n * (n + 1)).shrink(((0, n * n),)).reshape(n, n)
+        return square.pad(((0, k), (k, 0)) if diagonal >= 0 else ((k, 0), (0, k)))
+
+    def triu(self: Tensor, diagonal: int = 0) -> Tensor:
+        """Zero everything below diagonal `diagonal` of the last two dimensions."""
+        return _triangle(self, diagonal, upper=True)
+
+    def tril(self: Tensor, diagonal: int = 0) -> Tensor:
+        """Zero everything above diagonal `diagonal` of the last two dimensions."""
+        return _triangle(self, diagonal, upper=False)
+
+    def meshgrid(self: Tensor, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+        """Coordinate grids of 1-D tensors: `Tensor.meshgrid(x, y)`. indexing "ij" (matrix) gives shape
+        (len(x), len(y)); "xy" (Cartesian) swaps the first two dimensions."""
+        if indexing not in ("ij", "xy"):
+            raise ValueError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
+        tensors = _tensor_list(self, args, "meshgrid")
+        for i, t in enumerate(tensors):
+            if t.ndim > 1:
+                raise ValueError(f"meshgrid takes 0-d or 1-D tensors, tensor {i} has shape {t.shape}")
+        flat = [t.reshape(-1) for t in tensors]
+        swap = indexing == "xy" and len(flat) > 1
+        if swap:
+            flat[0], flat[1] = flat[1], flat[0]
+        shape = tuple(t.shape[0] for t in flat)
+        k = len(flat)
+        grids = [t.reshape((1,) * i + (t.shape[0],) + (1,) * (k - i - 1)).expand(shape) for i, t in enumerate(flat)]
+        if swap:
+            grids[0], grids[1] = grids[1], grids[0]
+        return tuple(grids)
+
+    def rearrange(self: Tensor, formula: str, **sizes: int) -> Tensor:
+        """einops-style rearrangement: `x.rearrange("b c (h w) -> b (c h) w", h=2)`. Names stand for axes,
+        parentheses group axes into one dimension, `1` or `()` is a dimension of size 1 and `...` stands for the
+        dimensions not named."""
+        return _rearrange(self, formula, sizes)
+
+
+PAD_MODES = ("constant", "reflect", "replicate", "circular")
+
+
+def _pad_pairs(t: Tensor, padding: Sequence[tuple[int, int] | None] | Sequence[int]) -> list[tuple[int, int]]:
+    pairs: list[tuple[int, int]]
+    if padding and all(isinstance(p, (int, np.integer)) for p in padding):
+        flat = [int(p) for p in padding]  # type: ignore[arg-type]
+        if len(flat) % 2 or len(flat) > 2 * t.ndim:
+            raise ValueError(f"flat padding needs an even number of entries, at most two per dimension; got "
+                             f"{tuple(padding)} for shape {t.shape}")
+        pairs = [(0, 0)] * t.ndim
+        for i in range(len(flat) // 2):
+            pairs[t.ndim - 1 - i] = (flat[2 * i], flat[2 * i + 1])
+        return pairs
+    pairs = [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]  # type: ignore[index]
+    if len(pairs) != t.ndim:
+        raise ValueError(f"padding {padding} has {len(pairs)} entries for a tensor with {t.ndim} dimensions")
+    return pairs
+
+
+def _pad_dim(x: Tensor, d: int, before: int, after: int, mode: str) -> Tensor:
+    n = x.shape[d]
+
+    def part(lo: int, hi: int) -> Tensor:
+        return x.shrink(tuple((lo, hi) if k == d else None for k in range(x.ndim)))
+
+    if mode == "reflect":
+        if before >= n or after >= n:
+            raise ValueError(f"reflect padding ({before}, {after}) of dimension {d} must be smaller than its size {n} "
+                             f"(shape {x.shape})")
+        left, right = part(1, before + 1).flip(d), part(n - 1 - after, n - 1).flip(d)
+    elif mode == "replicate":
+        if n == 0:
+            raise ValueError(f"replicate padding of dimension {d}, which is empty (shape {x.shape})")
+        left = part(0, 1).expand(x.shape[:d] + (before,) + x.shape[d + 1:])
+        right = part(n - 1, n).expand(x.shape[:d] + (after,) + x.shape[d + 1:])
+    else:
+        if before > n or after > n:
+            raise ValueError(f"circular padding ({before}, {after}) of dimension {d} wraps around more than once: at "
+                             f"most its size {n} (shape {x.shape})")
+        left, right = part(n - before, n), part(0, after)
+    return Tensor.cat(*[p for p in (left, x, right) if p.shape[d]] or [x], dim=d)
+
+
+def _tensor_list(first: Any, rest: Sequence[Any], name: str) -> list[Tensor]:
+    # Tensor.cat([a, b]) calls the method with the list as `self`
+    tensors = [*first, *rest] if isinstance(first, (list, tuple)) else [first, *rest]
+    if not tensors:
+        raise ValueError(f"{name} needs at least one tensor")
+    for i, t in enumerate(tensors):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} takes tensors, argument {i} is {type(t).__name__}")
+        if t.device != tensors[0].device:
+            raise RuntimeError(f"{name} mixes tensors on {tensors[0].device} and {t.device}; move one with .to()")
+    return tensors
+
+
+def _int_args(args: tuple[Any, ...], name: str) -> tuple[int, ...]:
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        args = tuple(args[0])
+    for a in args:
+        if not isinstance(a, (int, np.integer)) or isinstance(a, bool):
+            raise TypeError(f"{name} takes ints, got {type(a).__name__} {a!r}")
+    return tuple(int(a) for a in args)
+
+
+def _sizes_or_none(t: Tensor, shape: tuple[Any, ...], name: str) -> tuple[int | None, ...]:
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    if len(shape) != t.ndim:
+        raise ValueError(f"{name}{shape}: one size per dimension of {t.shape} needed")
+    for s in shape:
+        if s is not None and (not isinstance(s, (int, np.integer)) or isinstance(s, bool) or s < 0):
+            raise ValueError(f"{name}{shape}: sizes must be non-negative ints or None")
+    return tuple(None if s is None else int(s) for s in shape)
+
+
+def _triangle(x: Tensor, diagonal: int, upper: bool) -> Tensor:
+    if x.ndim < 2:
+        name = "triu" if upper else "tril"
+        raise ValueError(f"{name} needs a tensor with at least 2 dimensions, got shape {x.shape}")
+    rows, cols = x.shape[-2:]
+    r = Tensor.arange(rows, device=x.device, dtype=dtypes.int32).reshape(rows, 1)
+    c = Tensor.arange(cols, device=x.device, dtype=dtypes.int32).reshape(1, cols)
+    inside = (c - r >= diagonal) if upper else (c - r <= diagonal)
+    return select(inside, x, _const(x, 0))
+
+
+# ---- rearrange ----
+
+_TOKEN = re.compile(r"\.\.\.|…|\(|\)|[^\s()]+")
+
+
+def _parse_side(side: str, formula: str) -> list[list[str]]:
+    """One side of a rearrange formula as its dimensions, each the list of axis names it merges. A bare `...` is
+    the entry ["..."]; a parenthesized one, (["..."], ...), is marked by a leading "(" entry."""
+    groups: list[list[str]] = []
+    current: list[str] | None = None
+    for tok in _TOKEN.findall(side):
+        if tok == "(":
+            if current is not None:
+                raise ValueError(f"rearrange {formula!r}: nested parentheses")
+            current = ["("]
+        elif tok == ")":
+            if current is None:
+                raise ValueError(f"rearrange {formula!r}: unbalanced parentheses")
+            groups.append(current)
+            current = None
+        else:
+            name = "..." if tok in ("...", "…") else tok
+            if name == "1":
+                if current is None:
+                    groups.append(["("])
+                continue
+            if name != "..." and not name.isidentifier():
+                raise ValueError(f"rearrange {formula!r}: {tok!r} is not an axis name")
+            if current is None:
+                groups.append([name])
+            else:
+                current.append(name)
+    if current is not None:
+        raise ValueError(f"rearrange {formula!r}: unbalanced parentheses")
+    return groups
+
+
+def _rearrange(t: Tensor, formula: str, sizes: dict[str, int]) -> Tensor:
+    if formula.count("->") != 1:
+        raise ValueError(f"rearrange {formula!r}: needs exactly one '->'")
+    left_text, right_text = formula.split("->")
+    lhs, rhs = _parse_side(left_text, formula), _parse_side(right_text, formula)
+    left_names = [n for g in lhs for n in g if n != "("]
+    right_names = [n for g in rhs for n in g if n != "("]
+    for side, names in (("left", left_names), ("right", right_names)):
+        if len(set(names)) != len(names):
+            raise ValueError(f"rearrange {formula!r}: an axis name repeats on the {side} side")
+    if set(left_names) != set(right_names):
+        raise ValueError(f"rearrange {formula!r}: the two sides name different axes "
+                         f"({sorted(set(left_names) ^ set(right_names))})")
+    for name in sizes:
+        if name not in left_names:
+            raise ValueError(f"rearrange {formula!r}: size given for {name!r}, which the formula does not use")
+    if any("..." in g and g[0] == "(" for g in lhs):
+        raise ValueError(f"rearrange {formula!r}: '...' cannot be inside parentheses on the left side")
+    n_named = len(lhs) - (1 if ["..."] in lhs else 0)
+    if ("..." in left_names and n_named > t.ndim) or ("..." not in left_names and len(lhs) != t.ndim):
+        raise ValueError(f"rearrange {formula!r}: the left side has {len(lhs)} dimensions, the tensor {t.ndim} "
+                         f"(shape {t.shape})")
+    # '...' stands for the dimensions that no other name covers
+    ell = [f"...{i}" for i in range(t.ndim - n_named)]
+
+    def expand_ellipsis(groups: list[list[str]]) -> list[list[str]]:
+        out: list[list[str]] = []
+        for g in groups:
+            if g == ["..."]:
+                out += [[e] for e in ell]
+            else:
+                out.append([e for n in g if n != "(" for e in (ell if n == "..." else [n])])
+        return out
+
+    lhs, rhs = expand_ellipsis(lhs), expand_ellipsis(rhs)
+    axis_size: dict[str, int] = {}
+    for g, dim_size in zip(lhs, t.shape):
+        unknown = [n for n in g if n not in sizes]
+        known = prod(sizes[n] for n in g if n in sizes)
+        if len(unknown) > 1:
+            raise ValueError(f"rearrange {formula!r}: cannot infer the sizes of {unknown} from one dimension of size "
+                             f"{dim_size}; pass all but one as keywords")
+        if (unknown and (known == 0 or dim_size % known)) or (not unknown and known != dim_size):
+            raise ValueError(f"rearrange {formula!r}: sizes {({n: sizes[n] for n in g if n in sizes})} do not fit a "
+                             f"dimension of size {dim_size}")
+        for n in g:
+            axis_size[n] = sizes[n] if n in sizes else dim_size // known
+    order = [n for g in lhs for n in g]
+    x = t.reshape(tuple(axis_size[n] for n in order))
+    x = x.permute([order.index(n) for g in rhs for n in g])
+    return x.reshape(tuple(prod(axis_size[n] for n in g) for g in rhs))

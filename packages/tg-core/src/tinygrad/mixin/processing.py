@@ -1,10 +1,21 @@
-"""Linear algebra and the processing ops built on it (convolutions, pooling, ...)."""
+"""Linear algebra and the processing ops built on it: matmul, einsum, convolutions, pooling, interpolation.
+
+Convolution and pooling share one lowering: pad the input, then build every sliding window with movement
+ops only (`_windows`: reshape/expand/shrink/permute, all views), so that a convolution is
+`(windows * weight).sum(cin, k...)` - one fused reduce kernel, with no im2col buffer - and gradients come
+from the rules of those primitive ops.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from tinygrad.dtype import least_upper_dtype
+import numpy as np
+
+from tinygrad.dtype import DType, DTypeLike, dtypes, least_upper_dtype, to_dtype
+from tinygrad.helpers import prod
 from tinygrad.mixin.common import broadcast_shape
 
 if TYPE_CHECKING:
@@ -12,35 +23,624 @@ if TYPE_CHECKING:
 else:
     Tensor = None  # bound to the real class by tinygrad.tensor once it is defined (the modules import each other)
 
+Pads = list[tuple[int, int]]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# argument helpers
+
+
+def _ints(v: int | Sequence[int], n: int, name: str, minimum: int = 1) -> tuple[int, ...]:
+    """One int per spatial dimension, from an int or a sequence of n ints."""
+    t = (v,) * n if isinstance(v, (int, np.integer)) else tuple(v)
+    if len(t) != n or not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in t):
+        raise ValueError(f"{name} must be an int or {n} ints (one per spatial dimension), got {v!r}")
+    if any(i < minimum for i in t):
+        raise ValueError(f"{name} must be >= {minimum}, got {v!r}")
+    return tuple(int(i) for i in t)
+
+
+def _pads(padding: int | Sequence[int], n: int, name: str = "padding") -> Pads:
+    """(before, after) per spatial dimension, in dimension order, from an int, one int per dimension, or
+    tinygrad's 2*n form, which is PyTorch's F.pad order: (last_before, last_after, second_last_before, ...)."""
+    if isinstance(padding, (int, np.integer)):
+        return [(int(padding), int(padding))] * n
+    p = tuple(padding)
+    if not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in p):
+        raise ValueError(f"{name} must hold ints, got {padding!r}")
+    if len(p) == n:
+        return [(int(i), int(i)) for i in p]
+    if len(p) == 2 * n:
+        return [(int(p[2 * i]), int(p[2 * i + 1])) for i in range(n)][::-1]
+    raise ValueError(f"{name} {padding!r} needs 1, {n} or {2 * n} entries for {n} spatial dimensions")
+
+
+def _pad_spatial(x: Tensor, pads: Pads, value: float = 0.0) -> Tensor:
+    if all(p == (0, 0) for p in pads):
+        return x
+    return x.pad([None] * (x.ndim - len(pads)) + list(pads), value=value)
+
+
+def _fit(x: Tensor, lengths: Sequence[int]) -> Tensor:
+    """Crop or zero-extend the last len(lengths) dims at their end to the given lengths."""
+    n = len(lengths)
+    pads = [(0, want - have) for want, have in zip(lengths, x.shape[-n:])]
+    return _pad_spatial(x, pads)  # a negative "after" crops
+
+
+def _windows(x: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
+             outs: tuple[int, ...]) -> Tensor:
+    """Every sliding window of the last n dims as a view: (..., i1..in) -> (..., o1..on, k1..kn), with
+    result[..., o, k] = x[..., o*stride + k*dilation] (per dimension). `outs` are the window counts; the input
+    must be long enough for them."""
+    n = len(kernel)
+    pre = x.shape[:-n]
+    npre = len(pre)
+    if all(k <= s for k, s in zip(kernel, stride)) and all(d == 1 for d in dilation):
+        # windows that do not overlap: split each dim into (o, s) and keep the first k of every step
+        x = _fit(x, [o * s for o, s in zip(outs, stride)])
+        x = x.reshape(pre + tuple(v for o, s in zip(outs, stride) for v in (o, s)))
+        x = x.shrink([None] * npre + [b for o, k in zip(outs, kernel) for b in ((0, o), (0, k))])
+    else:
+        # Overlapping (or dilated) windows repeat elements, which only an expand can do. Lay e copies of each
+        # row of length L end to end and read them back in rows of L + d: row k then starts k*d further into the
+        # data, so element (k, j) is x[j + k*d]. Keeping every s-th j of the first o*s gives x[o*s + k*d].
+        lens = [o * s + d * (k - 1) for o, s, k, d in zip(outs, stride, kernel, dilation)]
+        x = _fit(x, lens)
+        reps = [math.ceil(k * (ln + d) / ln) for k, ln, d in zip(kernel, lens, dilation)]
+        x = x.reshape(pre + tuple(v for ln in lens for v in (1, ln)))
+        x = x.expand(pre + tuple(v for e, ln in zip(reps, lens) for v in (e, ln)))
+        x = x.reshape(pre + tuple(e * ln for e, ln in zip(reps, lens)))
+        x = x.shrink([None] * npre + [(0, k * (ln + d)) for k, ln, d in zip(kernel, lens, dilation)])
+        x = x.reshape(pre + tuple(v for k, ln, d in zip(kernel, lens, dilation) for v in (k, ln + d)))
+        x = x.shrink([None] * npre + [b for k, o, s in zip(kernel, outs, stride) for b in ((0, k), (0, o * s))])
+        x = x.reshape(pre + tuple(v for k, o, s in zip(kernel, outs, stride) for v in (k, o, s)))
+        x = x.shrink([None] * npre + [b for k, o in zip(kernel, outs) for b in ((0, k), (0, o), (0, 1))])
+        x = x.reshape(pre + tuple(v for k, o in zip(kernel, outs) for v in (k, o)))
+        # (..., k1, o1, k2, o2, ...) -> (..., o1..on, k1..kn)
+        return x.permute(list(range(npre)) + [npre + 2 * i + 1 for i in range(n)] + [npre + 2 * i for i in range(n)])
+    # (..., o1, k1, o2, k2, ...) -> (..., o1..on, k1..kn)
+    return x.permute(list(range(npre)) + [npre + 2 * i for i in range(n)] + [npre + 2 * i + 1 for i in range(n)])
+
+
+def _acc_dtype(out: DType, dtype: DTypeLike | None) -> tuple[DType, DType]:
+    """(accumulation dtype, result dtype) of a sum of products: half floats accumulate in float32, as PyTorch's CPU
+    kernels do; an explicit dtype is both (tinygrad's `dtype=` argument)."""
+    if dtype is not None:
+        d = to_dtype(dtype)
+        return d, d
+    return (dtypes.float32 if out.is_float and out.itemsize < 4 else out), out
+
+
+def _pool_geometry(name: str, spatial: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, ...],
+                   dilation: tuple[int, ...], pads: Pads, ceil_mode: bool) -> tuple[tuple[int, ...], Pads]:
+    """Output sizes, and per dim the (before, after) padding including the extra that ceil_mode's last, partial
+    window reads past the padded input."""
+    outs, full = [], []
+    for i, k, s, d, (pb, pa) in zip(spatial, kernel, stride, dilation, pads):
+        eff = d * (k - 1) + 1
+        if pb < 0 or pa < 0 or 2 * max(pb, pa) > eff:
+            raise ValueError(f"{name}: padding must be between 0 and half the effective kernel size, got padding "
+                             f"{(pb, pa)} for kernel size {k} with dilation {d}")
+        span = i + pb + pa - eff
+        if span < 0:
+            raise ValueError(f"{name}: the kernel (size {k}, dilation {d}, so {eff} wide) is larger than the padded "
+                             f"input ({i} + {pb + pa} padding)")
+        o = (-(-span // s) if ceil_mode else span // s) + 1
+        if ceil_mode and (o - 1) * s >= i + pb:
+            o -= 1  # PyTorch: the last window must start inside the input or its left padding
+        outs.append(o)
+        full.append((pb, pa + max(0, (o - 1) * s + eff - (i + pb + pa))))
+    return tuple(outs), full
+
+
+def _pool_args(x: Tensor, name: str, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None,
+               dilation: int | Sequence[int], padding: int | Sequence[int]) -> tuple[Any, ...]:
+    ks = _ints(kernel_size, 2 if isinstance(kernel_size, (int, np.integer)) else len(tuple(kernel_size)),
+               "kernel_size")
+    n = len(ks)
+    if x.ndim < n:
+        raise ValueError(f"{name} with a {n}-D kernel needs an input with at least {n} dimensions, got {x.shape}")
+    st = ks if stride is None or (not isinstance(stride, int) and len(tuple(stride)) == 0) else \
+        _ints(stride, n, "stride")
+    return ks, st, _ints(dilation, n, "dilation"), _pads(padding, n), n
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# interpolation weights (host side: sizes are static, so each resampled axis is a small constant matrix)
+
+_INTERP_MODES = ("nearest", "nearest-exact", "linear", "bilinear", "trilinear", "bicubic", "cubic")
+
+
+def _nearest_index(i: int, o: int, scale: float | None, exact: bool) -> np.ndarray:
+    # PyTorch computes these in float32, and so must we: floor() of o*scale is discontinuous
+    sc = np.float32(1.0 / scale) if scale is not None and scale > 0 else np.float32(i) / np.float32(o)
+    dst = np.arange(o, dtype=np.float32) + (np.float32(0.5) if exact else np.float32(0))
+    return np.minimum(np.floor(dst * sc).astype(np.int64), i - 1)
+
+
+def _source_coords(i: int, o: int, scale: float | None, align_corners: bool, cubic: bool) -> np.ndarray:
+    dst = np.arange(o, dtype=np.float64)
+    if align_corners:
+        return dst * ((i - 1) / (o - 1) if o > 1 else 0.0)
+    sc = 1.0 / scale if scale is not None and scale > 0 else i / o
+    src = sc * (dst + 0.5) - 0.5
+    return src if cubic else np.maximum(src, 0.0)
+
+
+def _cubic_weights(t: np.ndarray, a: float = -0.75) -> list[np.ndarray]:
+    """Keys' cubic convolution kernel at distances t+1, t, 1-t, 2-t (a = -0.75, as PyTorch)."""
+    def near(x: np.ndarray) -> np.ndarray:  # |x| <= 1
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x: np.ndarray) -> np.ndarray:  # 1 < |x| < 2
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return [far(t + 1), near(t), near(1 - t), far(2 - t)]
+
+
+def _interp_matrix(mode: str, i: int, o: int, scale: float | None, align_corners: bool) -> np.ndarray:
+    """W (o, i) with out = W @ in along one axis."""
+    w = np.zeros((o, i), dtype=np.float64)
+    rows = np.arange(o)
+    if mode in ("nearest", "nearest-exact"):
+        w[rows, _nearest_index(i, o, scale, mode == "nearest-exact")] = 1.0
+    elif mode == "linear":
+        src = _source_coords(i, o, scale, align_corners, cubic=False)
+        i0 = np.minimum(src.astype(np.int64), i - 1)
+        i1 = np.minimum(i0 + 1, i - 1)
+        lam = np.clip(src - i0, 0.0, 1.0)
+        np.add.at(w, (rows, i0), 1.0 - lam)
+        np.add.at(w, (rows, i1), lam)
+    else:
+        src = _source_coords(i, o, scale, align_corners, cubic=True)
+        base = np.floor(src).astype(np.int64)
+        for tap, wt in enumerate(_cubic_weights(src - base)):
+            np.add.at(w, (rows, np.clip(base - 1 + tap, 0, i - 1)), wt)  # taps outside the input repeat its edge
+    return w
+
+
+def _resample_axis(x: Tensor, axis: int, mode: str, o: int, scale: float | None, align_corners: bool) -> Tensor:
+    i = x.shape[axis]
+    w = _interp_matrix(mode, i, o, scale, align_corners)
+    if o == i and np.array_equal(w, np.eye(i)):
+        return x
+    if mode.startswith("nearest") and i > 0:
+        src = w.argmax(1)
+        if o % i == 0 and np.array_equal(src, np.arange(o) // (o // i)):
+            # whole-number upsampling repeats each element: a view (reshape + expand)
+            f = o // i
+            x = x.unsqueeze(axis + 1)
+            return x.expand(x.shape[:axis + 1] + (f,) + x.shape[axis + 2:]).flatten(axis, axis + 1)
+    moved = x.transpose(axis, -1)
+    # float32 weights upload on every device (not all have float64); float64 inputs get float64 weights. Half
+    # floats are resampled with float32 weights and rounded once at the end.
+    wt = Tensor(w.T.astype(np.float64 if x.dtype == dtypes.float64 else np.float32), device=x.device)
+    if not x.dtype.is_float:
+        wt = wt.cast(x.dtype)  # nearest on integers: a 0/1 matrix keeps the values exact
+    return (moved @ wt).cast(x.dtype).transpose(axis, -1)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# einsum parsing
+
+
+def _einsum_terms(formula: str, operands: Sequence[Tensor]) -> tuple[list[list[Any]], list[Any]]:
+    """Labels of each operand (letters, and ('...', j) for the j-th ellipsis dim counted from the right) and of
+    the output."""
+    f = "".join(formula.split())
+    if f.count("->") > 1 or ("-" in f.replace("->", "")) or (">" in f.replace("->", "")):
+        raise ValueError(f"einsum(): the formula {formula!r} must have at most one '->'")
+    lhs, arrow, rhs = f.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(operands):
+        raise ValueError(f"einsum(): the formula {formula!r} has subscripts for {len(terms)} operand(s), but "
+                         f"{len(operands)} were given")
+
+    def parse(term: str, where: str) -> tuple[list[Any], int]:
+        if term.count("...") > 1 or term.replace("...", "").count("."):
+            raise ValueError(f"einsum(): {where} subscripts {term!r} may hold '...' once and no other '.'")
+        labels: list[Any] = []
+        for c in term.replace("...", "*"):
+            if c != "*" and not (c.isascii() and c.isalpha()):
+                raise ValueError(f"einsum(): invalid subscript {c!r} in {where} {term!r}; use letters a-z, A-Z")
+            labels.append(c)
+        return labels, labels.index("*") if "*" in labels else -1
+
+    in_labels: list[list[Any]] = []
+    n_ell = 0
+    for k, (term, t) in enumerate(zip(terms, operands)):
+        labels, at = parse(term, f"operand {k}")
+        named = len(labels) - (at >= 0)
+        if (at < 0 and named != t.ndim) or (at >= 0 and named > t.ndim):
+            raise ValueError(f"einsum(): subscripts {term!r} name {named} dimension(s), but operand {k} has shape "
+                             f"{t.shape} ({t.ndim} dimensions)")
+        ell = t.ndim - named
+        n_ell = max(n_ell, ell if at >= 0 else 0)
+        if at >= 0:
+            labels[at:at + 1] = [("...", j) for j in range(ell - 1, -1, -1)]
+        in_labels.append(labels)
+    ell_labels = [("...", j) for j in range(n_ell - 1, -1, -1)]
+    if arrow:
+        out, at = parse(rhs, "output")
+        if at >= 0:
+            out[at:at + 1] = ell_labels
+        seen = {lb for labels in in_labels for lb in labels}
+        for lb in out:
+            if lb not in seen:
+                raise ValueError(f"einsum(): output subscript {lb!r} does not appear in the inputs of {formula!r}")
+        if len(set(out)) != len(out):
+            raise ValueError(f"einsum(): output subscripts {rhs!r} repeat a label")
+        return in_labels, out
+    counts: dict[str, int] = {}
+    for labels in in_labels:
+        for lb in labels:
+            if isinstance(lb, str):
+                counts[lb] = counts.get(lb, 0) + 1
+    return in_labels, ell_labels + sorted(lb for lb, c in counts.items() if c == 1)
+
+
+def _diagonal(x: Tensor, labels: list[Any], k: int) -> tuple[Tensor, list[Any]]:
+    """Collapse every label that an operand repeats onto its diagonal (x[i, i] for 'ii')."""
+    while True:
+        dup = next((lb for lb in labels if labels.count(lb) > 1), None)
+        if dup is None:
+            return x, labels
+        p = labels.index(dup)
+        q = labels.index(dup, p + 1)
+        if x.shape[p] != x.shape[q]:
+            raise ValueError(f"einsum(): subscript {dup} is repeated for operand {k} but the sizes differ, "
+                             f"{x.shape[p]} != {x.shape[q]}")
+        n = x.shape[p]
+        keep = [a for a in range(x.ndim) if a not in (p, q)]
+        x = x.permute(keep + [p, q]).flatten(-2)
+        # the diagonal of an n x n block is every (n+1)-th element of its flat form
+        x = x.pad([None] * len(keep) + [(0, n)]).reshape(x.shape[:-1] + (n, n + 1))
+        x = x.shrink([None] * (x.ndim - 1) + [(0, 1)]).reshape(x.shape[:-1])
+        labels = [labels[a] for a in keep] + [dup]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+
 
 class ProcessingMixin:
     __slots__ = ()
 
-    def dot(self: Tensor, w: Tensor) -> Tensor:
-        return self.matmul(w)
+    # ---- products ----
+    def dot(self: Tensor, w: Tensor, dtype: DTypeLike | None = None) -> Tensor:
+        """Matrix product (`self @ w`); `dtype` is the accumulation and result dtype."""
+        return self.matmul(w, dtype=dtype)
 
-    def matmul(self: Tensor, w: Tensor) -> Tensor:
-        if not isinstance(w, Tensor):
-            raise TypeError(f"matmul needs a Tensor, got {type(w).__name__}")
-        if self.ndim == 0 or w.ndim == 0:
-            raise ValueError(f"matmul needs tensors with at least one dimension, got {self.shape} and {w.shape}")
-        x = self.unsqueeze(0) if self.ndim == 1 else self
-        y = w.unsqueeze(-1) if w.ndim == 1 else w
-        if x.shape[-1] != y.shape[-2]:
-            raise ValueError(f"matmul of shapes {self.shape} and {w.shape}: the inner sizes {x.shape[-1]} and "
-                             f"{y.shape[-2]} differ; transpose or reshape one operand")
+    def matmul(self: Tensor, x: Tensor, reverse: bool = False, dtype: DTypeLike | None = None) -> Tensor:
+        """PyTorch's matmul: 1-D operands are vectors, leading dims broadcast. `reverse` computes x @ self."""
+        if not isinstance(x, Tensor):
+            raise TypeError(f"matmul needs a Tensor, got {type(x).__name__}")
+        a, b = (x, self) if reverse else (self, x)
+        if a.ndim == 0 or b.ndim == 0:
+            raise ValueError(f"matmul needs tensors with at least one dimension, got {a.shape} and {b.shape}")
+        xa = a.unsqueeze(0) if a.ndim == 1 else a
+        yb = b.unsqueeze(-1) if b.ndim == 1 else b
+        if xa.shape[-1] != yb.shape[-2]:
+            raise ValueError(f"matmul of shapes {a.shape} and {b.shape}: the inner sizes {xa.shape[-1]} and "
+                             f"{yb.shape[-2]} differ; transpose or reshape one operand")
         try:
-            batch = broadcast_shape(x.shape[:-2], y.shape[:-2])
+            batch = broadcast_shape(xa.shape[:-2], yb.shape[:-2])
         except ValueError:
-            raise ValueError(f"matmul of shapes {self.shape} and {w.shape}: the batch dimensions {x.shape[:-2]} and "
-                             f"{y.shape[:-2]} cannot be broadcast together") from None
-        n, k, m = x.shape[-2], x.shape[-1], y.shape[-1]
-        xb = x.expand(batch + (n, k)).reshape(batch + (n, 1, k))
-        yb = y.expand(batch + (k, m)).transpose(-1, -2).reshape(batch + (1, m, k))
-        out_dtype = least_upper_dtype(x.dtype, y.dtype)
-        out = (xb * yb).sum(-1, dtype=out_dtype)  # integer products stay in their dtype, as in PyTorch
-        if self.ndim == 1:
+            raise ValueError(f"matmul of shapes {a.shape} and {b.shape}: the batch dimensions {xa.shape[:-2]} and "
+                             f"{yb.shape[:-2]} cannot be broadcast together") from None
+        n, k, m = xa.shape[-2], xa.shape[-1], yb.shape[-1]
+        acc, out_dtype = _acc_dtype(least_upper_dtype(xa.dtype, yb.dtype), dtype)
+        xe = xa.cast(acc).expand(batch + (n, k)).reshape(batch + (n, 1, k))
+        ye = yb.cast(acc).expand(batch + (k, m)).transpose(-1, -2).reshape(batch + (1, m, k))
+        out = (xe * ye).sum(-1, dtype=acc).cast(out_dtype)  # integer products stay in their dtype, as in PyTorch
+        if a.ndim == 1:
             out = out.squeeze(-2)
-        if w.ndim == 1:
+        if b.ndim == 1:
             out = out.squeeze(-1)
         return out
+
+    def image_dot(self: Tensor, w: Tensor, dtype: DTypeLike | None = None) -> Tensor:
+        """`dot` with tinygrad's name for the variant that, on Qualcomm GPUs, keeps operands in image textures. Here
+        it is exactly `dot` (same results on every device); the texture layout is a backend concern."""
+        return self.dot(w, dtype=dtype)
+
+    @staticmethod
+    def einsum(formula: str, *operands: Tensor | Sequence[Tensor], dtype: DTypeLike | None = None) -> Tensor:
+        """Einstein summation, as torch.einsum: repeated subscripts in one operand take a diagonal, '...' broadcasts,
+        and without '->' the output is the subscripts used once, in alphabetical order, after the '...' dims."""
+        ops: list[Tensor] = list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) \
+            else list(operands)  # type: ignore[arg-type]
+        if not ops or not all(isinstance(t, Tensor) for t in ops):
+            raise TypeError("einsum needs a formula and at least one Tensor operand")
+        in_labels, out_labels = _einsum_terms(formula, ops)
+        sizes: dict[Any, int] = {}
+        reduced: list[Tensor] = []
+        label_lists: list[list[Any]] = []
+        for k, (t, labels) in enumerate(zip(ops, in_labels)):
+            t, labels = _diagonal(t, labels, k)
+            for lb, s in zip(labels, t.shape):
+                if sizes.get(lb, 1) != 1 and s != 1 and sizes[lb] != s:
+                    name = "the '...' dimensions" if isinstance(lb, tuple) else f"subscript {lb}"
+                    raise ValueError(f"einsum(): {name} has size {s} for operand {k}, which does not broadcast with "
+                                     f"the size {sizes[lb]} seen before")
+                sizes[lb] = s if sizes.get(lb, 1) == 1 else sizes[lb]
+            reduced.append(t)
+            label_lists.append(labels)
+        summed = [lb for lb in sizes if lb not in out_labels]
+        order = list(out_labels) + summed
+        full = tuple(sizes[lb] for lb in order)
+        acc, out_dtype = _acc_dtype(least_upper_dtype(*(t.dtype for t in ops)), dtype)
+        prod_t: Tensor | None = None
+        for t, labels in zip(reduced, label_lists):
+            present = sorted(range(len(labels)), key=lambda a: order.index(labels[a]))
+            t = t.permute(present) if present else t
+            shape = tuple(t.shape[present.index(labels.index(lb))] if lb in labels else 1 for lb in order)
+            t = t.cast(acc).reshape(shape).expand(full)
+            prod_t = t if prod_t is None else prod_t * t
+        assert prod_t is not None
+        axes = tuple(range(len(out_labels), len(order)))
+        out = prod_t.sum(axes, dtype=acc) if axes else prod_t
+        return out.cast(out_dtype)
+
+    # ---- convolution ----
+    def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
+               stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1,
+               padding: int | str | Sequence[int] = 0, dtype: DTypeLike | None = None) -> Tensor:
+        """Convolution (PyTorch's cross-correlation) over any number of spatial dims: the weight (cout, cin/groups,
+        k1..kn) decides n, so 3-D and 5-D inputs give conv1d and conv3d. The input is (batch, cin, i1..in), or
+        (cin, i1..in) unbatched. `padding`: an int, one int per dim, tinygrad's 2*n form in F.pad order (last dim
+        first, before/after), or 'same' / 'valid'. `dtype`: accumulation and result dtype."""
+        if not isinstance(weight, Tensor) or weight.ndim < 3:
+            raise ValueError(f"conv2d needs a weight of shape (cout, cin/groups, k1, ...) with at least one spatial "
+                             f"dim, got {getattr(weight, 'shape', weight)!r}")
+        n = weight.ndim - 2
+        kernel = weight.shape[2:]
+        dil = _ints(dilation, n, "dilation")
+        st = _ints(stride, n, "stride")
+        if isinstance(padding, str):
+            if padding == "valid":
+                pads: Pads = [(0, 0)] * n
+            elif padding == "same":
+                if any(s != 1 for s in st):
+                    raise ValueError("conv2d: padding='same' is not supported for strided convolutions")
+                pads = [(d * (k - 1) // 2, d * (k - 1) - d * (k - 1) // 2) for d, k in zip(dil, kernel)]
+            else:
+                raise ValueError(f"conv2d: padding must be an int, ints, 'same' or 'valid', got {padding!r}")
+        else:
+            pads = _pads(padding, n)
+            if any(b < 0 or a < 0 for b, a in pads):
+                raise ValueError(f"conv2d: negative padding {padding!r}")
+        return _conv(self, weight, bias, groups, st, dil, pads, dtype, "conv2d")
+
+    def image_conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
+                     stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1,
+                     padding: int | Sequence[int] = 0, dtype: DTypeLike | None = None) -> Tensor:
+        """`conv2d` with tinygrad's name for the variant that, on Qualcomm GPUs, lays activations and weights out as
+        image textures. Here it is exactly `conv2d` (same arguments, same results on every device)."""
+        return self.conv2d(weight, bias, groups, stride, dilation, padding, dtype)
+
+    def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
+                         stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1,
+                         padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0) -> Tensor:
+        """Transposed convolution (the gradient of conv2d with respect to its input), over any number of spatial
+        dims; weight is (cin, cout/groups, k1..kn). Output size per dim: (i-1)*stride - pad_before - pad_after +
+        dilation*(k-1) + output_padding + 1."""
+        if not isinstance(weight, Tensor) or weight.ndim < 3:
+            raise ValueError(f"conv_transpose2d needs a weight of shape (cin, cout/groups, k1, ...), got "
+                             f"{getattr(weight, 'shape', weight)!r}")
+        n = weight.ndim - 2
+        x = self.unsqueeze(0) if self.ndim == n + 1 else self
+        if x.ndim != n + 2:
+            raise ValueError(f"conv_transpose2d: a weight of shape {weight.shape} needs an input of {n + 2} (or "
+                             f"{n + 1}, unbatched) dimensions, got shape {self.shape}")
+        cin, cout_g, kernel = weight.shape[0], weight.shape[1], weight.shape[2:]
+        _check_groups("conv_transpose2d", groups, cin, "input channels of the weight (dim 0)")
+        if x.shape[1] != cin:
+            raise ValueError(f"conv_transpose2d: weight of shape {weight.shape} expects an input with {cin} channels "
+                             f"(dim 1), but the input of shape {self.shape} has {x.shape[1]}")
+        st, dil = _ints(stride, n, "stride"), _ints(dilation, n, "dilation")
+        pads = _pads(padding, n)
+        opad = _ints(output_padding, n, "output_padding", minimum=0)
+        for o, s, d in zip(opad, st, dil):
+            if o >= max(s, d):
+                raise ValueError(f"conv_transpose2d: output_padding {output_padding!r} must be smaller than either "
+                                 f"stride {stride!r} or dilation {dilation!r}")
+        if any(b < 0 or a < 0 for b, a in pads):
+            raise ValueError(f"conv_transpose2d: negative padding {padding!r}")
+        spatial = x.shape[2:]
+        if any(s > 1 for s in st) and all(i > 0 for i in spatial):
+            # spread the input out: stride-1 zeros between neighbours
+            pre = x.shape[:2]
+            x = x.reshape(pre + tuple(v for i in spatial for v in (i, 1)))
+            x = x.pad([None, None] + [p for s in st for p in ((0, 0), (0, s - 1))])
+            x = x.reshape(pre + tuple(i * s for i, s in zip(spatial, st)))
+            x = x.shrink([None, None] + [(0, (i - 1) * s + 1) for i, s in zip(spatial, st)])
+        w = weight.reshape((groups, cin // groups, cout_g) + kernel).transpose(1, 2)
+        w = w.reshape((groups * cout_g, cin // groups) + kernel).flip(tuple(range(2, n + 2)))
+        conv_pads = [(d * (k - 1) - b, d * (k - 1) - a + o) for d, k, (b, a), o in zip(dil, kernel, pads, opad)]
+        out = _conv(x, w, bias, groups, (1,) * n, dil, conv_pads, None, "conv_transpose2d")
+        return out.squeeze(0) if self.ndim == n + 1 else out
+
+    # ---- pooling ----
+    def max_pool2d(self: Tensor, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
+                   dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, ceil_mode: bool = False,
+                   return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+        """Max over windows of the last len(kernel_size) dims (an int kernel_size means 2 dims); stride defaults
+        to kernel_size, padding is implicit -inf. With return_indices, also the int64 position of each maximum in
+        its input plane (flattened spatial dims, first maximum on ties), as PyTorch, for max_unpool2d."""
+        ks, st, dil, pads, n = _pool_args(self, "max_pool2d", kernel_size, stride, dilation, padding)
+        spatial = self.shape[-n:]
+        outs, full = _pool_geometry("max_pool2d", spatial, ks, st, dil, pads, ceil_mode)
+        fill = -math.inf if self.dtype.is_float else (False if self.dtype.is_bool else self.dtype.min)
+        win = _windows(_pad_spatial(self, full, fill), ks, st, dil, outs)
+        k_axes = tuple(range(-n, 0))
+        out = win.max(k_axes)
+        if not return_indices:
+            return out
+        plane = prod(spatial)
+        idx = Tensor.arange(plane, device=self.device, dtype=dtypes.int32).reshape(spatial)
+        idx_win = _windows(_pad_spatial(idx, full, plane), ks, st, dil, outs)
+        # the first position (in scan order, where indices grow) that holds the maximum
+        first = (win == out.reshape(out.shape + (1,) * n)).where(idx_win, plane).min(k_axes)
+        return out, first.cast(dtypes.int64)
+
+    def max_unpool2d(self: Tensor, indices: Tensor, kernel_size: int | Sequence[int] = (2, 2),
+                     stride: int | Sequence[int] | None = None, dilation: int | Sequence[int] = 1,
+                     padding: int | Sequence[int] = 0, output_size: Sequence[int] | None = None) -> Tensor:
+        """The inverse of max_pool2d: each value goes to the flat position `indices` gives it in its output plane,
+        the rest is zero. The output size is (i-1)*stride - 2*padding + dilation*(k-1) + 1 per dim unless
+        output_size (the full shape or its spatial dims) says otherwise."""
+        ks, st, dil, pads, n = _pool_args(self, "max_unpool2d", kernel_size, stride, dilation, padding)
+        if not isinstance(indices, Tensor) or indices.shape != self.shape:
+            raise ValueError(f"max_unpool2d: indices must be a Tensor of the input's shape {self.shape}, got "
+                             f"{getattr(indices, 'shape', indices)!r}")
+        if indices.dtype.is_float:
+            raise TypeError(f"max_unpool2d: indices must be integers, got {indices.dtype}")
+        pre, spatial = self.shape[:-n], self.shape[-n:]
+        if output_size is None:
+            outs = tuple((i - 1) * s - b - a + d * (k - 1) + 1
+                         for i, s, (b, a), d, k in zip(spatial, st, pads, dil, ks))
+        else:
+            outs = tuple(int(v) for v in tuple(output_size)[-n:])
+            if len(outs) != n:
+                raise ValueError(f"max_unpool2d: output_size {output_size!r} needs at least {n} entries")
+        plane = prod(outs)
+        values = self.reshape(pre + (prod(spatial), 1))
+        hit = indices.reshape(pre + (prod(spatial), 1)) == Tensor.arange(plane, device=self.device,
+                                                                           dtype=indices.dtype)
+        # Overlapping pooling windows can pick one element twice, so an index may repeat; its copies hold one value,
+        # which the max over the hits returns exactly (a sum would count it twice).
+        lowest = -math.inf if self.dtype.is_float else (False if self.dtype.is_bool else self.dtype.min)
+        out = hit.any(-2).where(hit.where(values, lowest).max(-2), False if self.dtype.is_bool else 0)
+        if self.requires_grad:
+            # PyTorch's gradient: every input position gets the output gradient at its index, copies included.
+            # That is the gradient of the sum over hits; add it with a forward value of zero.
+            total = hit.where(values, 0).sum(-2, dtype=self.dtype)
+            out = out.detach() + (total - total.detach())
+        return out.reshape(pre + outs)
+
+    def avg_pool2d(self: Tensor, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
+                   dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, ceil_mode: bool = False,
+                   count_include_pad: bool = True) -> Tensor:
+        """Mean over windows of the last len(kernel_size) dims. count_include_pad counts the zero padding in the
+        divisor; positions that ceil_mode's last window reads past the padded input never count (PyTorch)."""
+        ks, st, dil, pads, n = _pool_args(self, "avg_pool2d", kernel_size, stride, dilation, padding)
+        x = self._float()
+        spatial = x.shape[-n:]
+        outs, full = _pool_geometry("avg_pool2d", spatial, ks, st, dil, pads, ceil_mode)
+        k_axes = tuple(range(-n, 0))
+        total = _windows(_pad_spatial(x, full), ks, st, dil, outs).sum(k_axes)
+        if count_include_pad and full == pads:
+            return total / prod(ks)
+        # how many positions of each window count: ones over what counts, zeros elsewhere, pooled the same way (at
+        # the input's full shape, so that both sums run in one kernel instead of broadcasting a separate one)
+        counted = Tensor.ones(x.shape, device=x.device, dtype=x.dtype)
+        if count_include_pad:
+            counted = _pad_spatial(counted, pads, 1.0)
+            full = [(0, a - pa) for (_, a), (_, pa) in zip(full, pads)]
+        divisor = _windows(_pad_spatial(counted, full), ks, st, dil, outs).sum(k_axes)
+        return total / divisor
+
+    # ---- resampling ----
+    def interpolate(self: Tensor, size: int | Sequence[int] | None = None, mode: str = "linear",
+                    align_corners: bool = False, scale_factor: float | Sequence[float] | None = None,
+                    recompute_scale_factor: bool | None = None) -> Tensor:
+        """Resize the last len(size) dims (tinygrad: any number of leading dims) to `size`, or by `scale_factor`
+        (PyTorch: a float scales all dims after the first two). Modes: nearest, nearest-exact, linear (also named
+        bilinear/trilinear; any number of dims), bicubic/cubic (Keys, a=-0.75), with PyTorch's index rules."""
+        if mode not in _INTERP_MODES:
+            raise ValueError(f"interpolate: unknown mode {mode!r}; choose one of {', '.join(_INTERP_MODES)}")
+        kind = "nearest" if mode == "nearest" else "nearest-exact" if mode == "nearest-exact" else \
+            "linear" if mode in ("linear", "bilinear", "trilinear") else "cubic"
+        if align_corners and kind.startswith("nearest"):
+            raise ValueError("interpolate: align_corners can only be set with the interpolating modes linear, "
+                             "bilinear, trilinear and bicubic")
+        if (size is None) == (scale_factor is None):
+            raise ValueError("interpolate: give exactly one of size and scale_factor")
+        if size is not None:
+            n = len(tuple(size)) if not isinstance(size, (int, np.integer)) else self.ndim - 2
+            if not 1 <= n <= self.ndim:
+                raise ValueError(f"interpolate: cannot resize {n} dims of a tensor of shape {self.shape}")
+            sizes = _ints(size, n, "size", minimum=1)
+            scales: tuple[float | None, ...] = (None,) * n
+        else:
+            one = isinstance(scale_factor, (int, float))
+            n = self.ndim - 2 if one else len(tuple(scale_factor))  # type: ignore[arg-type]
+            if not 1 <= n <= self.ndim:
+                raise ValueError(f"interpolate: cannot resize {n} dims of a tensor of shape {self.shape}")
+            factors = tuple(float(v) for v in ((scale_factor,) * n if one else scale_factor))  # type: ignore
+            if len(factors) != n or any(v <= 0 for v in factors):
+                raise ValueError(f"interpolate: scale_factor {scale_factor!r} must be positive, one per dim")
+            sizes = tuple(math.floor(i * v) for i, v in zip(self.shape[self.ndim - n:], factors))
+            if any(o < 1 for o in sizes):
+                raise ValueError(f"interpolate: scale_factor {scale_factor!r} gives the empty output size {sizes}")
+            scales = (None,) * n if recompute_scale_factor else factors
+        x = self._float() if not kind.startswith("nearest") else self
+        for axis, o, sc in zip(range(self.ndim - n, self.ndim), sizes, scales):
+            if x.shape[axis] == 0:
+                raise ValueError(f"interpolate: cannot resize an empty dimension of shape {self.shape}")
+            x = _resample_axis(x, axis, kind, o, sc, align_corners)
+        return x
+
+    # ---- optimisation ----
+    def newton_schulz(self: Tensor, steps: int, params: Sequence[float], eps: float = 1.0e-7) -> Tensor:
+        """Orthogonalise the last two dims by the Newton-Schulz iteration for odd polynomials (the Muon optimizer's
+        step): scale to unit Frobenius norm, then `steps` times X <- sum_i params[i] * (X X^T)^i X. With params
+        (1.5, -0.5) it converges to U V^T of the SVD; Muon's quintic is (3.4445, -4.7750, 2.0315)."""
+        if self.ndim < 2:
+            raise ValueError(f"newton_schulz needs a matrix (or a batch of them), got shape {self.shape}")
+        if not params:
+            raise ValueError("newton_schulz needs at least one polynomial coefficient in params")
+        if self.shape[-2] > self.shape[-1]:
+            # iterate on the wide orientation: X X^T is then the smaller Gram matrix
+            return self.transpose(-2, -1).newton_schulz(steps, params, eps).transpose(-2, -1)
+        x = self / (self.square().sum((-2, -1), keepdim=True).sqrt() + eps)
+        for _ in range(steps):
+            gram = x @ x.transpose(-2, -1)
+            term, total = x, x * params[0]
+            for p in params[1:]:
+                term = gram @ term
+                total = total + term * p
+            x = total
+        return x
+
+
+def _check_groups(name: str, groups: int, channels: int, what: str) -> None:
+    if not isinstance(groups, (int, np.integer)) or isinstance(groups, bool) or groups < 1:
+        raise ValueError(f"{name}: groups must be a positive int, got {groups!r}")
+    if channels % groups:
+        raise ValueError(f"{name}: groups={groups} must divide the {channels} {what}")
+
+
+def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, stride: tuple[int, ...],
+          dilation: tuple[int, ...], pads: Pads, dtype: DTypeLike | None, name: str) -> Tensor:
+    n = weight.ndim - 2
+    unbatched = x.ndim == n + 1
+    if unbatched:
+        x = x.unsqueeze(0)
+    if x.ndim != n + 2:
+        raise ValueError(f"{name}: a weight of shape {weight.shape} needs an input of {n + 2} dimensions (batch, "
+                         f"channels, {n} spatial) or {n + 1} unbatched, got shape {x.shape}")
+    bs, cin, spatial = x.shape[0], x.shape[1], x.shape[2:]
+    cout, cin_g, kernel = weight.shape[0], weight.shape[1], weight.shape[2:]
+    _check_groups(name, groups, cout, "output channels of the weight (dim 0)")
+    if cin != cin_g * groups:
+        raise ValueError(f"{name}: given groups={groups}, a weight of shape {weight.shape} expects an input with "
+                         f"{cin_g * groups} channels (dim 1), but the input of shape {x.shape} has {cin}")
+    if bias is not None and (not isinstance(bias, Tensor) or bias.shape != (cout,)):
+        raise ValueError(f"{name}: bias must have shape ({cout},), one value per output channel, got "
+                         f"{getattr(bias, 'shape', bias)!r}")
+    padded = [i + b + a for i, (b, a) in zip(spatial, pads)]
+    if any(p < d * (k - 1) + 1 for p, d, k in zip(padded, dilation, kernel)):
+        raise ValueError(f"{name}: padded input size per channel {tuple(padded)} is smaller than the (dilated) kernel "
+                         f"size {tuple(d * (k - 1) + 1 for d, k in zip(dilation, kernel))}; the kernel cannot be "
+                         f"larger than the padded input")
+    outs = tuple((p - d * (k - 1) - 1) // s + 1 for p, d, k, s in zip(padded, dilation, kernel, stride))
+    acc, out_dtype = _acc_dtype(least_upper_dtype(x.dtype, weight.dtype), dtype)
+    win = _windows(_pad_spatial(x.cast(acc), pads), kernel, stride, dilation, outs)
+    win = win.reshape((bs, groups, 1, cin_g) + outs + kernel)
+    w = weight.cast(acc).reshape((1, groups, cout // groups, cin_g) + (1,) * n + kernel)
+    out = (win * w).sum((3,) + tuple(range(4 + n, 4 + 2 * n)), dtype=acc)
+    out = out.reshape((bs, cout) + outs).cast(out_dtype)
+    if bias is not None:
+        out = out + bias.reshape((1, cout) + (1,) * n)
+    return out.squeeze(0) if unbatched else out

@@ -1,12 +1,27 @@
-"""Reductions over axes."""
+"""Reductions over axes, and the ops built on them: statistics, arg-extremes, softmax and friends, cumulative
+scans, sorting.
+
+Everything here is lazy and made of Tensor ops, so gradients come from the ordinary autograd rules. Two building
+blocks carry the ops that are not plain reductions:
+
+* `_scan`: an inclusive scan (cumsum, cumprod, running max, running logsumexp) along the last axis. Each output
+  element reduces a *window* of the input, a view built from pad/expand/reshape/shrink without copying. Windows of
+  all n positions would cost n*n work, so the axis is cut into blocks of `SCAN_BLOCK`: scan inside each block
+  (n*SCAN_BLOCK work), scan the n/SCAN_BLOCK block totals the same way (recursively), and combine. Work is
+  O(n * SCAN_BLOCK), memory O(n): the windows are views that fuse into their reduction, never buffers.
+* `_take_last`: gather along the last axis by comparing each index with every position (a one-hot mask that
+  fuses into a sum). O(m * n) work for m indices into n positions, O(m) memory, no host round trip, and the
+  gradient reaches exactly the gathered elements. Sorting ranks by comparison the same way: O(n * n) work,
+  O(n) memory per row.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from tinygrad.dtype import DTypeLike, sum_acc_dtype, to_dtype
+from tinygrad.dtype import DType, DTypeLike, dtypes, sum_acc_dtype, to_dtype
 from tinygrad.helpers import prod
 from tinygrad.uop.ops import Ops
 
@@ -15,58 +30,382 @@ if TYPE_CHECKING:
 else:
     Tensor = None  # bound to the real class by tinygrad.tensor once it is defined (the modules import each other)
 
+Axis = int | Sequence[int] | None
+
+# block length of the blocked scans (see the module docstring); a plain module variable so that tests can
+# make it small and reach the blocked path with small inputs
+SCAN_BLOCK = 64
+
+
+def _pick(axis: Axis, dim: Axis) -> Axis:
+    """PyTorch spells the axis `dim=`, tinygrad `axis=`; both are accepted."""
+    return dim if dim is not None else axis
+
+
+def _lowest(d: DType) -> float | int | bool:
+    """The identity of max: the smallest value of the dtype (-inf for floats)."""
+    return -math.inf if d.is_float else d.min
+
+
+def _isnan(x: Tensor) -> Tensor:
+    return x != x
+
+
+def _isinf(x: Tensor) -> Tensor:
+    return (x == math.inf) | (x == -math.inf)
+
+
+def _reversed_order(x: Tensor) -> Tensor:
+    """An order-reversing map that never overflows: -x for floats (NaN stays NaN), ~x for integers and bool."""
+    return -x if x.dtype.is_float else ~x
+
 
 class ReduceMixin:
     __slots__ = ()
 
-    def _reduce_axes(self: Tensor, axis: int | Sequence[int] | None) -> tuple[int, ...]:
+    # ---- plain reductions ----
+    def _reduce_axes(self: Tensor, axis: Axis) -> tuple[int, ...]:
         if axis is None:
             return tuple(range(self.ndim))
         axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)  # _axis rejects what is not an int
-        return tuple(sorted({self._axis(a) for a in axes}))
+        checked = {self._axis(a) for a in axes}
+        return tuple(sorted(checked)) if self.ndim else ()  # a 0-d tensor accepts dim 0 or -1 and has nothing to reduce
 
-    def _reduce(self: Tensor, op: Ops, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:
+    def _reduce(self: Tensor, op: Ops, axis: Axis, keepdim: bool) -> Tensor:
         axes = self._reduce_axes(axis)
         out = self._derive(self.uop.reduce_axis(op, axes)) if axes else self
         if keepdim:
             return out
         return out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
-    def sum(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False,
-            dtype: DTypeLike | None = None, dim: int | Sequence[int] | None = None) -> Tensor:
-        axis = dim if dim is not None else axis
+    def sum(self: Tensor, axis: Axis = None, keepdim: bool = False, dtype: DTypeLike | None = None,
+            dim: Axis = None) -> Tensor:
         acc = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
-        return self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
+        return self.cast(acc)._reduce(Ops.ADD, _pick(axis, dim), keepdim)
 
-    def prod(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-        return self.cast(sum_acc_dtype(self.dtype))._reduce(Ops.MUL, axis, keepdim)
+    def prod(self: Tensor, axis: Axis = None, keepdim: bool = False, dtype: DTypeLike | None = None,
+             dim: Axis = None) -> Tensor:
+        acc = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
+        return self.cast(acc)._reduce(Ops.MUL, _pick(axis, dim), keepdim)
 
-    def max(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False,
-            dim: int | Sequence[int] | None = None) -> Tensor:
-        axis = dim if dim is not None else axis
+    def max(self: Tensor, axis: Axis = None, keepdim: bool = False, dim: Axis = None) -> Tensor:
+        axis = _pick(axis, dim)
         if self.numel() == 0 and any(self.shape[a] == 0 for a in self._reduce_axes(axis)):
             raise RuntimeError(f"max of an empty dimension of shape {self.shape}: the result has no identity")
         return self._reduce(Ops.MAX, axis, keepdim)
 
-    def min(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False,
-            dim: int | Sequence[int] | None = None) -> Tensor:
-        axis = dim if dim is not None else axis
-        if self.dtype.is_bool:
-            return self.logical_not().max(axis, keepdim).logical_not()
-        if self.dtype.is_unsigned:
-            return (int(self.dtype.max) - (int(self.dtype.max) - self).max(axis, keepdim)).cast(self.dtype)
-        return -((-self).max(axis, keepdim))
+    def min(self: Tensor, axis: Axis = None, keepdim: bool = False, dim: Axis = None) -> Tensor:
+        axis = _pick(axis, dim)
+        if self.numel() == 0 and any(self.shape[a] == 0 for a in self._reduce_axes(axis)):
+            raise RuntimeError(f"min of an empty dimension of shape {self.shape}: the result has no identity")
+        return _reversed_order(_reversed_order(self).max(axis, keepdim))
 
-    def mean(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False,
-             dim: int | Sequence[int] | None = None) -> Tensor:
-        axis = dim if dim is not None else axis
+    def mean(self: Tensor, axis: Axis = None, keepdim: bool = False, dim: Axis = None) -> Tensor:
+        axis = _pick(axis, dim)
         x = self._float()
         n = prod(self.shape[a] for a in self._reduce_axes(axis))
         s = x.sum(axis, keepdim)
         return s / n if n else s * math.nan
 
-    def any(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    def any(self: Tensor, axis: Axis = None, keepdim: bool = False, dim: Axis = None) -> Tensor:
+        axis = _pick(axis, dim)
         return self.bool()._reduce(Ops.MAX, axis, keepdim) if self.numel() else self.bool().sum(axis, keepdim) != 0
 
-    def all(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-        return self.logical_not().any(axis, keepdim).logical_not()
+    def all(self: Tensor, axis: Axis = None, keepdim: bool = False, dim: Axis = None) -> Tensor:
+        return self.logical_not().any(_pick(axis, dim), keepdim).logical_not()
+
+    # ---- statistics ----
+    def var(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1, *, dim: Axis = None,
+            unbiased: bool | None = None) -> Tensor:
+        """Variance with Bessel's `correction` (PyTorch's; `unbiased=False` is `correction=0`). When the number of
+        elements is not above the correction the result is inf or NaN, as in PyTorch."""
+        axis = _pick(axis, dim)
+        if unbiased is not None:
+            correction = 1 if unbiased else 0
+        axes = self._reduce_axes(axis)
+        x = self._float()
+        n = prod(self.shape[a] for a in axes)
+        squares = (x - x.mean(axes, keepdim=True)).square().sum(axes, keepdim=keepdim)
+        return squares / max(0, n - correction)
+
+    def std(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1, *, dim: Axis = None,
+            unbiased: bool | None = None) -> Tensor:
+        return self.var(axis, keepdim, correction, dim=dim, unbiased=unbiased).sqrt()
+
+    def var_mean(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1, *,
+                 dim: Axis = None, unbiased: bool | None = None) -> tuple[Tensor, Tensor]:
+        axis = _pick(axis, dim)
+        return self.var(axis, keepdim, correction, unbiased=unbiased), self.mean(axis, keepdim)
+
+    def std_mean(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1, *,
+                 dim: Axis = None, unbiased: bool | None = None) -> tuple[Tensor, Tensor]:
+        axis = _pick(axis, dim)
+        return self.std(axis, keepdim, correction, unbiased=unbiased), self.mean(axis, keepdim)
+
+    # ---- arg-extremes ----
+    def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None) -> Tensor:
+        """The index (int64) of the largest value; the first one among ties, and NaN counts as largest (PyTorch)."""
+        return self._arg_extreme(_pick(axis, dim), keepdim, "argmax")  # type: ignore[arg-type]
+
+    def argmin(self: Tensor, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None) -> Tensor:
+        """The index (int64) of the smallest value; the first one among ties, and NaN counts as smallest."""
+        return _reversed_order(self)._arg_extreme(_pick(axis, dim), keepdim, "argmin")  # type: ignore[arg-type]
+
+    def _arg_extreme(self: Tensor, axis: int | None, keepdim: bool, name: str) -> Tensor:
+        if axis is None:
+            if self.numel() == 0:
+                raise IndexError(f"{name} of an empty tensor of shape {self.shape} has no answer; pass dim= to "
+                                 f"reduce one dimension")
+            out = self.reshape(-1)._arg_extreme(0, False, name)
+            return out.reshape((1,) * self.ndim) if keepdim else out
+        ax = self._axis(axis)
+        x = self.reshape(1) if self.ndim == 0 else self
+        n = x.shape[ax]
+        if n == 0:
+            raise IndexError(f"{name} over dimension {axis} of size 0 (shape {self.shape}) has no answer")
+        hit = x == x.max(ax, keepdim=True)
+        if x.dtype.is_float:
+            nan = _isnan(x)
+            hit = nan.any(ax, keepdim=True).where(nan, hit)
+        # the first hit scores highest: position i scores n - i
+        score = Tensor.arange(n, 0, -1, device=self.device).reshape((n,) + (1,) * (x.ndim - ax - 1))
+        first = (n - hit.where(score, 0).max(ax, keepdim=True)).cast(dtypes.int64)
+        if not keepdim:
+            first = first.reshape(tuple(s for i, s in enumerate(x.shape) if i != ax))
+        return first.reshape(()) if self.ndim == 0 else first
+
+    # ---- softmax family ----
+    def softmax(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None, *, dim: int | None = None) -> Tensor:
+        x, ax = self._along(_pick(axis, dim), dtype)  # type: ignore[arg-type]
+        if x.shape[ax] == 0:
+            return x.reshape(self.shape)
+        e = (x - x.max(ax, keepdim=True).detach()).exp()  # shifting by the max (no gradient: softmax ignores it)
+        return (e / e.sum(ax, keepdim=True)).reshape(self.shape)
+
+    def log_softmax(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None, *, dim: int | None = None) -> Tensor:
+        x, ax = self._along(_pick(axis, dim), dtype)  # type: ignore[arg-type]
+        if x.shape[ax] == 0:
+            return x.reshape(self.shape)
+        shifted = x - x.max(ax, keepdim=True).detach()
+        return (shifted - shifted.exp().sum(ax, keepdim=True).log()).reshape(self.shape)
+
+    def softmin(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None, *, dim: int | None = None) -> Tensor:
+        x = self.cast(dtype) if dtype is not None else self._float()
+        return (-x).softmax(_pick(axis, dim))  # type: ignore[arg-type]
+
+    def _along(self: Tensor, axis: int, dtype: DTypeLike | None = None) -> tuple[Tensor, int]:
+        """The tensor as floats (0-d made 1-d) and the checked axis."""
+        ax = self._axis(axis)
+        x = self.cast(dtype) if dtype is not None else self._float()
+        return (x.reshape(1) if self.ndim == 0 else x), ax
+
+    def logsumexp(self: Tensor, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Tensor:
+        """log(sum(exp(x))) without overflow; -inf over an empty dimension, as in PyTorch."""
+        axes = self._reduce_axes(_pick(axis, dim))
+        x = self._float()
+        if any(self.shape[a] == 0 for a in axes):
+            out = x.sum(axes, keepdim=True) - math.inf  # an empty sum is 0; built from x, so backward reaches x
+        else:
+            m = x.max(axes, keepdim=True).detach()
+            m = _isinf(m).where(0.0, m)  # all -inf (or an inf): shifting by it would give inf - inf = NaN
+            out = (x - m).exp().sum(axes, keepdim=True).log() + m
+        return out if keepdim else out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+
+    # ---- cumulative scans ----
+    def cumsum(self: Tensor, axis: int = 0, dtype: DTypeLike | None = None, *, dim: int | None = None) -> Tensor:
+        acc = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
+        return self.cast(acc)._scan_along(_pick(axis, dim), _sum_window, Tensor.add, 0)  # type: ignore[arg-type]
+
+    def cumprod(self: Tensor, axis: int = 0, dtype: DTypeLike | None = None, *, dim: int | None = None) -> Tensor:
+        acc = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
+        return self.cast(acc)._scan_along(_pick(axis, dim), _prod_window, Tensor.mul, 1)  # type: ignore[arg-type]
+
+    def logcumsumexp(self: Tensor, axis: int = 0, *, dim: int | None = None) -> Tensor:
+        x = self._float()
+        return x._scan_along(_pick(axis, dim), _logsumexp_window, _logaddexp, -math.inf)  # type: ignore[arg-type]
+
+    def cummax(self: Tensor, axis: int = 0, *, dim: int | None = None) -> tuple[Tensor, Tensor]:
+        """Running maximum and the (int64) index where it was reached: the latest index among ties, and NaN wins
+        once seen, as PyTorch's `cummax` (which returns a (values, indices) namedtuple)."""
+        return self._cum_extreme(_pick(axis, dim), largest=True)  # type: ignore[arg-type]
+
+    def cummin(self: Tensor, axis: int = 0, *, dim: int | None = None) -> tuple[Tensor, Tensor]:
+        return self._cum_extreme(_pick(axis, dim), largest=False)  # type: ignore[arg-type]
+
+    def _scan_along(self: Tensor, axis: int, window: Callable[[Tensor], Tensor],
+                    combine: Callable[[Tensor, Tensor], Tensor], identity: float) -> Tensor:
+        ax = self._axis(axis)
+        if self.ndim == 0:
+            return _scan(self.reshape(1), window, combine, identity).reshape(())
+        x = self.transpose(ax, -1)
+        return _scan(x, window, combine, identity).transpose(ax, -1)
+
+    def _cum_extreme(self: Tensor, axis: int, largest: bool) -> tuple[Tensor, Tensor]:
+        ax = self._axis(axis)
+        x = self.reshape(1) if self.ndim == 0 else self.transpose(ax, -1)
+        n = x.shape[-1]
+        if n == 0:
+            return self, Tensor.full(self.shape, 0, dtype=dtypes.int64, device=self.device)
+        key = (x if largest else _reversed_order(x)).detach()
+        lowest = _lowest(key.dtype)
+        running = _scan(key, _max_window, Tensor.maximum, lowest)
+        before = _shift_right(running, lowest)
+        # a position sets the running extreme if it reaches the extreme so far; the index is the last such one
+        sets = (key > before) | (key == before)
+        if key.dtype.is_float:
+            sets = sets | _isnan(key)
+        pos = Tensor.arange(n, device=self.device)
+        idx = _scan(sets.where(pos, -1), _max_window, Tensor.maximum, -1)
+        values = _take_last(x, idx)
+        if self.ndim == 0:
+            return values.reshape(()), idx.reshape(()).cast(dtypes.int64)
+        return values.transpose(ax, -1), idx.cast(dtypes.int64).transpose(ax, -1)
+
+    # ---- sorting ----
+    def sort(self: Tensor, dim: int = -1, descending: bool = False, *, stable: bool = True) -> tuple[Tensor, Tensor]:
+        """Sorted values and the (int64) indices they came from. The order is always stable (equal values keep
+        their order, PyTorch's `stable=True`) and NaN sorts above everything. O(n^2) work, O(n) memory per row."""
+        del stable
+        x, back = self._last(dim)
+        perm = _rank_permutation(x, descending, x.shape[-1])
+        return back(_take_last(x, perm)), back(perm.cast(dtypes.int64))
+
+    def argsort(self: Tensor, dim: int = -1, descending: bool = False, *, stable: bool = True) -> Tensor:
+        return self.sort(dim, descending)[1]
+
+    def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True, *,
+             sorted: bool | None = None) -> tuple[Tensor, Tensor]:
+        """The k largest (or smallest) values along `dim` and their (int64) indices, always in sorted order
+        (`sorted_=False` / PyTorch's `sorted=False` allow any order, so sorted is correct too)."""
+        del sorted_, sorted
+        x, back = self._last(dim)
+        n = x.shape[-1]
+        if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= n:
+            raise RuntimeError(f"topk: k={k!r} is out of range for dimension {dim} of size {n} (shape {self.shape}); "
+                               f"k must be an int from 0 to {n}")
+        perm = _rank_permutation(x, largest, k)
+        return back(_take_last(x, perm)), back(perm.cast(dtypes.int64))
+
+    def _last(self: Tensor, dim: int) -> tuple[Tensor, Callable[[Tensor], Tensor]]:
+        """The tensor with `dim` moved last (0-d made 1-d), and the function that moves it back."""
+        ax = self._axis(dim)
+        if self.ndim == 0:
+            return self.reshape(1), lambda t: t.reshape(())
+        return self.transpose(ax, -1), lambda t: t.transpose(ax, -1)
+
+    # ---- norms ----
+    def normalize(self: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+        """x / max(||x||_p, eps) along `dim` (PyTorch's `F.normalize`); p > 0 or inf. The gradient at a zero
+        vector is finite, as in PyTorch."""
+        if not (p > 0):
+            raise ValueError(f"normalize needs p > 0 (or inf), got p={p}")
+        ax = self._axis(dim)
+        x = self._float()
+        a = x.abs()
+        if math.isinf(p):
+            norm = a.max(ax, keepdim=True) if self.shape[ax] else a.sum(ax, keepdim=True)
+        elif p == 1:
+            norm = a.sum(ax, keepdim=True)
+        else:
+            s = (a * a if p == 2 else a.pow(p)).sum(ax, keepdim=True)
+            pos = s > 0
+            # the root's derivative is infinite at 0: take it of 1 there so that 0 * inf never reaches the gradient
+            root = pos.where(s, 1.0).sqrt() if p == 2 else pos.where(s, 1.0).pow(1.0 / p)
+            norm = pos.where(root, 0.0)
+        return x / (norm > eps).where(norm, eps)
+
+
+# ---- scan machinery ----
+
+def _windows(x: Tensor, identity: float) -> Tensor:
+    """For x of shape (..., L): the view W of shape (..., L, L) with W[..., i, k] = x[..., i + k - (L - 1)], the
+    identity where that index is negative. Row i holds x[..., :i + 1], so reducing over k gives an inclusive scan.
+    Built by repeating the padded row (length 2L-1) L+1 times and re-reading it with a row stride of 2L: each row
+    starts one element later than the previous."""
+    lead, n = x.shape[:-1], x.shape[-1]
+    no_pad, whole = ((0, 0),) * len(lead), (None,) * len(lead)
+    z = x.pad(no_pad + ((n - 1, 0),), value=identity)
+    z = z.unsqueeze(-2).expand(lead + (n + 1, 2 * n - 1)).reshape(lead + ((n + 1) * (2 * n - 1),))
+    z = z.shrink(whole + ((0, n * 2 * n),)).reshape(lead + (n, 2 * n))
+    return z.shrink(whole + ((0, n), (0, n)))
+
+
+def _scan(x: Tensor, window: Callable[[Tensor], Tensor], combine: Callable[[Tensor, Tensor], Tensor],
+          identity: float) -> Tensor:
+    """Inclusive scan along the last axis, blocked (see the module docstring)."""
+    lead, n = x.shape[:-1], x.shape[-1]
+    if n == 0:
+        return x
+    if n <= SCAN_BLOCK:
+        return window(_windows(x, identity))
+    nb = -(-n // SCAN_BLOCK)
+    no_pad, whole = ((0, 0),) * len(lead), (None,) * len(lead)
+    blocks = x.pad(no_pad + ((0, nb * SCAN_BLOCK - n),), value=identity).reshape(lead + (nb, SCAN_BLOCK))
+    inner = window(_windows(blocks, identity))  # (..., nb, B): scans inside each block
+    totals = inner.shrink(whole + (None, (SCAN_BLOCK - 1, SCAN_BLOCK))).reshape(lead + (nb,))
+    carry = _shift_right(_scan(totals, window, combine, identity), identity)  # everything before each block
+    out = combine(carry.unsqueeze(-1), inner).reshape(lead + (nb * SCAN_BLOCK,))
+    return out.shrink(whole + ((0, n),))
+
+
+def _shift_right(x: Tensor, fill: float) -> Tensor:
+    """x moved one place along the last axis, `fill` entering at the front."""
+    lead = x.ndim - 1
+    return x.pad(((0, 0),) * lead + ((1, 0),), value=fill).shrink((None,) * lead + ((0, x.shape[-1]),))
+
+
+def _sum_window(w: Tensor) -> Tensor:
+    return w.sum(-1, dtype=w.dtype)
+
+
+def _prod_window(w: Tensor) -> Tensor:
+    return w.prod(-1, dtype=w.dtype)
+
+
+def _max_window(w: Tensor) -> Tensor:
+    return w.max(-1)
+
+
+def _logsumexp_window(w: Tensor) -> Tensor:
+    return w.logsumexp(-1)
+
+
+def _logaddexp(a: Tensor, b: Tensor) -> Tensor:
+    m = a.maximum(b).detach()
+    m = _isinf(m).where(0.0, m)
+    return ((a - m).exp() + (b - m).exp()).log() + m
+
+
+# ---- gather and ranking ----
+
+def _take_last(x: Tensor, idx: Tensor) -> Tensor:
+    """out[..., i] = x[..., idx[..., i]] for idx (any int dtype, values in range) of shape (..., m): a one-hot
+    comparison that fuses into a reduction. Floats sum the one selected value (the gradient goes exactly there);
+    other dtypes take the max over the selection, which keeps their dtype."""
+    n = x.shape[-1]
+    picked = idx.unsqueeze(-1) == Tensor.arange(n, device=x.device)  # (..., m, n)
+    if x.dtype.is_float:
+        return picked.where(x.unsqueeze(-2), 0.0).sum(-1, dtype=x.dtype)
+    return picked.where(x.unsqueeze(-2), _lowest(x.dtype)).max(-1)
+
+
+def _before(a: Tensor, b: Tensor, descending: bool) -> Tensor:
+    """Whether a sorts strictly before b; NaN is above every number."""
+    lo, hi = (b, a) if descending else (a, b)
+    out = lo < hi
+    return out | (_isnan(hi) & ~_isnan(lo)) if a.dtype.is_float else out
+
+
+def _equal(a: Tensor, b: Tensor) -> Tensor:
+    return (a == b) | (_isnan(a) & _isnan(b)) if a.dtype.is_float else a == b
+
+
+def _rank_permutation(x: Tensor, descending: bool, k: int) -> Tensor:
+    """For x of shape (..., n): the (int32) indices of its first k elements in stable sorted order."""
+    n = x.shape[-1]
+    xi, xj = x.detach().unsqueeze(-1), x.detach().unsqueeze(-2)  # element i against every element j
+    pos = Tensor.arange(n, device=x.device)
+    earlier = pos.unsqueeze(-1) > pos  # j < i: among equal values, the earlier one goes first
+    rank = (_before(xj, xi, descending) | (_equal(xj, xi) & earlier)).sum(-1, dtype=dtypes.int32)  # (..., n)
+    slots = Tensor.arange(k, device=x.device).unsqueeze(-1)  # (k, 1)
+    return (rank.unsqueeze(-2) == slots).where(pos, 0).sum(-1, dtype=dtypes.int32)  # (..., k)

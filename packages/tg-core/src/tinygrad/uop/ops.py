@@ -407,6 +407,14 @@ def is_const(u: UOp, value: Any = None) -> bool:
 sint = int | UOp  # a size: an int, or an integer UOp over bound variables
 
 
+def sym_prod(xs: tuple[sint, ...] | list[sint]) -> sint:
+    """The product of sizes, symbolic if any of them is."""
+    out: sint = 1
+    for x in xs:
+        out = out * x if isinstance(out, UOp) or not isinstance(x, UOp) else x * out
+    return out
+
+
 def Variable(name: str, min_val: int, max_val: int) -> UOp:
     """A symbolic integer in [min_val, max_val]. `Variable("n", 1, 64).bind(10)` stands for 10 in shapes, while the
     kernels compiled for it take n as an argument, so one program serves every value."""

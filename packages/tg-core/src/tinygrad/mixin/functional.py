@@ -1,0 +1,290 @@
+"""The functional neural-network ops: linear layers, normalisation, one-hot, attention and the losses.
+
+All are compositions of Tensor ops (lazy and differentiable). The class-index losses pick each target's entry
+with a one-hot comparison against the class positions instead of a gather, so they need no host round trip.
+
+Index checks: `one_hot` and the class-index losses check that every target is a valid class, as PyTorch does,
+and raise a clear error instead of silently reading nothing. That check reads the targets' min and max back to
+the host (one small kernel and a wait). `Context(CHECK_INDICES=0)` (or the environment variable) skips it, for
+fully lazy graphs; out-of-range targets then contribute 0 (one_hot: an all-zero row).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from tinygrad.dtype import dtypes
+from tinygrad.helpers import ContextVar
+
+if TYPE_CHECKING:
+    from tinygrad.tensor import Tensor
+else:
+    Tensor = None  # bound to the real class by tinygrad.tensor once it is defined (the modules import each other)
+
+CHECK_INDICES = ContextVar("CHECK_INDICES", 1)
+
+REDUCTIONS = ("none", "mean", "sum")
+
+
+def _reduced(loss: Tensor, reduction: str) -> Tensor:
+    _check_reduction(reduction)
+    return loss if reduction == "none" else loss.sum() if reduction == "sum" else loss.mean()
+
+
+def _check_reduction(reduction: str) -> None:
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction={reduction!r} is not valid; use one of {', '.join(map(repr, REDUCTIONS))}")
+
+
+def _check_targets(target: Tensor, num_classes: int, ignore_index: int | None, what: str) -> None:
+    """Raise (like PyTorch) when a target that is not `ignore_index` lies outside [0, num_classes)."""
+    if not CHECK_INDICES or target.numel() == 0:
+        return
+    t = target if ignore_index is None else (target == ignore_index).where(0, target)
+    lo, hi = t.min(), t.max()
+    lo.realize(hi)
+    lo_v, hi_v = int(lo.item()), int(hi.item())
+    if lo_v < 0 or hi_v >= num_classes:
+        bad = lo_v if lo_v < 0 else hi_v
+        skip = f" (or the ignore_index {ignore_index})" if ignore_index is not None else ""
+        raise IndexError(f"{what}: target {bad} is out of bounds; targets must be class indices in "
+                         f"[0, {num_classes}){skip}")
+
+
+def _class_mask(target: Tensor, num_classes: int, axis: int, ndim: int) -> Tensor:
+    """Bool mask of shape `target` with a class axis of `num_classes` inserted at `axis` (of `ndim` in all):
+    True where the class is the target."""
+    classes = Tensor.arange(num_classes, device=target.device).reshape((num_classes,) + (1,) * (ndim - axis - 1))
+    return target.unsqueeze(axis) == classes
+
+
+def _softplus_neg(x: Tensor) -> Tensor:
+    """log(1 + exp(-x)) = -log(sigmoid(x)), without overflow; its gradient is -sigmoid(-x) everywhere, 0 included."""
+    neg_abs = (x >= 0).where(-x, x)  # -|x|, with the slope at 0 taken from the x >= 0 side
+    return (x < 0).where(-x, 0.0) + (1 + neg_abs.exp()).log()
+
+
+class FunctionalMixin:
+    __slots__ = ()
+
+    # ---- layers ----
+    def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+        """x @ weight + bias, tinygrad's convention: `weight` is (in_features, out_features), the transpose of
+        PyTorch's `F.linear` weight (so `x.linear(w.T, b)` is PyTorch's `F.linear(x, w, b)`). A 1-d weight scales
+        elementwise."""
+        out = self * weight if weight.ndim == 1 else self.matmul(weight)
+        return out if bias is None else out + bias
+
+    def sequential(self: Tensor, ll: Sequence[Callable[[Tensor], Tensor]]) -> Tensor:
+        """Apply each callable in turn: `x.sequential([f, g])` is `g(f(x))`."""
+        return functools.reduce(lambda x, f: f(x), ll, self)
+
+    def layernorm(self: Tensor, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Tensor:
+        """Normalise to mean 0 and variance 1 (biased) over `axis`; no affine part (see nn.LayerNorm)."""
+        centered = self - self.mean(axis, keepdim=True)
+        return centered * ((centered * centered).mean(axis, keepdim=True) + eps).rsqrt()
+
+    def batchnorm(self: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor,
+                  axis: int | Sequence[int] = 1) -> Tensor:
+        """(x - mean) * invstd * weight + bias, the statistics laid along `axis` (the channel axis) and broadcast
+        over the others (or one value for all). `invstd` is 1/sqrt(var + eps). A weight or bias of None is left out."""
+        axes = {self._axis(a) for a in (axis if isinstance(axis, (tuple, list)) else (axis,))}
+        shape = tuple(s if i in axes else 1 for i, s in enumerate(self.shape))
+
+        def laid(t: Tensor, name: str) -> Tensor:
+            if t.numel() == 1:  # one value for every channel: broadcast it as it is
+                return t.reshape((1,) * self.ndim)
+            if t.numel() != math.prod(shape):
+                raise ValueError(f"batchnorm: {name} of shape {t.shape} does not fit the channel dimensions "
+                                 f"{tuple(self.shape[a] for a in sorted(axes))} of an input of shape {self.shape}")
+            return t.reshape(shape)
+
+        out = (self - laid(mean, "mean")) * laid(invstd, "invstd")
+        if weight is not None:
+            out = out * laid(weight, "weight")
+        return out if bias is None else out + laid(bias, "bias")
+
+    def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
+        """int64 one-hot encoding along a new last axis (PyTorch's `F.one_hot`). `num_classes=-1` infers it from
+        the largest value, which reads it back to the host."""
+        if not self.dtype.is_int:
+            raise TypeError(f"one_hot needs an integer tensor of class indices, got {self.dtype}")
+        if num_classes == -1:
+            if self.numel() == 0:
+                raise RuntimeError("one_hot cannot infer the number of classes of an empty tensor; pass num_classes")
+            num_classes = int(self.max().item()) + 1
+        if not isinstance(num_classes, int) or num_classes < 0:
+            raise ValueError(f"num_classes must be a non-negative int or -1, got {num_classes!r}")
+        _check_targets(self, num_classes, None, "one_hot")
+        return _class_mask(self, num_classes, self.ndim, self.ndim + 1).cast(dtypes.int64)
+
+    # ---- attention ----
+    def scaled_dot_product_attention(self: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                                     dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+                                     enable_gqa: bool = False) -> Tensor:
+        """softmax(q @ k^T * scale + mask) @ v, with q = self of shape (..., L, E), key (..., S, E), value
+        (..., S, Ev). A bool `attn_mask` keeps the True positions; a float one is added. `is_causal` keeps the
+        lower triangle (top-left aligned). A row with every position masked out gives 0, as PyTorch. Dropout is
+        applied whenever dropout_p > 0 (PyTorch's rule; pass 0 outside training). `enable_gqa` lets query heads
+        (dim -3) share key/value heads in groups."""
+        q = self
+        for name, t in (("query", q), ("key", key), ("value", value)):
+            if t.ndim < 2:
+                raise ValueError(f"scaled_dot_product_attention: {name} needs at least 2 dimensions, got {t.shape}")
+        if q.shape[-1] != key.shape[-1]:
+            raise ValueError(f"scaled_dot_product_attention: query {q.shape} and key {key.shape} must have the same "
+                             f"embedding size (last dimension)")
+        if key.shape[-2] != value.shape[-2]:
+            raise ValueError(f"scaled_dot_product_attention: key {key.shape} and value {value.shape} must have the "
+                             f"same sequence length (dimension -2)")
+        if enable_gqa and q.ndim >= 3 and key.shape[-3] != q.shape[-3]:
+            key, value = _repeat_heads(key, q.shape[-3]), _repeat_heads(value, q.shape[-3])
+        if not 0.0 <= dropout_p <= 1.0:
+            raise ValueError(f"dropout_p must be in [0, 1], got {dropout_p}")
+        L, S = q.shape[-2], key.shape[-2]
+        scores = q.matmul(key.transpose(-1, -2)) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
+        if is_causal:
+            if attn_mask is not None:
+                raise ValueError("scaled_dot_product_attention: pass attn_mask or is_causal=True, not both")
+            attn_mask = Tensor.arange(L, device=q.device).unsqueeze(-1) >= Tensor.arange(S, device=q.device)
+        if attn_mask is not None:
+            scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype.is_bool else scores + attn_mask
+        if S == 0:  # nothing to attend to: the output is an empty sum, 0
+            return scores.matmul(value)
+        m = scores.max(-1, keepdim=True).detach()
+        e = (scores - (m == -math.inf).where(0.0, m)).exp()
+        total = e.sum(-1, keepdim=True)
+        weights = e / (total == 0).where(1.0, total)
+        if dropout_p > 0:
+            keep = Tensor.rand(*weights.shape, device=q.device) >= dropout_p
+            weights = keep.where(weights / (1 - dropout_p), 0.0) if dropout_p < 1 else weights * 0
+        return weights.matmul(value)
+
+    # ---- losses ----
+    def binary_crossentropy(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:
+        """Binary cross-entropy of probabilities `self` against targets Y of the same shape; each log is clamped
+        at -100 as in PyTorch, so a confident wrong answer costs 100, not inf."""
+        _check_reduction(reduction)
+        _same_shape(self, Y, "binary_crossentropy")
+        log_p, log_not_p = self.log(), (1 - self).log()
+        log_p, log_not_p = (log_p < -100).where(-100.0, log_p), (log_not_p < -100).where(-100.0, log_not_p)
+        return _reduced(-(Y * log_p + (1 - Y) * log_not_p), reduction)
+
+    def binary_crossentropy_logits(self: Tensor, Y: Tensor, reduction: str = "mean",
+                                   pos_weight: Tensor | None = None) -> Tensor:
+        """Binary cross-entropy of logits `self` (sigmoid included, computed stably) against targets Y of the
+        same shape; `pos_weight` scales the positive term (broadcast over the last dimension)."""
+        _check_reduction(reduction)
+        _same_shape(self, Y, "binary_crossentropy_logits")
+        pos = Y * _softplus_neg(self)  # -Y * log(sigmoid(x))
+        if pos_weight is not None:
+            pos = pos * pos_weight
+        return _reduced(pos + (1 - Y) * _softplus_neg(-self), reduction)
+
+    def sparse_categorical_crossentropy(self: Tensor, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
+                                        reduction: str = "mean") -> Tensor:
+        """Cross-entropy of logits `self` (..., C) with the classes on the *last* axis against class indices Y
+        (...); targets equal to `ignore_index` are left out, also from the mean."""
+        if self.ndim < 1:
+            raise ValueError("sparse_categorical_crossentropy needs logits with a class dimension, got a 0-d tensor")
+        if Y.shape != self.shape[:-1]:
+            raise ValueError(f"sparse_categorical_crossentropy: targets of shape {Y.shape} do not match logits of "
+                             f"shape {self.shape}; the targets need the logits' shape without the last (class) "
+                             f"dimension, {self.shape[:-1]}")
+        return _index_loss(self.log_softmax(-1), Y, self.ndim - 1, None, ignore_index, label_smoothing, reduction,
+                           "sparse_categorical_crossentropy")
+
+    def cross_entropy(self: Tensor, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0, *,
+                      weight: Tensor | None = None, ignore_index: int = -100) -> Tensor:
+        """PyTorch's `F.cross_entropy`: logits (C,), (N, C) or (N, C, d1, ...) with the classes on axis 1 (0 for a
+        1-d input), against class indices (the input's shape without the class axis) or class probabilities
+        (the input's shape). `weight` rescales each class; with class indices the mean is weighted by it."""
+        if self.ndim < 1:
+            raise ValueError("cross_entropy needs logits with a class dimension, got a 0-d tensor")
+        axis = 0 if self.ndim == 1 else 1
+        if not 0.0 <= label_smoothing <= 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+        if Y.dtype.is_float:
+            if Y.shape != self.shape:
+                raise ValueError(f"cross_entropy: probability targets of shape {Y.shape} must have the input's shape "
+                                 f"{self.shape}; class-index targets must be integers")
+            if ignore_index != -100:
+                raise ValueError("cross_entropy: ignore_index applies to class-index targets, not probabilities")
+            _check_reduction(reduction)
+            C = self.shape[axis]
+            logp = self.log_softmax(axis)
+            if weight is not None:
+                logp = logp * _class_weight(weight, C, axis, self.ndim)
+            probs = Y * (1 - label_smoothing) + label_smoothing / C if label_smoothing else Y
+            return _reduced(-(probs * logp).sum(axis), reduction)
+        _check_index_shape(self, Y, axis, "cross_entropy")
+        return _index_loss(self.log_softmax(axis), Y, axis, weight, ignore_index, label_smoothing, reduction,
+                           "cross_entropy")
+
+    def nll_loss(self: Tensor, Y: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
+                 reduction: str = "mean") -> Tensor:
+        """PyTorch's `F.nll_loss`: -self[target] for log-probabilities (C,), (N, C) or (N, C, d1, ...) with the
+        classes on axis 1 (0 for 1-d), weighted by `weight[target]`; the mean divides by the summed weights."""
+        if self.ndim < 1:
+            raise ValueError("nll_loss needs log-probabilities with a class dimension, got a 0-d tensor")
+        axis = 0 if self.ndim == 1 else 1
+        _check_index_shape(self, Y, axis, "nll_loss")
+        return _index_loss(self, Y, axis, weight, ignore_index, 0.0, reduction, "nll_loss")
+
+
+def _same_shape(x: Tensor, y: Tensor, what: str) -> None:
+    if x.shape != y.shape:
+        raise ValueError(f"{what}: targets of shape {y.shape} differ from the input's shape {x.shape}; "
+                         f"they must be the same")
+
+
+def _check_index_shape(x: Tensor, y: Tensor, axis: int, what: str) -> None:
+    if not y.dtype.is_int:
+        raise TypeError(f"{what}: class-index targets must be integers, got {y.dtype}")
+    want = x.shape[:axis] + x.shape[axis + 1:]
+    if y.shape != want:
+        raise ValueError(f"{what}: targets of shape {y.shape} do not match the input of shape {x.shape}: class-index "
+                         f"targets need the input's shape without the class dimension {axis}, {want}")
+
+
+def _class_weight(weight: Tensor, num_classes: int, axis: int, ndim: int) -> Tensor:
+    if weight.shape != (num_classes,):
+        raise ValueError(f"the class weight must have shape ({num_classes},), one entry per class, got {weight.shape}")
+    return weight.reshape((num_classes,) + (1,) * (ndim - axis - 1))
+
+
+def _index_loss(logp: Tensor, Y: Tensor, axis: int, weight: Tensor | None, ignore_index: int | None,
+                label_smoothing: float, reduction: str, what: str) -> Tensor:
+    """The class-index cross-entropy on log-probabilities, PyTorch's way: per element
+    (1 - eps) * w[y] * -logp[y] + eps / C * sum_c w[c] * -logp[c], 0 where y == ignore_index; the mean divides
+    by the summed w[y] over the kept elements."""
+    _check_reduction(reduction)
+    C = logp.shape[axis]
+    _check_targets(Y, C, ignore_index, what)
+    kept = Y != ignore_index if ignore_index is not None else Y == Y
+    hit = _class_mask(Y, C, axis, logp.ndim) & kept.unsqueeze(axis)
+    w = _class_weight(weight, C, axis, logp.ndim) if weight is not None else None
+    weighted = logp * w if w is not None else logp
+    loss = -hit.where(weighted, 0.0).sum(axis)
+    if label_smoothing:
+        smooth = -weighted.sum(axis) * kept
+        loss = loss * (1 - label_smoothing) + smooth * (label_smoothing / C)
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    denominator = hit.where(w, 0.0).sum() if w is not None else kept.sum()
+    return loss.sum() / denominator
+
+
+def _repeat_heads(t: Tensor, heads: int) -> Tensor:
+    """(..., H, S, E) -> (..., heads, S, E), each of the H heads repeated heads/H times in place."""
+    h = t.shape[-3]
+    if heads % h:
+        raise ValueError(f"scaled_dot_product_attention with enable_gqa: {heads} query heads cannot share {h} "
+                         f"key/value heads; the query heads must be a multiple")
+    lead, rest = t.shape[:-3], t.shape[-2:]
+    return t.unsqueeze(-3).expand(lead + (h, heads // h) + rest).reshape(lead + (heads,) + rest)
