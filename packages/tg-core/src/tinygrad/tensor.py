@@ -18,7 +18,18 @@ from tinygrad.engine.realize import run_schedule
 from tinygrad.engine.schedule import ScheduleItem, base_buffer, buffer_view, create_schedule, realized_views
 from tinygrad.gradient import compute_gradient
 from tinygrad.helpers import prod
-from tinygrad.mixin import creation, elementwise, functional, indexing, linalg, movement, processing, reduce, utility
+from tinygrad.mixin import (
+    creation,
+    elementwise,
+    functional,
+    indexing,
+    linalg,
+    movement,
+    processing,
+    reduce,
+    unary,
+    utility,
+)
 from tinygrad.mixin.common import Scalar, broadcast_shape, shape_args
 from tinygrad.mixin.creation import CreationMixin
 from tinygrad.mixin.elementwise import ElementwiseMixin
@@ -28,6 +39,7 @@ from tinygrad.mixin.linalg import LinalgMixin
 from tinygrad.mixin.movement import MovementMixin
 from tinygrad.mixin.processing import ProcessingMixin
 from tinygrad.mixin.reduce import ReduceMixin
+from tinygrad.mixin.unary import UnaryMixin
 from tinygrad.mixin.utility import UtilityMixin
 from tinygrad.uop.ops import Ops, UOp, resolve_size
 
@@ -66,7 +78,7 @@ class _CastShortcuts:
         return self.cast(dtypes.bfloat16)
 
 
-class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, MovementMixin, IndexingMixin, ReduceMixin,
+class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, MovementMixin, IndexingMixin, ReduceMixin,
              FunctionalMixin, ProcessingMixin, LinalgMixin, UtilityMixin):
     """A lazy tensor. `Tensor([1, 2, 3])`, `Tensor(np_array)`, `Tensor.zeros(2, 3)`, ..."""
 
@@ -382,7 +394,7 @@ def _list_to_numpy(data: list | tuple, want: DType | None) -> np.ndarray:
 
 
 # the mixin modules name `Tensor` in their bodies; give them the class now that it exists
-for _module in (creation, elementwise, functional, indexing, linalg, movement, processing, reduce, utility):
+for _module in (creation, elementwise, functional, indexing, linalg, movement, processing, reduce, unary, utility):
     _module.Tensor = Tensor  # type: ignore[attr-defined]
 
 __all__ = ["Tensor", "broadcast_shape", "shape_args"]

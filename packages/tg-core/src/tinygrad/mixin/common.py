@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from tinygrad.dtype import DType, DTypeLike, dtypes, to_dtype
+
 Scalar = int | float | bool
 ShapeArg = int | Sequence[int]
 
@@ -34,3 +36,12 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
                              f"sizes {sorted(sizes)} meet in one dimension; reshape or expand one of them")
         out.append(sizes.pop() if sizes else 1)
     return tuple(out)
+
+
+def acc_dtype(out: DType, dtype: DTypeLike | None) -> tuple[DType, DType]:
+    """(accumulation dtype, result dtype) of a sum of products: half floats accumulate in float32, as PyTorch's CPU
+    kernels do; an explicit dtype is both (tinygrad's `dtype=` argument)."""
+    if dtype is not None:
+        d = to_dtype(dtype)
+        return d, d
+    return (dtypes.float32 if out.is_float and out.itemsize < 4 else out), out

@@ -1,13 +1,15 @@
-"""Matrix decompositions: QR by Householder reflections (lazy Tensor ops, so it is differentiable and runs on
-any device) and the singular value decomposition."""
+"""Linear algebra: matmul/dot, einsum, the Newton-Schulz orthogonalisation, and matrix decompositions (QR by
+Householder reflections in lazy Tensor ops, so it is differentiable and runs on any device; the SVD)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tinygrad.dtype import to_numpy
+from tinygrad.dtype import DTypeLike, least_upper_dtype, to_numpy
+from tinygrad.mixin.common import acc_dtype, broadcast_shape
 
 if TYPE_CHECKING:
     from tinygrad.tensor import Tensor
@@ -15,8 +17,188 @@ else:
     Tensor = None  # bound to the real class by tinygrad.tensor once it is defined (the modules import each other)
 
 
+# ---------------------------------------------------------------------------------------------------------------------
+# einsum parsing
+
+
+def _einsum_terms(formula: str, operands: Sequence[Tensor]) -> tuple[list[list[Any]], list[Any]]:
+    """Labels of each operand (letters, and ('...', j) for the j-th ellipsis dim counted from the right) and of
+    the output."""
+    f = "".join(formula.split())
+    if f.count("->") > 1 or ("-" in f.replace("->", "")) or (">" in f.replace("->", "")):
+        raise ValueError(f"einsum(): the formula {formula!r} must have at most one '->'")
+    lhs, arrow, rhs = f.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(operands):
+        raise ValueError(f"einsum(): the formula {formula!r} has subscripts for {len(terms)} operand(s), but "
+                         f"{len(operands)} were given")
+
+    def parse(term: str, where: str) -> tuple[list[Any], int]:
+        if term.count("...") > 1 or term.replace("...", "").count("."):
+            raise ValueError(f"einsum(): {where} subscripts {term!r} may hold '...' once and no other '.'")
+        labels: list[Any] = []
+        for c in term.replace("...", "*"):
+            if c != "*" and not (c.isascii() and c.isalpha()):
+                raise ValueError(f"einsum(): invalid subscript {c!r} in {where} {term!r}; use letters a-z, A-Z")
+            labels.append(c)
+        return labels, labels.index("*") if "*" in labels else -1
+
+    in_labels: list[list[Any]] = []
+    n_ell = 0
+    for k, (term, t) in enumerate(zip(terms, operands)):
+        labels, at = parse(term, f"operand {k}")
+        named = len(labels) - (at >= 0)
+        if (at < 0 and named != t.ndim) or (at >= 0 and named > t.ndim):
+            raise ValueError(f"einsum(): subscripts {term!r} name {named} dimension(s), but operand {k} has shape "
+                             f"{t.shape} ({t.ndim} dimensions)")
+        ell = t.ndim - named
+        n_ell = max(n_ell, ell if at >= 0 else 0)
+        if at >= 0:
+            labels[at:at + 1] = [("...", j) for j in range(ell - 1, -1, -1)]
+        in_labels.append(labels)
+    ell_labels = [("...", j) for j in range(n_ell - 1, -1, -1)]
+    if arrow:
+        out, at = parse(rhs, "output")
+        if at >= 0:
+            out[at:at + 1] = ell_labels
+        seen = {lb for labels in in_labels for lb in labels}
+        for lb in out:
+            if lb not in seen:
+                raise ValueError(f"einsum(): output subscript {lb!r} does not appear in the inputs of {formula!r}")
+        if len(set(out)) != len(out):
+            raise ValueError(f"einsum(): output subscripts {rhs!r} repeat a label")
+        return in_labels, out
+    counts: dict[str, int] = {}
+    for labels in in_labels:
+        for lb in labels:
+            if isinstance(lb, str):
+                counts[lb] = counts.get(lb, 0) + 1
+    return in_labels, ell_labels + sorted(lb for lb, c in counts.items() if c == 1)
+
+
+def _diagonal(x: Tensor, labels: list[Any], k: int) -> tuple[Tensor, list[Any]]:
+    """Collapse every label that an operand repeats onto its diagonal (x[i, i] for 'ii')."""
+    while True:
+        dup = next((lb for lb in labels if labels.count(lb) > 1), None)
+        if dup is None:
+            return x, labels
+        p = labels.index(dup)
+        q = labels.index(dup, p + 1)
+        if x.shape[p] != x.shape[q]:
+            raise ValueError(f"einsum(): subscript {dup} is repeated for operand {k} but the sizes differ, "
+                             f"{x.shape[p]} != {x.shape[q]}")
+        n = x.shape[p]
+        keep = [a for a in range(x.ndim) if a not in (p, q)]
+        x = x.permute(keep + [p, q]).flatten(-2)
+        # the diagonal of an n x n block is every (n+1)-th element of its flat form
+        x = x.pad([None] * len(keep) + [(0, n)]).reshape(x.shape[:-1] + (n, n + 1))
+        x = x.shrink([None] * (x.ndim - 1) + [(0, 1)]).reshape(x.shape[:-1])
+        labels = [labels[a] for a in keep] + [dup]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+
+
 class LinalgMixin:
     __slots__ = ()
+
+    # ---- products ----
+    def dot(self: Tensor, w: Tensor, dtype: DTypeLike | None = None) -> Tensor:
+        """Matrix product (`self @ w`); `dtype` is the accumulation and result dtype."""
+        return self.matmul(w, dtype=dtype)
+
+    def matmul(self: Tensor, x: Tensor, reverse: bool = False, dtype: DTypeLike | None = None) -> Tensor:
+        """PyTorch's matmul: 1-D operands are vectors, leading dims broadcast. `reverse` computes x @ self."""
+        if not isinstance(x, Tensor):
+            raise TypeError(f"matmul needs a Tensor, got {type(x).__name__}")
+        a, b = (x, self) if reverse else (self, x)
+        if a.ndim == 0 or b.ndim == 0:
+            raise ValueError(f"matmul needs tensors with at least one dimension, got {a.shape} and {b.shape}")
+        xa = a.unsqueeze(0) if a.ndim == 1 else a
+        yb = b.unsqueeze(-1) if b.ndim == 1 else b
+        if xa.shape[-1] != yb.shape[-2]:
+            raise ValueError(f"matmul of shapes {a.shape} and {b.shape}: the inner sizes {xa.shape[-1]} and "
+                             f"{yb.shape[-2]} differ; transpose or reshape one operand")
+        try:
+            batch = broadcast_shape(xa.shape[:-2], yb.shape[:-2])
+        except ValueError:
+            raise ValueError(f"matmul of shapes {a.shape} and {b.shape}: the batch dimensions {xa.shape[:-2]} and "
+                             f"{yb.shape[:-2]} cannot be broadcast together") from None
+        n, k, m = xa.shape[-2], xa.shape[-1], yb.shape[-1]
+        acc, out_dtype = acc_dtype(least_upper_dtype(xa.dtype, yb.dtype), dtype)
+        xe = xa.cast(acc).expand(batch + (n, k)).reshape(batch + (n, 1, k))
+        ye = yb.cast(acc).expand(batch + (k, m)).transpose(-1, -2).reshape(batch + (1, m, k))
+        out = (xe * ye).sum(-1, dtype=acc).cast(out_dtype)  # integer products stay in their dtype, as in PyTorch
+        if a.ndim == 1:
+            out = out.squeeze(-2)
+        if b.ndim == 1:
+            out = out.squeeze(-1)
+        return out
+
+    def image_dot(self: Tensor, w: Tensor, dtype: DTypeLike | None = None) -> Tensor:
+        """`dot` with tinygrad's name for the variant that, on Qualcomm GPUs, keeps operands in image textures. Here
+        it is exactly `dot` (same results on every device); the texture layout is a backend concern."""
+        return self.dot(w, dtype=dtype)
+
+    @staticmethod
+    def einsum(formula: str, *operands: Tensor | Sequence[Tensor], dtype: DTypeLike | None = None) -> Tensor:
+        """Einstein summation, as torch.einsum: repeated subscripts in one operand take a diagonal, '...' broadcasts,
+        and without '->' the output is the subscripts used once, in alphabetical order, after the '...' dims."""
+        ops: list[Tensor] = list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) \
+            else list(operands)  # type: ignore[arg-type]
+        if not ops or not all(isinstance(t, Tensor) for t in ops):
+            raise TypeError("einsum needs a formula and at least one Tensor operand")
+        in_labels, out_labels = _einsum_terms(formula, ops)
+        sizes: dict[Any, int] = {}
+        reduced: list[Tensor] = []
+        label_lists: list[list[Any]] = []
+        for k, (t, labels) in enumerate(zip(ops, in_labels)):
+            t, labels = _diagonal(t, labels, k)
+            for lb, s in zip(labels, t.shape):
+                if sizes.get(lb, 1) != 1 and s != 1 and sizes[lb] != s:
+                    name = "the '...' dimensions" if isinstance(lb, tuple) else f"subscript {lb}"
+                    raise ValueError(f"einsum(): {name} has size {s} for operand {k}, which does not broadcast with "
+                                     f"the size {sizes[lb]} seen before")
+                sizes[lb] = s if sizes.get(lb, 1) == 1 else sizes[lb]
+            reduced.append(t)
+            label_lists.append(labels)
+        summed = [lb for lb in sizes if lb not in out_labels]
+        order = list(out_labels) + summed
+        full = tuple(sizes[lb] for lb in order)
+        acc, out_dtype = acc_dtype(least_upper_dtype(*(t.dtype for t in ops)), dtype)
+        prod_t: Tensor | None = None
+        for t, labels in zip(reduced, label_lists):
+            present = sorted(range(len(labels)), key=lambda a: order.index(labels[a]))
+            t = t.permute(present) if present else t
+            shape = tuple(t.shape[present.index(labels.index(lb))] if lb in labels else 1 for lb in order)
+            t = t.cast(acc).reshape(shape).expand(full)
+            prod_t = t if prod_t is None else prod_t * t
+        assert prod_t is not None
+        axes = tuple(range(len(out_labels), len(order)))
+        out = prod_t.sum(axes, dtype=acc) if axes else prod_t
+        return out.cast(out_dtype)
+
+    # ---- optimisation ----
+    def newton_schulz(self: Tensor, steps: int, params: Sequence[float], eps: float = 1.0e-7) -> Tensor:
+        """Orthogonalise the last two dims by the Newton-Schulz iteration for odd polynomials (the Muon optimizer's
+        step): scale to unit Frobenius norm, then `steps` times X <- sum_i params[i] * (X X^T)^i X. With params
+        (1.5, -0.5) it converges to U V^T of the SVD; Muon's quintic is (3.4445, -4.7750, 2.0315)."""
+        if self.ndim < 2:
+            raise ValueError(f"newton_schulz needs a matrix (or a batch of them), got shape {self.shape}")
+        if not params:
+            raise ValueError("newton_schulz needs at least one polynomial coefficient in params")
+        if self.shape[-2] > self.shape[-1]:
+            # iterate on the wide orientation: X X^T is then the smaller Gram matrix
+            return self.transpose(-2, -1).newton_schulz(steps, params, eps).transpose(-2, -1)
+        x = self / (self.square().sum((-2, -1), keepdim=True).sqrt() + eps)
+        for _ in range(steps):
+            gram = x @ x.transpose(-2, -1)
+            term, total = x, x * params[0]
+            for p in params[1:]:
+                term = gram @ term
+                total = total + term * p
+            x = total
+        return x
 
     def _check_matrix(self: Tensor, what: str) -> None:
         if self.ndim < 2:
