@@ -235,7 +235,7 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         shape = tuple(resolve_size(s) for s in self.shape)  # symbolic dims take their bound values
         if 0 in shape:
             return np.zeros(shape, dtype=to_numpy(self.dtype) if self.dtype != dtypes.bfloat16 else np.float32)
-        raw = self._buffer().numpy()
+        raw = self._buffer().numpy()[:prod(shape)]  # a symbolic shape's buffer is sized for its largest value
         if self.dtype == dtypes.bfloat16:
             raw = (raw.astype(np.uint32) << np.uint32(16)).view(np.float32)
         return raw.reshape(shape)

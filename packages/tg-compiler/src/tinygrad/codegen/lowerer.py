@@ -132,7 +132,7 @@ class _Lowering:
         if op is Ops.PARAM:
             index_src = (node, idxs[0]) if valid is None else (node, idxs[0], valid)
             return UOp(Ops.LOAD, node.dtype, (UOp(Ops.INDEX, node.dtype, index_src),))
-        if op is Ops.CONST:
+        if op in (Ops.CONST, Ops.DEFINE_VAR):  # a Variable's value is a scalar kernel argument
             return node
         if op in GroupOp.Elementwise:
             return UOp(op, node.dtype, tuple(self.lower(s, idxs, valid) for s in node.src), node.arg)
@@ -211,4 +211,8 @@ def lower_kernel(ast: UOp) -> UOp:
         out_idx = flat_index(idxs, shape)
         stores.append(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, param.dtype, (param, out_idx)),
                                                    state.lower(value, idxs, None))))
-    return graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(stores)), symbolic)
+    lowered = graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(stores)), symbolic)
+    # a buffer seen through a symbolic shape has a symbolic size; below the AST only its largest value matters
+    sized = {u: u.replace(arg=(u.arg[0], int(u.arg[1].vmax))) for u in lowered.toposort()
+             if u.op is Ops.PARAM and isinstance(u.arg[1], UOp)}
+    return lowered.substitute(sized) if sized else lowered

@@ -20,7 +20,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from tinygrad.device import Buffer
-from tinygrad.uop.ops import Ops, UOp, resolve_size, sint, sym_prod, unbind
+from tinygrad.uop.ops import Ops, UOp, sint, sym_prod, unbind
 
 
 @dataclass(eq=False)
@@ -175,7 +175,9 @@ def create_schedule(outputs: list[UOp], devices: list[str]) -> tuple[list[Schedu
             continue
         value = node.src[0] if node.op is Ops.CONTIGUOUS else node
         dev = device_of[node]
-        out_buf = Buffer(dev, resolve_size(node.size), node.dtype)
+        # a symbolic size gets a buffer for its largest value: kernels and buffers then fit every value
+        size = node.size
+        out_buf = Buffer(dev, size if isinstance(size, int) else int(size.vmax), node.dtype)
         buffers_of[node] = out_buf
         if node.op is Ops.COPY:
             src = node.src[0]

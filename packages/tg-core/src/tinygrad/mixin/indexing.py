@@ -46,7 +46,10 @@ class IndexingMixin:
 
     def __getitem__(self: Tensor, index: Any) -> Tensor:
         """NumPy/PyTorch indexing: ints, slices (any step), None, `...`, integer tensors, lists or arrays
-        (advanced indexing; several broadcast together) and boolean masks (which realize, see the module notes)."""
+        (advanced indexing; several broadcast together) and boolean masks (which realize, see the module notes).
+        A slice may end at a bound Variable (`x[:n]` with `n = Variable("n", 1, 64).bind(10)`)."""
+        if _symbolic_slices(index):
+            return _shrink_by_slices(self, index)
         view = _View(self, _parse(self, index))
         y = view.apply(self)
         picks = view.advanced()
@@ -575,3 +578,19 @@ def _check_mask(t: Tensor, mask: Tensor, name: str, both_ways: bool = False) -> 
     if shape is None or (not both_ways and shape != t.shape):
         raise ValueError(f"{name}: the mask of shape {mask.shape} does not broadcast to the tensor's shape {t.shape}")
     return shape
+
+
+def _symbolic_slices(index: Any) -> bool:
+    parts = index if isinstance(index, tuple) else (index,)
+    return any(isinstance(p, slice) and any(isinstance(v, UOp) for v in (p.start, p.stop)) for p in parts)
+
+
+def _shrink_by_slices(x: Tensor, index: Any) -> Tensor:
+    """Slices with Variable bounds: a plain shrink per dimension (steps and other index kinds are not supported)."""
+    parts = index if isinstance(index, tuple) else (index,)
+    if len(parts) > x.ndim or not all(isinstance(p, slice) and p.step in (None, 1) for p in parts):
+        raise IndexError(f"index {index!r}: with Variable bounds only plain slices (step 1), one per dimension, are "
+                         f"supported")
+    bounds = [(0 if p.start is None else p.start, x.shape[d] if p.stop is None else p.stop)
+              for d, p in enumerate(parts)]
+    return x.shrink([*bounds, *([None] * (x.ndim - len(parts)))])

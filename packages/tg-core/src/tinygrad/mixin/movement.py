@@ -16,6 +16,7 @@ import numpy as np
 from tinygrad.dtype import DType, dtypes, least_upper_dtype
 from tinygrad.helpers import prod
 from tinygrad.mixin.indexing import _const, _placed_mask, select
+from tinygrad.uop.ops import UOp, resolve_size, sint
 
 if TYPE_CHECKING:
     from tinygrad.tensor import Tensor
@@ -37,6 +38,8 @@ class MovementMixin:
     def reshape(self: Tensor, *shape: Any) -> Tensor:
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
+        if any(isinstance(s, UOp) for s in (*shape, *self.shape)):
+            return _symbolic_reshape(self, tuple(shape))
         if sum(1 for s in shape if s == -1) > 1:
             raise ValueError(f"only one dimension can be inferred (-1), got shape {shape}")
         for s in shape:
@@ -127,13 +130,17 @@ class MovementMixin:
                 raise ValueError(f"shrink_to{tuple(sizes)}: dimension {d} has size {s}, less than {n}; use pad_to")
         return self.shrink(tuple(None if n is None else (0, n) for n in sizes))
 
-    def shrink(self: Tensor, bounds: Sequence[tuple[int, int] | None]) -> Tensor:
+    def shrink(self: Tensor, bounds: Sequence[tuple[sint, sint] | None]) -> Tensor:
+        """Keep [begin, end) of each dimension (None keeps it whole). A bound may be a bound Variable
+        (`Variable("n", 1, 64).bind(10)`): the kernels then take n as an argument and serve every value of it."""
         if len(bounds) != self.ndim:
             raise ValueError(f"shrink bounds {bounds} need one entry per dimension of {self.shape}")
-        bs = tuple((0, s) if b is None else (int(b[0]), int(b[1])) for b, s in zip(bounds, self.shape))
+        bs = tuple((0, s) if b is None else (_size(b[0]), _size(b[1])) for b, s in zip(bounds, self.shape))
         for (b, e), s in zip(bs, self.shape):
-            if not 0 <= b <= e <= s:
-                raise ValueError(f"shrink bounds {bounds} are outside shape {self.shape}")
+            vb, ve, vs = resolve_size(b), resolve_size(e), resolve_size(s)
+            if not 0 <= vb <= ve <= vs or (isinstance(e, UOp) and e.vmax > (s.vmax if isinstance(s, UOp) else s)):
+                raise ValueError(f"shrink bounds {bounds} are outside shape {self.shape} (a Variable's whole range "
+                                 f"must fit)")
         return self._derive(self.uop.shrink(bs))
 
     def flip(self: Tensor, *axis: Any) -> Tensor:
@@ -574,3 +581,24 @@ def _rearrange(t: Tensor, formula: str, sizes: dict[str, int]) -> Tensor:
     x = t.reshape(tuple(axis_size[n] for n in order))
     x = x.permute([order.index(n) for g in rhs for n in g])
     return x.reshape(tuple(prod(axis_size[n] for n in g) for g in rhs))
+
+
+def _size(v: Any) -> sint:
+    """A size argument: an int, or a bound Variable (or an expression over one)."""
+    if isinstance(v, UOp):
+        if not v.dtype.is_int:
+            raise TypeError(f"a symbolic size must be an integer expression, got {v.dtype}")
+        return v
+    return int(v)
+
+
+def _symbolic_reshape(x: Tensor, shape: tuple[Any, ...]) -> Tensor:
+    """Reshapes that involve Variables: only adding or removing size-1 dimensions, since the index arithmetic of a
+    general reshape would depend on the variable's value."""
+    new = tuple(_size(s) for s in shape)
+    if any(s == -1 for s in new):
+        raise ValueError(f"reshape to {shape}: -1 cannot be inferred when the shape has symbolic dimensions")
+    if [s for s in new if s != 1] != [s for s in x.shape if s != 1]:
+        raise ValueError(f"cannot reshape a tensor of shape {x.shape} to {shape}: with symbolic dimensions only "
+                         f"size-1 dimensions can be added or removed")
+    return x._derive(x.uop.reshape(new))

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from tinygrad.dtype import DType, DTypeLike, dtypes, sum_acc_dtype, to_dtype
 from tinygrad.helpers import prod
-from tinygrad.uop.ops import Ops
+from tinygrad.uop.ops import Ops, UOp, sym_prod
 
 if TYPE_CHECKING:
     from tinygrad.tensor import Tensor
@@ -103,8 +103,10 @@ class ReduceMixin:
     def mean(self: Tensor, axis: Axis = None, keepdim: bool = False, dim: Axis = None) -> Tensor:
         axis = _pick(axis, dim)
         x = self._float()
-        n = prod(self.shape[a] for a in self._reduce_axes(axis))
+        n = sym_prod([self.shape[a] for a in self._reduce_axes(axis)])
         s = x.sum(axis, keepdim)
+        if isinstance(n, UOp):  # a symbolic count: divide by the Variable's value at run time
+            return s / type(self)(n, device=self.device).cast(s.dtype)
         return s / n if n else s * math.nan
 
     def any(self: Tensor, axis: Axis = None, keepdim: bool = False, dim: Axis = None) -> Tensor:

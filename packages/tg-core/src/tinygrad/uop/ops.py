@@ -238,19 +238,19 @@ class UOp(metaclass=UOpMeta):
     def maximum(self, x: UOp | int | float) -> UOp: return self.alu(Ops.MAX, self._ufix(x))
 
     # movement (tensor graph); these never copy
-    def reshape(self, shape: tuple[int, ...]) -> UOp:
+    def reshape(self, shape: tuple[sint, ...]) -> UOp:
         return self if self.shape == shape else UOp(Ops.RESHAPE, self.dtype, (self,), tuple(shape))
 
     def permute(self, order: tuple[int, ...]) -> UOp:
         return self if tuple(order) == tuple(range(len(order))) else UOp(Ops.PERMUTE, self.dtype, (self,), tuple(order))
 
-    def expand(self, shape: tuple[int, ...]) -> UOp:
+    def expand(self, shape: tuple[sint, ...]) -> UOp:
         return self if self.shape == shape else UOp(Ops.EXPAND, self.dtype, (self,), tuple(shape))
 
     def pad(self, padding: tuple[tuple[int, int], ...]) -> UOp:
         return self if all(p == (0, 0) for p in padding) else UOp(Ops.PAD, self.dtype, (self,), tuple(padding))
 
-    def shrink(self, bounds: tuple[tuple[int, int], ...]) -> UOp:
+    def shrink(self, bounds: tuple[tuple[sint, sint], ...]) -> UOp:
         same = all(b == (0, s) for b, s in zip(bounds, self.shape))
         return self if same else UOp(Ops.SHRINK, self.dtype, (self,), tuple(bounds))
 
@@ -357,7 +357,7 @@ def _infer_shape(u: UOp) -> tuple[int, ...] | None:
         return (u.arg.size,)
     if op is Ops.PARAM:
         return (u.arg[1],)
-    if op is Ops.CONST:
+    if op in (Ops.CONST, Ops.BIND, Ops.DEFINE_VAR):
         return ()
     if op in GroupOp.Elementwise or op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.COPY):
         shapes = [s.shape for s in u.src if s.has_shape]
