@@ -282,3 +282,17 @@ def check_backward(case: OpCase, specs: tuple[Spec, ...], torch: Any) -> None:
         assert tl.grad.shape == tl.shape and tl.grad.dtype == tl.dtype
         np.testing.assert_allclose(tl.grad.numpy(), expected, atol=max(case.atol, 1e-5) * 10,
                                    rtol=max(case.rtol, 1e-5) * 10, err_msg=f"gradient of argument {i}")
+
+
+def table_tests(cases: Sequence[OpCase]) -> tuple[Callable[..., None], Callable[..., None]]:
+    """The two parametrized tests of a table; a test file binds them: `test_forward, test_backward = table_tests(C)`."""
+
+    @pytest.mark.parametrize("case,specs,dt", forward_params(cases))
+    def test_forward(case: OpCase, specs: tuple[Spec, ...], dt: DType) -> None:
+        check_forward(case, specs, dt)
+
+    @pytest.mark.parametrize("case,specs", backward_params(cases))
+    def test_backward(case: OpCase, specs: tuple[Spec, ...], torch: Any) -> None:
+        check_backward(case, specs, torch)
+
+    return test_forward, test_backward

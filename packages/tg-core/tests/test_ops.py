@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import pytest
 from opinfo import (
     BINARY,
     BOOL,
@@ -24,20 +23,15 @@ from opinfo import (
     OpCase,
     P,
     S,
-    Spec,
-    backward_params,
-    check_backward,
-    check_forward,
     cond_first,
     float_of,
-    forward_params,
     integral,
     nonzero,
     same,
     sum_of,
+    table_tests,
     torch_module,
 )
-from tinygrad.dtype import DType
 
 _torch = torch_module()
 
@@ -300,11 +294,5 @@ CASES = UNARY_CASES + BINARY_CASES + TERNARY_CASES + REDUCE_CASES + MOVEMENT_CAS
 
 
 
-@pytest.mark.parametrize("case,specs,dt", forward_params(CASES))
-def test_forward(case: OpCase, specs: tuple[Spec, ...], dt: DType) -> None:
-    check_forward(case, specs, dt)
-
-
-@pytest.mark.parametrize("case,specs", backward_params(CASES))
-def test_backward(case: OpCase, specs: tuple[Spec, ...], torch: Any) -> None:
-    check_backward(case, specs, torch)
+# the forward test (values vs numpy, dtype vs PyTorch) and backward test (gradients vs PyTorch) of the table
+test_forward, test_backward = table_tests(CASES)

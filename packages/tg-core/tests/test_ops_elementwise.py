@@ -31,12 +31,9 @@ from opinfo import (
     M,
     OpCase,
     Spec,
-    backward_params,
-    check_backward,
-    check_forward,
-    forward_params,
     integral,
     nonzero,
+    table_tests,
     torch_module,
 )
 from tinygrad import Tensor, dtypes
@@ -450,14 +447,8 @@ DTYPE_CASES = [
 CASES = ACTIVATION_CASES + MATH_CASES + PREDICATE_CASES + DTYPE_CASES
 
 
-@pytest.mark.parametrize("case,specs,dt", forward_params(CASES))
-def test_forward(case: OpCase, specs: tuple[Spec, ...], dt: DType) -> None:
-    check_forward(case, specs, dt)
-
-
-@pytest.mark.parametrize("case,specs", backward_params(CASES))
-def test_backward(case: OpCase, specs: tuple[Spec, ...], torch: Any) -> None:
-    check_backward(case, specs, torch)
+# the forward test (values vs numpy, dtype vs PyTorch) and backward test (gradients vs PyTorch) of the table
+test_forward, test_backward = table_tests(CASES)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -22,11 +22,8 @@ from opinfo import (
     P,
     S,
     Spec,
-    backward_params,
-    check_backward,
-    check_forward,
-    forward_params,
     integral,
+    table_tests,
     torch_module,
 )
 from tinygrad import Context, Tensor, dtypes
@@ -294,14 +291,8 @@ LOSS_CASES = [
 CASES = LAYER_CASES + ATTENTION_CASES + LOSS_CASES
 
 
-@pytest.mark.parametrize("case,specs,dt", forward_params(CASES))
-def test_forward(case: OpCase, specs: tuple[Spec, ...], dt: DType) -> None:
-    check_forward(case, specs, dt)
-
-
-@pytest.mark.parametrize("case,specs", backward_params(CASES))
-def test_backward(case: OpCase, specs: tuple[Spec, ...], torch: Any) -> None:
-    check_backward(case, specs, torch)
+# the forward test (values vs numpy, dtype vs PyTorch) and backward test (gradients vs PyTorch) of the table
+test_forward, test_backward = table_tests(CASES)
 
 
 # ---- behaviour outside the table ----

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import pytest
 from opinfo import (
     BOOL,
     F16,
@@ -21,12 +20,8 @@ from opinfo import (
     OpCase,
     P,
     S,
-    Spec,
-    backward_params,
-    check_backward,
-    check_forward,
-    forward_params,
     integral,
+    table_tests,
     torch_module,
 )
 from tinygrad import Tensor
@@ -377,11 +372,5 @@ MASK_CASES = [
 CASES = PAD_CASES + JOIN_CASES + WINDOW_CASES + GETITEM_CASES + SETITEM_CASES + GATHER_CASES + MASK_CASES
 
 
-@pytest.mark.parametrize("case,specs,dt", forward_params(CASES))
-def test_forward(case: OpCase, specs: tuple[Spec, ...], dt: DType) -> None:
-    check_forward(case, specs, dt)
-
-
-@pytest.mark.parametrize("case,specs", backward_params(CASES))
-def test_backward(case: OpCase, specs: tuple[Spec, ...], torch: Any) -> None:
-    check_backward(case, specs, torch)
+# the forward test (values vs numpy, dtype vs PyTorch) and backward test (gradients vs PyTorch) of the table
+test_forward, test_backward = table_tests(CASES)

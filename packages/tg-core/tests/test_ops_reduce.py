@@ -23,12 +23,11 @@ from opinfo import (
     P,
     S,
     Spec,
-    backward_params,
     check_backward,
     check_forward,
     float_of,
-    forward_params,
     integral,
+    table_tests,
     torch_module,
 )
 from tinygrad import Device, Tensor, dtypes
@@ -252,14 +251,8 @@ SORT_CASES = [
 CASES = STATS_CASES + ARG_CASES + SOFTMAX_CASES + SCAN_CASES + SORT_CASES
 
 
-@pytest.mark.parametrize("case,specs,dt", forward_params(CASES))
-def test_forward(case: OpCase, specs: tuple[Spec, ...], dt: DType) -> None:
-    check_forward(case, specs, dt)
-
-
-@pytest.mark.parametrize("case,specs", backward_params(CASES))
-def test_backward(case: OpCase, specs: tuple[Spec, ...], torch: Any) -> None:
-    check_backward(case, specs, torch)
+# the forward test (values vs numpy, dtype vs PyTorch) and backward test (gradients vs PyTorch) of the table
+test_forward, test_backward = table_tests(CASES)
 
 
 # ---- the blocked scans: a tiny block reaches the blocked and the recursive path with small inputs ----

@@ -1,13 +1,6 @@
-"""Elementwise arithmetic, comparisons, bitwise ops and the Python operator overloads (unary math and
-activations are in unary.py).
-
-Everything beyond the primitive ALU ops is a composition of them, so gradients follow from the primitive rules.
-Piecewise functions evaluate each piece on a "safe" input where it is not selected (for example exp of 0 instead
-of exp of a large x), so that an unselected piece never feeds inf or NaN into the gradient (0 * inf = NaN).
-Composite functions of 16-bit floats compute in float32 and round once at the end, as PyTorch does.
-Transcendental functions the device lacks (erf, atan, log1p, expm1, ...) are series or fitted expansions
-accurate to about 1e-7 relative in float32 and 1e-9 or better in float64.
-"""
+"""Elementwise arithmetic, comparisons, bitwise ops and the Python operator overloads. Unary math and the
+activation functions are in unary.py, which also holds the numerical helpers (exact fmod, integer powers) used
+here."""
 
 from __future__ import annotations
 
@@ -23,9 +16,6 @@ if TYPE_CHECKING:
     from tinygrad.tensor import Tensor
 else:
     Tensor = None  # bound to the real class by tinygrad.tensor once it is defined (the modules import each other)
-
-LN2 = math.log(2)
-SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
 
 
 class ElementwiseMixin:
