@@ -26,7 +26,7 @@ TORCH = "torch==2.13.0"
 LINT_DEPS = ["ruff==0.17.6"]
 TYPE_DEPS = ["mypy==2.4.1", "numpy==2.4.6", "pluggy==1.7.0", "pytest==9.2.0", "hypothesis==6.170.17"]
 
-nox.options.sessions = ["lint", "types", "tests", "integration", "examples"]
+nox.options.sessions = ["lint", "types", "tests", "integration", "examples", "backend_opencl"]
 nox.options.error_on_missing_interpreters = bool(os.environ.get("CI"))
 nox.options.reuse_existing_virtualenvs = not os.environ.get("CI")
 
@@ -74,6 +74,19 @@ def examples(session: nox.Session) -> None:
     """Run the examples end to end."""
     _install_framework(session)
     session.run("python", "examples/train_tiny.py")
+
+
+@nox.session(python="3.11")
+def backend_opencl(session: nox.Session) -> None:
+    """The OpenCL backend on this machine's OpenCL driver (PoCL here: `apt-get install pocl-opencl-icd
+    ocl-icd-libopencl1`): its own tests, then the Tensor op table with DEV=CL."""
+    _install_framework(session)
+    # brings the pinned pyopencl; torch gives the op table its gradient references
+    session.install("-e", "packages/tg-backend-opencl", *TEST_DEPS, TORCH)
+    workers = os.environ.get("PYTEST_WORKERS", "2")
+    session.run("pytest", "-n", workers, "-q", "packages/tg-backend-opencl/tests", *session.posargs)
+    session.run("pytest", "-n", workers, "-q", "packages/tg-core/tests/test_ops.py", *session.posargs,
+                env={"DEV": "CL", "TG_EXPECT_DEVICE": "CL"})
 
 
 @nox.session(python="3.11")

@@ -69,7 +69,8 @@ def get_program(ast: UOp, renderer: Renderer) -> ProgramSpec:
         print(f"{name}: opts applied: none (loops {[upper_bound(r.src[0]) for r in global_ranges]})", file=sys.stderr)
     if DEBUG >= 4:
         print(src, file=sys.stderr)
-    gsize = tuple(upper_bound(r.src[0]) for r in global_ranges) if renderer.has_local else None
+    # a symbolic size launches its largest value: the kernel guards each work-item id against the bound
+    gsize = tuple(upper_bound(r.src[0]) for r in renderer.global_ranges(program)) if renderer.has_local else None
     var_names = tuple(sorted({u.arg[0] for u in program if u.op is Ops.DEFINE_VAR}))
     return ProgramSpec(name, src, params, gsize, None, ops, nbytes, var_names=var_names)
 

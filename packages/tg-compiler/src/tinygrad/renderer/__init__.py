@@ -24,6 +24,12 @@ class Renderer:
     def render(self, name: str, program: list[UOp]) -> str:
         raise NotImplementedError
 
+    def global_ranges(self, program: list[UOp]) -> list[UOp]:
+        """The loop RANGEs a `has_local` target runs as work-items, in launch-dimension order; the launch's
+        global size is their sizes. The default is every global range; a target that maps only some of them
+        (keeping the rest as loops in the kernel) narrows this."""
+        return [u for u in program if u.op is Ops.RANGE and u.arg[1] == "global"]
+
     @staticmethod
     def kernel_name(sink: UOp) -> str:
         """A readable name: r_ for kernels with a reduction, E_ for elementwise, then the loop sizes."""

@@ -117,6 +117,12 @@ class CStyleRenderer(Renderer):
         const = "" if is_output else "const "
         return f"{self.buffer_prefix}{const}{self.memory_type(d)}* {self.restrict} data{index}"
 
+    def render_range(self, name: str, bound: str, work_item_dim: int | None) -> str:
+        """Open a loop over [0, bound). `work_item_dim` is the launch dimension the range runs on for a
+        `has_local` target (None: a loop); a target with work-items opens a guarded block instead. Either
+        way the END closes it with one brace."""
+        return f"for (int {name} = 0; {name} < {bound}; {name}++) {{"
+
     def render_var_param(self, name: str, d: DType) -> str:
         return f"const {self.value_type(d)} {name}"
 
@@ -232,6 +238,7 @@ class CStyleRenderer(Renderer):
             return f"{prefix}{n}"
 
         pending: dict[UOp, str] = {}
+        work_items = {r: dim for dim, r in enumerate(self.global_ranges(program))} if self.has_local else {}
 
         def emit(u: UOp, expr: str, prefix: str) -> None:
             pending[u] = expr
@@ -253,7 +260,7 @@ class CStyleRenderer(Renderer):
                 names[u] = u.arg[0]
             elif op is Ops.RANGE:
                 names[u] = fresh("ridx")
-                body.append(f"{pad}for (int {names[u]} = 0; {names[u]} < {names[u.src[0]]}; {names[u]}++) {{")
+                body.append(pad + self.render_range(names[u], names[u.src[0]], work_items.get(u)))
             elif op is Ops.END:
                 body.append(pad + "}")
             elif op is Ops.INDEX:

@@ -1,0 +1,36 @@
+"""OpenCL C -> device binary with pyopencl's program build; the binary is what the compile cache stores."""
+
+from __future__ import annotations
+
+from typing import cast
+
+import pyopencl as cl
+from tinygrad.codegen.compiled import CompileError, Compiler
+
+#: no fast-math: results must match the reference semantics (NaN, inf and signed zeros included). -w: the
+#: generated code trips style warnings (constant operands of ||) that pyopencl would raise as CompilerWarning;
+#: errors still come with the build log
+BUILD_OPTIONS = ("-cl-fp32-correctly-rounded-divide-sqrt", "-w")
+
+
+class CLCompiler(Compiler):
+    def __init__(self, context: cl.Context, device: cl.Device):
+        self.context, self.device = context, device
+        self.options = list(BUILD_OPTIONS)
+        # the binary depends on the device and its driver: both are part of the key
+        self.cache_key = (f"opencl|{device.platform.name}|{device.name}|{device.driver_version}|"
+                          f"{device.version}|{' '.join(self.options)}")
+
+    def compile(self, src: str) -> bytes:
+        program = cl.Program(self.context, src)
+        try:
+            program.build(options=self.options, devices=[self.device])
+        except cl.Error as e:
+            try:
+                log = program.get_build_info(self.device, cl.program_build_info.LOG)
+            except cl.Error:
+                log = ""
+            raise CompileError(f"OpenCL build failed on {self.device.name} ({self.device.platform.name}): "
+                               f"{type(e).__name__}\n--- build log ---\n{log or e}\n--- source ---\n{src}") from None
+        binaries = cast(list, program.get_info(cl.program_info.BINARIES))  # one per device built for
+        return bytes(binaries[0])

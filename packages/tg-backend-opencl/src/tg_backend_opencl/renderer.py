@@ -1,0 +1,177 @@
+"""OpenCL C on top of the C-style base: `__kernel`/`__global`, OpenCL's type names, overloaded math
+functions (no f suffix), `as_<type>` for bit casts, and the outermost output loop run as work-items.
+
+Which dtypes exist depends on the device: float64 needs `cl_khr_fp64`. float16 without `cl_khr_fp16` (PoCL
+here) is emulated: buffers hold half, read and written with vload_half/vstore_half_rte, and values are
+computed in float and rounded to half after every op.
+bfloat16 is emulated as in the C renderer (16-bit patterns in memory, float arithmetic rounded back).
+bool cannot be a `__global` buffer element in OpenCL C, so bool buffers hold uchar 0/1.
+"""
+
+from __future__ import annotations
+
+from tinygrad.dtype import DType, dtypes
+from tinygrad.renderer.cstyle import CStyleRenderer
+from tinygrad.uop.ops import Ops, UOp
+
+CL_BF16_PRELUDE = """inline float tg_bf16_to_f32(ushort b) { return as_float(((uint)b) << 16); }
+inline ushort tg_f32_to_bf16(float f) {
+  uint u = as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)0x7fc0;  /* NaN stays a quiet NaN */
+  u += 0x7fffu + ((u >> 16) & 1u);  /* round to nearest even */
+  return (ushort)(u >> 16);
+}
+inline float tg_round_bf16(float f) { return tg_bf16_to_f32(tg_f32_to_bf16(f)); }
+"""
+
+#: float16 without cl_khr_fp16: half is a storage format only, values live in float and are rounded to half
+#: after every op (float holds every sum, product and quotient of halves before that one rounding)
+HALF_PRELUDE = """inline ushort tg_f16_bits(float f) {
+  if (isnan(f)) return signbit(f) ? (ushort)0xfe00 : (ushort)0x7e00;  /* the quiet NaN, whatever the payload */
+  ushort h; vstore_half_rte(f, 0, (half*)&h); return h;
+}
+inline float tg_f16_from_bits(ushort h) { return vload_half(0, (half*)&h); }
+inline float tg_round_f16(float f) { return tg_f16_from_bits(tg_f16_bits(f)); }
+"""
+HALF_FROM_DOUBLE = """inline float tg_f64_to_f16(double d) {
+  ushort h; vstore_half_rte(d, 0, (half*)&h); return tg_f16_from_bits(h);
+}
+"""
+
+CL_TYPES: dict[DType, str] = {
+    dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.int16: "short",
+    dtypes.uint16: "ushort", dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "long",
+    dtypes.uint64: "ulong", dtypes.float16: "half", dtypes.bfloat16: "float", dtypes.float32: "float",
+    dtypes.float64: "double",
+}
+
+
+class OpenCLRenderer(CStyleRenderer):
+    device = "CL"
+    has_local = True
+    kernel_prefix = "__kernel "
+    buffer_prefix = "__global "
+    restrict = "restrict"
+    bf16_prelude = CL_BF16_PRELUDE
+    type_names = CL_TYPES
+
+    def __init__(self, extensions: frozenset[str] = frozenset()):
+        self.extensions = extensions
+        #: without cl_khr_fp16, float16 is stored as half (vload_half/vstore_half) and computed in float
+        self.emulate_half = "cl_khr_fp16" not in extensions
+        self.lacks = frozenset() if "cl_khr_fp64" in extensions else frozenset({dtypes.float64})
+        pragmas = [f"#pragma OPENCL EXTENSION {ext} : enable\n" for ext in ("cl_khr_fp16", "cl_khr_fp64")
+                   if ext in extensions]
+        self.prelude = "".join(pragmas)
+
+    def supports_dtype(self, dtype: DType) -> bool:
+        # the class's supported_dtypes still applies (a subclass or a test may narrow it); the device's
+        # extensions narrow it further
+        return super().supports_dtype(dtype) and dtype.scalar not in self.lacks
+
+    def value_type(self, d: DType) -> str:
+        return "float" if d.scalar == dtypes.float16 and self.emulate_half else super().value_type(d)
+
+    def render(self, name: str, program: list[UOp]) -> str:
+        src = super().render(name, program)
+        if self.emulate_half and any(u.dtype.scalar == dtypes.float16 for u in program):
+            helpers = HALF_PRELUDE + (HALF_FROM_DOUBLE if "cl_khr_fp64" in self.extensions else "")
+            src = self.prelude + helpers + src[len(self.prelude):]
+        return src
+
+    # ---- types and constants ----
+    def memory_type(self, d: DType) -> str:
+        if d.scalar == dtypes.bool:
+            return "uchar"
+        if d.scalar == dtypes.float16:
+            return "half"
+        return super().memory_type(d)
+
+    def _half(self, d: DType) -> bool:
+        return self.emulate_half and d.scalar == dtypes.float16
+
+    def render_load(self, buf: str, idx: str, gate: str | None, d: DType) -> str:
+        if not self._half(d):
+            return super().render_load(buf, idx, gate, d)
+        val = f"vload_half({idx}, {buf})"
+        return val if gate is None else f"({gate}?{val}:0.0f)"
+
+    def render_store(self, buf: str, idx: str, value: str, d: DType) -> str:
+        if not self._half(d):
+            return super().render_store(buf, idx, value, d)
+        return f"vstore_half_rte({value}, {idx}, {buf});"
+
+    def render_cast(self, x: str, frm: DType, to: DType) -> str:
+        if self._half(to):
+            if frm.scalar == dtypes.float64:  # one rounding, not double -> float -> half
+                return f"tg_f64_to_f16({x})"
+            return f"tg_round_f16((float)({x}))"
+        return super().render_cast(x, frm, to)
+
+    def render_alu(self, op: Ops, d: DType, srcs: list[str], src_uops: tuple[UOp, ...]) -> str:
+        expr = super().render_alu(op, d, srcs, src_uops)
+        if self._half(d) and op not in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.WHERE):
+            expr = f"tg_round_f16({expr})"
+        return expr
+
+    def render_const(self, value: float | int | bool, d: DType) -> str:
+        if d.is_int and d.itemsize == 8:  # OpenCL's 64-bit literals are L/UL (there is no long long)
+            iv = int(value)
+            if d.is_unsigned:
+                return f"{iv}UL"
+            return f"({iv + 1}L-1)" if iv == d.min else f"{iv}L"
+        return super().render_const(value, d)
+
+    def render_bitcast(self, x: str, frm: DType, to: DType) -> str:
+        if self._half(frm):
+            bits = f"tg_f16_bits({x})"
+            return f"tg_bf16_to_f32({bits})" if to.scalar == dtypes.bfloat16 else f"as_{self.value_type(to)}({bits})"
+        if self._half(to):
+            bits = f"tg_f32_to_bf16({x})" if frm.scalar == dtypes.bfloat16 else f"as_ushort({x})"
+            return f"tg_f16_from_bits({bits})"
+        if frm.scalar == dtypes.bfloat16:
+            return f"as_{self.value_type(to)}(tg_f32_to_bf16({x}))"
+        if to.scalar == dtypes.bfloat16:
+            return f"tg_bf16_to_f32(as_ushort({x}))"
+        if frm.scalar == dtypes.bool or to.scalar == dtypes.bool:
+            return f"(({self.value_type(to)})({x}))"  # bool has no defined size in OpenCL C: 0/1 either way
+        return f"as_{self.value_type(to)}({x})"
+
+    def math_fn(self, op: Ops, d: DType) -> str:
+        return self.math_fns[op]  # OpenCL overloads the math functions by argument type
+
+    def _render_divmod(self, op: Ops, a: str, b: str, d: DType, divisor: UOp) -> str:
+        if d.is_float and op is Ops.MOD:
+            return f"fmod({a},{b})"
+        if self._half(d) and op is Ops.IDIV:  # truncate the quotient as rounded to half
+            return f"trunc(tg_round_f16({a}/{b}))"
+        return super()._render_divmod(op, a, b, d, divisor)
+
+    def _render_shift(self, op: Ops, a: str, b: str, d: DType) -> str:
+        if op is Ops.SHR:
+            return super()._render_shift(op, a, b, d)
+        # shift the unsigned pattern: a signed left shift that overflows is undefined in OpenCL C too
+        utype = "ulong" if d.itemsize == 8 else "uint"
+        zero = self.render_const(0, d)
+        return f"((({b})<0||({b})>={d.bits})?{zero}:(({self.value_type(d)})(({utype})({a})<<({b}))))"
+
+    # ---- work-items ----
+    def global_ranges(self, program: list[UOp]) -> list[UOp]:
+        """Only the outermost output loop becomes work-items (dimension 0), and only when the kernel has one
+        loop nest; inner loops stay loops. A kernel with several nests (stores of different shapes) or none
+        runs as a single work-item."""
+        depth, outer = 0, []
+        for u in program:
+            if u.op is Ops.RANGE:
+                if depth == 0:
+                    outer.append(u)
+                depth += 1
+            elif u.op is Ops.END:
+                depth -= 1
+        return outer if len(outer) == 1 and outer[0].arg[1] == "global" else []
+
+    def render_range(self, name: str, bound: str, work_item_dim: int | None) -> str:
+        if work_item_dim is None:
+            return super().render_range(name, bound, work_item_dim)
+        # the launch may be larger than the bound (a symbolic bound launches its largest value): guard it
+        return f"int {name} = (int)get_global_id({work_item_dim}); if ({name} < {bound}) {{"
