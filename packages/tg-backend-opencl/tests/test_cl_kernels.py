@@ -131,3 +131,18 @@ def test_float16_rounds_after_every_op_in_a_fused_expression(Tensor) -> None:  #
     for g, w in zip(got, want):
         assert g.dtype == np.float16
         np.testing.assert_array_equal(g.view(np.uint16), w.view(np.uint16))
+
+
+def test_tensors_move_between_devices_and_gradients_come_back(cl_device) -> None:  # type: ignore[no-untyped-def]
+    import numpy as np
+    from tinygrad import Tensor
+
+    x_np, w_np = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32), np.array([[1.0, 0.5], [2.0, 1.0]], np.float32)
+    moved = (Tensor(x_np, device="CPU").to("CL") * 2).to("CPU") + 1
+    assert moved.device == "CPU"
+    np.testing.assert_array_equal(moved.numpy(), x_np * 2 + 1)
+    x = Tensor(x_np, device="CL", requires_grad=True)
+    (x.to("CPU") * Tensor(w_np, device="CPU")).sum().backward()
+    assert x.grad is not None and x.grad.device == "CL"
+    # the gradient lives on CL: it combines with CL tensors without a device mismatch
+    np.testing.assert_array_equal((x.grad + x.detach()).numpy(), w_np + x_np)

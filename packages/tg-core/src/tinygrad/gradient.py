@@ -20,6 +20,16 @@ def _cos(x: UOp) -> UOp:
     return x.const_like(1.0) - x.const_like(2.0) * s * s
 
 
+def _copy_back(g: UOp, src: UOp) -> UOp:
+    """The gradient of a device copy is a copy back to the device the source lives on."""
+    for u in src.toposort():
+        if u.op is Ops.BUFFER:
+            return UOp(Ops.COPY, g.dtype, (g,), u.arg.device)
+        if u.op is Ops.COPY:
+            return UOp(Ops.COPY, g.dtype, (g,), u.arg)
+    return g  # a source made of constants has no device of its own
+
+
 def _max_grad(g: UOp, node: UOp) -> tuple[UOp | None, ...]:
     a, b = node.src
     # ties split the gradient evenly, as PyTorch's maximum does
@@ -92,7 +102,7 @@ GRAD_RULES: dict[Ops, GradRule] = {
     Ops.SHRINK: _shrink_grad,
     Ops.FLIP: lambda g, n: (g.flip(n.arg),),
     Ops.CONTIGUOUS: lambda g, n: (g,),
-    Ops.COPY: lambda g, n: (g,),  # the Tensor layer moves gradients back to the source device
+    Ops.COPY: lambda g, n: (_copy_back(g, n.src[0]),),
     Ops.DETACH: lambda g, n: (None,),
 }
 # ops with no gradient (piecewise constant or integer-valued)
