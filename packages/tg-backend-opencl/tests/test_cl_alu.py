@@ -116,8 +116,7 @@ CASES = [(op, d) for d in dtypes.all() for op in BINARY[kind(d)] + UNARY[kind(d)
 
 @pytest.mark.parametrize("op,d", CASES, ids=[f"{op.name}-{d.name}" for op, d in CASES])
 def test_alu_matches_reference(cl_device, op: Ops, d: DType) -> None:  # type: ignore[no-untyped-def]
-    if not cl_device.supports_dtype(d):
-        pytest.skip(f"CL device {cl_device.device.name} does not claim {d.name}")
+    _require(cl_device, d)
     got, xs, ys = results(d)[op]
     binary = op in BINARY[kind(d)]
     out_d = dtypes.bool if op in COMPARE else d
@@ -126,14 +125,18 @@ def test_alu_matches_reference(cl_device, op: Ops, d: DType) -> None:  # type: i
           lambda i: f"{op.name}({xs[i]!r}{', ' + repr(ys[i]) if binary else ''})")
 
 
+def _require(cl_device, *dts: DType) -> None:  # type: ignore[no-untyped-def]
+    for d in dts:
+        if not cl_device.supports_dtype(d):
+            pytest.skip(f"CL device {cl_device.device.name} does not claim {d.name}")
+
+
 PAIRS = [(a, b) for a in dtypes.all() for b in dtypes.all() if a != b]
 
 
 @pytest.mark.parametrize("frm,to", PAIRS, ids=[f"{a.name}-{b.name}" for a, b in PAIRS])
 def test_cast_matches_reference(cl_device, frm: DType, to: DType) -> None:  # type: ignore[no-untyped-def]
-    for d in (frm, to):
-        if not cl_device.supports_dtype(d):
-            pytest.skip(f"CL device {cl_device.device.name} does not claim {d.name}")
+    _require(cl_device, frm, to)
     vals = edges(frm)
     if to.is_int and frm.is_float:  # float -> int is defined only where the value fits (C and OpenCL alike)
         vals = [v for v in vals if math.isfinite(v) and to.min <= math.trunc(v) <= to.max]
@@ -148,9 +151,7 @@ BITCASTS = [(a, b) for a in dtypes.all() for b in dtypes.all() if a != b and a.i
 
 @pytest.mark.parametrize("frm,to", BITCASTS, ids=[f"{a.name}-{b.name}" for a, b in BITCASTS])
 def test_bitcast_matches_reference(cl_device, frm: DType, to: DType) -> None:  # type: ignore[no-untyped-def]
-    for d in (frm, to):
-        if not cl_device.supports_dtype(d):
-            pytest.skip(f"CL device {cl_device.device.name} does not claim {d.name}")
+    _require(cl_device, frm, to)
     vals = edges(frm)
     x = UOp(Ops.PARAM, frm, (), (1, len(vals)))
     (got,) = run([(frm, vals)], [(to, x.bitcast(to))])

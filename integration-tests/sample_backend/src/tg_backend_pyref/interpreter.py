@@ -373,6 +373,8 @@ class _Builder:
         return ternary
 
     def _memoised(self, i: int, src: tuple[int, ...], fn: Callable[[tuple[Any, ...]], Any]) -> Step:
+        # one closure per arity on purpose: this runs once per element of every kernel, and building the key
+        # without a loop over `src` is what keeps the interpreter usable for the op tables
         regs: list[Any] = self.regs
         memo: dict[tuple[Any, ...], Any] = {}
         if len(src) == 1:
