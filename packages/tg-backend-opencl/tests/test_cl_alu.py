@@ -61,19 +61,20 @@ def from_array(arr: np.ndarray, d: DType) -> list:
     return [bf16_bits_to_float(int(b)) for b in arr] if d == dtypes.bfloat16 else [v.item() for v in arr]
 
 
-def run(inputs: list[tuple[DType, list]], outputs: list[tuple[DType, UOp]]) -> list[np.ndarray]:
-    """outputs[i] = (dtype, expression over PARAMs len(outputs)+j for input j), stored elementwise."""
+def run(inputs: list[tuple[DType, list]], outputs: list[tuple[DType, UOp]], device: str = "CL") -> list[np.ndarray]:
+    """outputs[i] = (dtype, expression over PARAMs len(outputs)+j for input j), stored elementwise. `device`: other
+    OpenCL-based backends (QCOM) reuse these helpers on their own device."""
     n = len(inputs[0][1])
     stores = tuple(UOp(Ops.STORE, dtypes.void, (UOp(Ops.PARAM, d, (), (i, n)).reshape((n,)), e))
                    for i, (d, e) in enumerate(outputs))
-    out_bufs = [Buffer("CL", n, d) for d, _ in outputs]
-    in_bufs = [Buffer("CL", n, d).copyin(memoryview(to_array(v, d)).cast("B")) for d, v in inputs]
-    Device["CL"].get_runner(UOp(Ops.SINK, dtypes.void, stores))([*out_bufs, *in_bufs], {})
+    out_bufs = [Buffer(device, n, d) for d, _ in outputs]
+    in_bufs = [Buffer(device, n, d).copyin(memoryview(to_array(v, d)).cast("B")) for d, v in inputs]
+    Device[device].get_runner(UOp(Ops.SINK, dtypes.void, stores))([*out_bufs, *in_bufs], {})
     return [b.numpy() for b in out_bufs]
 
 
 @functools.cache
-def results(d: DType) -> dict[Ops, tuple[np.ndarray, list, list]]:
+def results(d: DType, device: str = "CL") -> dict[Ops, tuple[np.ndarray, list, list]]:
     vals = edges(d)
     pairs = [(a, b) for a in vals for b in vals]
     xs, ys = [p[0] for p in pairs], [p[1] for p in pairs]
@@ -83,7 +84,7 @@ def results(d: DType) -> dict[Ops, tuple[np.ndarray, list, list]]:
     outs = [(dtypes.bool if op in COMPARE else d, UOp(op, dtypes.bool if op in COMPARE else d,
                                                       (x, y) if op in BINARY[kind(d)] else (x,)))
             for op in ops]
-    got = run([(d, xs), (d, ys)], outs)
+    got = run([(d, xs), (d, ys)], outs, device)
     return {op: (g, xs, ys) for op, g in zip(ops, got)}
 
 

@@ -79,7 +79,10 @@ class CLDevice(Compiled):
         self.context = cl.Context([self.device])
         self.queue = cl.CommandQueue(self.context, self.device,
                                      properties=cl.command_queue_properties.PROFILING_ENABLE)
-        renderer = OpenCLRenderer(frozenset(self.device.extensions.split()))
+        renderer = OpenCLRenderer(frozenset(self.device.extensions.split()),
+                                  local_max=tuple(int(x) for x in self.device.max_work_item_sizes),
+                                  max_work_group_size=int(self.device.max_work_group_size),
+                                  local_mem_max=int(self.device.local_mem_size))
         super().__init__("CL" if index == 0 else f"CL:{index}", CLAllocator(self.context, self.queue), renderer,
                          CLCompiler(self.context, self.device), lambda name, lib: CLProgram(self, name, lib))
 

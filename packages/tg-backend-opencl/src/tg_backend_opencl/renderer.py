@@ -1,5 +1,6 @@
 """OpenCL C on top of the C-style base: `__kernel`/`__global`, OpenCL's type names, overloaded math
-functions (no f suffix), `as_<type>` for bit casts, and the outermost output loop run as work-items.
+functions (no f suffix), `as_<type>` for bit casts, output ranges run as work-items (up to three launch
+dimensions, see `Renderer.global_ranges`), `__local` scratch arrays and barriers for GROUP reductions.
 
 Which dtypes exist depends on the device: float64 needs `cl_khr_fp64`. float16 without `cl_khr_fp16` (PoCL
 here) is emulated: buffers hold half, read and written with vload_half/vstore_half_rte, and values are
@@ -54,9 +55,13 @@ class OpenCLRenderer(CStyleRenderer):
     restrict = "restrict"
     bf16_prelude = CL_BF16_PRELUDE
     type_names = CL_TYPES
+    address_var_type = None  # 32-bit index math: 64-bit integers are slow on GPUs
 
-    def __init__(self, extensions: frozenset[str] = frozenset()):
+    def __init__(self, extensions: frozenset[str] = frozenset(), local_max: tuple[int, ...] = (256, 256, 256),
+                 max_work_group_size: int = 256, local_mem_max: int = 16384):
+        """The defaults are OpenCL 1.2's guaranteed minimums; the device passes its own limits."""
         self.extensions = extensions
+        self.local_max, self.max_work_group_size, self.local_mem_max = local_max, max_work_group_size, local_mem_max
         #: without cl_khr_fp16, float16 is stored as half (vload_half/vstore_half) and computed in float
         self.emulate_half = "cl_khr_fp16" not in extensions
         self.lacks = frozenset() if "cl_khr_fp64" in extensions else frozenset({dtypes.float64})
@@ -155,20 +160,28 @@ class OpenCLRenderer(CStyleRenderer):
         zero = self.render_const(0, d)
         return f"((({b})<0||({b})>={d.bits})?{zero}:(({self.value_type(d)})(({utype})({a})<<({b}))))"
 
-    # ---- work-items ----
-    def global_ranges(self, program: list[UOp]) -> list[UOp]:
-        """Only the outermost output loop becomes work-items (dimension 0), and only when the kernel has one
-        loop nest; inner loops stay loops. A kernel with several nests (stores of different shapes) or none
-        runs as a single work-item."""
-        depth, outer = 0, []
-        for u in program:
-            if u.op is Ops.RANGE:
-                if depth == 0:
-                    outer.append(u)
-                depth += 1
-            elif u.op is Ops.END:
-                depth -= 1
-        return outer if len(outer) == 1 and outer[0].arg[1] == "global" else []
+    # ---- vector loads and stores: vloadn/vstoren need only element alignment; offsets are multiples of 4 ----
+    vector_widths = (4,)
+
+    def vector_type(self, d: DType, width: int) -> str:
+        return f"{self.value_type(d)}{width}"
+
+    def render_vector_load(self, buf: str, idx: str, width: int, d: DType) -> str:
+        return f"vload{width}(0, {buf}+{idx})"
+
+    def render_vector_lane(self, vec: str, lane: int) -> str:
+        return f"{vec}.s{lane:x}"
+
+    def render_vector_store(self, buf: str, idx: str, values: list[str], d: DType) -> str:
+        vec = f"({self.vector_type(d, len(values))})({', '.join(values)})"
+        return f"vstore{len(values)}({vec}, 0, {buf}+{idx});"
+
+    # ---- work-items and local memory ----
+    def render_define_local(self, name: str, d: DType, size: int) -> str:
+        return f"__local {self.value_type(d)} {name}[{size}];"
+
+    def render_barrier(self) -> str:
+        return "barrier(CLK_LOCAL_MEM_FENCE);"
 
     def render_range(self, name: str, bound: str, work_item_dim: int | None) -> str:
         if work_item_dim is None:

@@ -1,6 +1,7 @@
 """From a kernel AST to source code: lower -> linearize -> render.
 
-`get_program(ast, renderer)` is the whole pipeline; DEBUG>=3 prints the chosen optimisations,
+`get_program(ast, renderer)` is the whole pipeline (lowering, optimisation in `codegen/opt/`, linearizing,
+rendering); DEBUG>=3 prints the chosen optimisations,
 >=4 the source, >=5 the AST, >=6 the linearized program.
 """
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 
 from tinygrad.codegen.linearize import linearize
 from tinygrad.codegen.lowerer import lower_kernel
+from tinygrad.codegen.opt import Opt, OptState, expand_kernel, optimize
 from tinygrad.helpers import DEBUG, prod
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import GroupOp, Ops, UOp, sint
@@ -51,11 +53,14 @@ def upper_bound(size: sint) -> int:
     return int(size.arg) if size.op is Ops.CONST else int(size.vmax)
 
 
-def get_program(ast: UOp, renderer: Renderer) -> ProgramSpec:
+def get_program(ast: UOp, renderer: Renderer, opts: tuple[Opt, ...] | None = None) -> ProgramSpec:
+    """The whole pipeline for one kernel. `opts` applies exactly those optimisations (BEAM search does);
+    None lets the heuristics choose (none with NOOPT=1)."""
     if DEBUG >= 5:
         print(ast.pretty(), file=sys.stderr)
     lowered = lower_kernel(ast)
-    program = linearize(lowered)
+    state = optimize(lowered, renderer, opts)
+    program = linearize(expand_kernel(state))
     if DEBUG >= 6:
         for i, u in enumerate(program):
             srcs = [program.index(s) if s in program else "-" for s in u.src]
@@ -64,15 +69,31 @@ def get_program(ast: UOp, renderer: Renderer) -> ProgramSpec:
     src = renderer.render(name, program)
     params = tuple(sorted(u.arg[0] for u in program if u.op is Ops.PARAM))
     ops, nbytes = _estimates(ast, lowered)
-    global_ranges = [u for u in program if u.op is Ops.RANGE and u.arg[1] == "global"]
+    gsize, lsize = _launch_sizes(program, renderer, state)
     if DEBUG >= 3:
-        print(f"{name}: opts applied: none (loops {[upper_bound(r.src[0]) for r in global_ranges]})", file=sys.stderr)
+        applied = ", ".join(str(o) for o in state.applied) or "none"
+        print(f"{name}: opts applied: {applied} (global {gsize}, local {lsize})", file=sys.stderr)
     if DEBUG >= 4:
         print(src, file=sys.stderr)
-    # a symbolic size launches its largest value: the kernel guards each work-item id against the bound
-    gsize = tuple(upper_bound(r.src[0]) for r in renderer.global_ranges(program)) if renderer.has_local else None
     var_names = tuple(sorted({u.arg[0] for u in program if u.op is Ops.DEFINE_VAR}))
-    return ProgramSpec(name, src, params, gsize, None, ops, nbytes, var_names=var_names)
+    return ProgramSpec(name, src, params, gsize, lsize, ops, nbytes, tuple(str(o) for o in state.applied),
+                       var_names=var_names)
+
+
+def _launch_sizes(program: list[UOp], renderer: Renderer,
+                  state: OptState) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
+    """(global size in work-items, work-group size) per launch dimension, or (None, None) for a loop target.
+
+    A symbolic size launches its largest value, and a size that is not a multiple of its work-group size is
+    rounded up: the kernel guards each work-item id against the real bound. Without LOCAL or GROUP opts the
+    work-group size is left to the runtime (None)."""
+    if not renderer.has_local:
+        return None, None
+    ranges = renderer.global_ranges(program)
+    local_of = dict(state.local_sizes)
+    lsize = tuple(int(r.src[0].arg) if r.arg[1] == "group" else local_of.get(r.arg[0], 1) for r in ranges)
+    gsize = tuple(-(-upper_bound(r.src[0]) // ls) * ls for r, ls in zip(ranges, lsize))
+    return gsize, (lsize if any(ls > 1 for ls in lsize) else None)
 
 
 __all__ = ["ProgramSpec", "get_program", "prod"]

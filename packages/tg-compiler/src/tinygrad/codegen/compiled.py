@@ -6,6 +6,7 @@ launcher into. Core asks a device for a runner (`get_runner(ast)`); this turns t
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import sys
@@ -15,9 +16,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tinygrad.codegen import ProgramSpec, get_program
+from tinygrad.codegen.lowerer import lower_kernel
+from tinygrad.codegen.opt import Opt, OptError, OptState, apply_opt
+from tinygrad.codegen.opt.search import BEAM, beam_opts, beam_search
 from tinygrad.device import Allocator, Buffer
 from tinygrad.dtype import DType, dtypes
-from tinygrad.helpers import DEBUG, DISABLE_COMPILER_CACHE, cache_dir
+from tinygrad.helpers import DEBUG, DISABLE_COMPILER_CACHE, NOOPT, cache_dir
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import UOp
 
@@ -99,6 +103,16 @@ class CompiledRunner:
         return self.program(*args, global_size=self.global_size, local_size=self.local_size,
                             vals=tuple(var_vals[name] for name in self.spec.var_names), wait=wait)
 
+    def prepare(self, bufs: list[Buffer], var_vals: dict[str, int]) -> Callable[[], float | None]:
+        """This launch with its arguments resolved once: TinyJit replays the returned callable, so a replay does no
+        per-kernel lookups. A program may offer `prepare(*bufs, global_size=, local_size=, vals=)` to do more."""
+        args = [bufs[i].opaque for i in self.spec.param_indices]
+        vals = tuple(var_vals[name] for name in self.spec.var_names)
+        if (prep := getattr(self.program, "prepare", None)) is not None:
+            return prep(*args, global_size=self.global_size, local_size=self.local_size, vals=vals)
+        return functools.partial(self.program, *args, global_size=self.global_size, local_size=self.local_size,
+                                 vals=vals)
+
 
 class Compiled:
     """A device made of the four pieces of the contract. Backends subclass or instantiate this."""
@@ -121,11 +135,24 @@ class Compiled:
             ok = [d.name for d in dtypes.all() if self.renderer.supports_dtype(d)]
             raise TypeError(f"device {self.name} cannot compute with {', '.join(unsupported)}; it supports {ok}. "
                             f"Cast to a supported dtype first, or use a device that has {unsupported[0]}")
-        spec = get_program(ast, self.renderer)
+        spec = get_program(ast, self.renderer, self._searched_opts(ast) if BEAM and not NOOPT else None)
         lib = self.compiler.compile_cached(spec.src)
         runner = CompiledRunner(self, spec, lib)
         self._runners[ast] = runner
         return runner
+
+    def _searched_opts(self, ast: UOp) -> tuple[Opt, ...]:
+        """BEAM=n: the opts the search picks for this kernel on this device (cached on disk). An entry that no
+        longer applies (the kernel's axes changed meaning) is searched again."""
+        lowered = lower_kernel(ast)
+        opts = beam_opts(ast, lowered, self, int(BEAM))
+        try:
+            state = OptState.from_lowered(lowered)
+            for o in opts:
+                state = apply_opt(state, o, self.renderer)
+        except OptError:
+            opts = beam_search(ast, lowered, self, int(BEAM))
+        return opts
 
     def synchronize(self) -> None:
         pass

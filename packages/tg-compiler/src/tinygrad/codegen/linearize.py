@@ -6,6 +6,10 @@ Output ranges are opened first (outermost is the first axis). Each REDUCE become
 
 and whatever its value needs that does not depend on its loop ranges is emitted before the loop
 (loop-invariant code motion). Every UOp is emitted once, after its sources.
+
+REDUCEs over the same ranges (the copies an UPCAST or UNROLL made, see `opt/expand.py`) share one loop:
+one accumulator each, their loads emitted once. A "group" range (GROUP opt) is a work-item id and is opened
+with the output ranges.
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ class _Linearizer:
         self.emitted: dict[UOp, UOp] = {}
         self.deps: dict[UOp, frozenset[UOp]] = {}
         self.acc_count = 0
+        #: REDUCEs of the nest being emitted, by the ranges they close (candidates to share a loop)
+        self.siblings: dict[tuple[UOp, ...], list[UOp]] = {}
+        self.open: set[UOp] = set()
 
     def range_deps(self, u: UOp) -> frozenset[UOp]:
         """The loop ranges u's value depends on (a REDUCE does not depend on the ranges it closes)."""
@@ -88,21 +95,33 @@ class _Linearizer:
                 stack.extend(node.src)
 
     def emit_reduce(self, u: UOp) -> UOp:
-        value, ranges = u.src[0], u.src[1:]
-        self.hoist(value, frozenset(ranges))
-        acc = self.push(UOp(Ops.DEFINE_ACC, u.dtype, (self.emit(reduce_identity(u.arg, u.dtype)),), self.acc_count))
-        self.acc_count += 1
+        ranges = u.src[1:]
+        group = [u] + [x for x in self.siblings.get(ranges, []) if x is not u and x not in self.emitted and
+                       self.range_deps(x) <= self.open and x not in u.src[0].toposort() and
+                       u not in x.src[0].toposort()]
+        for x in group:
+            self.hoist(x.src[0], frozenset(ranges))
+        accs = []
+        for x in group:
+            accs.append(self.push(UOp(Ops.DEFINE_ACC, x.dtype, (self.emit(reduce_identity(x.arg, x.dtype)),),
+                                      self.acc_count)))
+            self.acc_count += 1
         for r in ranges:
             self.emitted[r] = self.push(r.replace(src=(self.emit(r.src[0]),)))
-        v = self.emit(value)
-        self.push(UOp(Ops.ASSIGN, u.dtype, (acc, self.push(UOp(u.arg, u.dtype, (acc, v))))))
+            self.open.add(r)
+        values = [self.emit(x.src[0]) for x in group]
+        for x, acc, v in zip(group, accs, values):
+            self.push(UOp(Ops.ASSIGN, x.dtype, (acc, self.push(UOp(x.arg, x.dtype, (acc, v))))))
         for r in reversed(ranges):
             self.push(UOp(Ops.END, dtypes.void, (self.emitted[r],)))
             # values computed inside the loop are gone once it closes
             for k in [k for k, e in self.emitted.items() if r in self.range_deps(k) and k is not r]:
                 del self.emitted[k]
             del self.emitted[r]
-        return acc
+            self.open.discard(r)
+        for x, acc in zip(group, accs):
+            self.emitted[x] = acc
+        return accs[0]
 
 
 def linearize(sink: UOp) -> list[UOp]:
@@ -110,17 +129,24 @@ def linearize(sink: UOp) -> list[UOp]:
     # stores over the same output loops share one loop nest; stores of another shape get their own, in order
     nests: dict[tuple[UOp, ...], list[UOp]] = {}
     for store in sink.src:
-        loops = tuple(sorted((r for r in store.toposort() if r.op is Ops.RANGE and r.arg[1] == "global"),
+        loops = tuple(sorted((r for r in store.toposort() if r.op is Ops.RANGE and r.arg[1] in ("global", "group")),
                              key=lambda r: r.arg[0]))
         nests.setdefault(loops, []).append(store)
     for loops, stores in nests.items():
         start = len(lin.program)
+        lin.siblings = {}
+        for store in stores:
+            for u in store.toposort():
+                if u.op is Ops.REDUCE:
+                    lin.siblings.setdefault(u.src[1:], []).append(u)
         for r in loops:
             lin.emitted[r] = lin.push(r.replace(src=(lin.emit(r.src[0]),)))
+            lin.open.add(r)
         for store in stores:
             lin.emit(store)
         for r in reversed(loops):
             lin.push(UOp(Ops.END, dtypes.void, (lin.emitted[r],)))
+            lin.open.discard(r)
         if len(nests) > 1:
             # whatever was computed inside this nest is out of scope in the next one, loop-invariant or not
             # (a renderer declares it inside the loop body); only names that are not declarations survive

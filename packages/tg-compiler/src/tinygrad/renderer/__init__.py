@@ -16,7 +16,17 @@ class Renderer:
     supported_dtypes: frozenset[DType] = frozenset(dtypes.all())
     #: GPU-style targets map global ranges to work-item ids; CPU-style ones loop
     has_local: bool = False
+    #: launch limits of a `has_local` target, per launch dimension (dimension 0 first): the most work-items in
+    #: a launch and in one work-group, and the work-group's total size; None/0 where the target sets no limit
     global_max: tuple[int, ...] | None = None
+    local_max: tuple[int, ...] | None = None
+    max_work_group_size: int = 0
+    #: bytes of local (work-group shared) memory; 0: no local memory, so the compiler never emits DEFINE_LOCAL,
+    #: BARRIER or the GROUP optimisation for this target
+    local_mem_max: int = 0
+    #: vector widths the target can load and store in one access (e.g. (4,) for float4); () keeps every access
+    #: scalar, which every target can render
+    vector_widths: tuple[int, ...] = ()
 
     def supports_dtype(self, dtype: DType) -> bool:
         return dtype.scalar in self.supported_dtypes
@@ -25,10 +35,19 @@ class Renderer:
         raise NotImplementedError
 
     def global_ranges(self, program: list[UOp]) -> list[UOp]:
-        """The loop RANGEs a `has_local` target runs as work-items, in launch-dimension order; the launch's
-        global size is their sizes. The default is every global range; a target that maps only some of them
-        (keeping the rest as loops in the kernel) narrows this."""
-        return [u for u in program if u.op is Ops.RANGE and u.arg[1] == "global"]
+        """The loop RANGEs a `has_local` target runs as work-items, launch dimension 0 first; the launch's
+        global size is their sizes (rounded up to the work-group size). With one loop nest: the GROUP lane if
+        any, then the innermost output ranges, as many as the target has launch dimensions (3 unless
+        `local_max` says otherwise); outer output ranges stay loops. A program with several loop nests (stores
+        of different shapes) runs as a single work-item: it has no ranges here."""
+        ranges = [u for u in program if u.op is Ops.RANGE and u.arg[1] in ("global", "group")]
+        first_end = next((i for i, u in enumerate(program) if u.op is Ops.END), len(program))
+        if any(program.index(r) > first_end for r in ranges):
+            return []
+        dims = len(self.local_max) if self.local_max else 3
+        group = [r for r in ranges if r.arg[1] == "group"]
+        outputs = [r for r in ranges if r.arg[1] == "global"]
+        return (group + list(reversed(outputs)))[:dims]
 
     @staticmethod
     def kernel_name(sink: UOp) -> str:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from tinygrad.dtype import DType, dtypes
 from tinygrad.renderer import Renderer
+from tinygrad.renderer.vectorize import VectorAccess, find_vector_accesses
 from tinygrad.uop.ops import GroupOp, Ops, UOp
 
 BF16_PRELUDE = """static inline float tg_bf16_to_f32(unsigned short b) {
@@ -51,6 +52,13 @@ class CStyleRenderer(Renderer):
     }
     #: math functions by (op, dtype class): float32 and smaller use the f-suffixed versions
     math_fns = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.TRUNC: "trunc"}
+
+    #: C type of variables that hold address arithmetic (int32 ALU results that feed an INDEX). 64-bit on a CPU:
+    #: under -fwrapv a compiler cannot prove that int `x+1` sign-extends to `sext(x)+1`, so it cannot see that
+    #: buf[x], buf[x+1], ... are neighbours and gives up vectorising them; in 64 bits they are neighbours even
+    #: when wrapping. Values are the same wherever the 32-bit index does not overflow (buffers < 2**31 elements).
+    #: None keeps the value's own type (GPU targets, where 64-bit integer math is slow).
+    address_var_type: str | None = "long long"
 
     # ---- small formats a subclass may override ----
     def value_type(self, d: DType) -> str:
@@ -122,6 +130,31 @@ class CStyleRenderer(Renderer):
         `has_local` target (None: a loop); a target with work-items opens a guarded block instead. Either
         way the END closes it with one brace."""
         return f"for (int {name} = 0; {name} < {bound}; {name}++) {{"
+
+    def render_define_local(self, name: str, d: DType, size: int) -> str:
+        """Declare a work-group's shared scratch array (GROUP reductions). Only targets with `local_mem_max`
+        get DEFINE_LOCAL; the declaration goes at the top of the kernel body."""
+        raise NotImplementedError(f"{type(self).__name__} has no local memory (set local_mem_max and override "
+                                  f"render_define_local and render_barrier)")
+
+    def render_barrier(self) -> str:
+        raise NotImplementedError(f"{type(self).__name__} has no work-group barrier")
+
+    # ---- vector accesses (only for targets with `vector_widths`; see renderer/vectorize.py) ----
+    #: element dtypes the target loads and stores as vectors
+    vector_dtypes: frozenset[DType] = frozenset({dtypes.float32, dtypes.int32, dtypes.uint32})
+
+    def vector_type(self, d: DType, width: int) -> str:
+        raise NotImplementedError(f"{type(self).__name__} declares vector_widths but no vector_type")
+
+    def render_vector_load(self, buf: str, idx: str, width: int, d: DType) -> str:
+        raise NotImplementedError(f"{type(self).__name__} declares vector_widths but no render_vector_load")
+
+    def render_vector_lane(self, vec: str, lane: int) -> str:
+        raise NotImplementedError(f"{type(self).__name__} declares vector_widths but no render_vector_lane")
+
+    def render_vector_store(self, buf: str, idx: str, values: list[str], d: DType) -> str:
+        raise NotImplementedError(f"{type(self).__name__} declares vector_widths but no render_vector_store")
 
     def render_var_param(self, name: str, d: DType) -> str:
         return f"const {self.value_type(d)} {name}"
@@ -238,7 +271,10 @@ class CStyleRenderer(Renderer):
             return f"{prefix}{n}"
 
         pending: dict[UOp, str] = {}
+        local_decls: list[str] = []
         work_items = {r: dim for dim, r in enumerate(self.global_ranges(program))} if self.has_local else {}
+
+        address_math = _address_math(program) if self.address_var_type else set()
 
         def emit(u: UOp, expr: str, prefix: str) -> None:
             pending[u] = expr
@@ -246,11 +282,33 @@ class CStyleRenderer(Renderer):
                 names[u] = expr
             else:
                 names[u] = fresh(prefix)
-                body.append("  " * depth_of[u] + f"{self.value_type(u.dtype)} {names[u]} = {expr};")
+                vtype = self.address_var_type if u in address_math else self.value_type(u.dtype)
+                body.append("  " * depth_of[u] + f"{vtype} {names[u]} = {expr};")
+
+        vectors = find_vector_accesses(program, self.vector_widths, self.vector_dtypes, depth_of)
+        position = {u: i for i, u in enumerate(program)} if vectors else {}
+        vector_names: dict[VectorAccess, str] = {}
+
+        def vector_index(access: VectorAccess) -> str:
+            return "+".join([names[t] for t in access.terms] + [str(access.offset)])
 
         for u in program:
             pad = "  " * depth_of[u]
             op = u.op
+            if (access := vectors.get(u)) is not None:
+                buf = names[u.src[0].src[0]]
+                if op is Ops.LOAD and access not in vector_names:
+                    vector_names[access] = vname = fresh("vec")
+                    load = self.render_vector_load(buf, vector_index(access), access.width, u.dtype)
+                    body.append(f"{pad}{self.vector_type(u.dtype, access.width)} {vname} = {load};")
+                    for lane, m in enumerate(access.members):
+                        names[m] = self.render_vector_lane(vname, lane)
+                elif op is Ops.STORE:
+                    stored.add(u.src[0].src[0].arg[0])
+                    if u is max(access.members, key=position.__getitem__):  # every value exists by the last
+                        values = [names[m.src[1]] for m in access.members]
+                        body.append(pad + self.render_vector_store(buf, vector_index(access), values, u.src[0].dtype))
+                continue
             if op is Ops.PARAM:
                 params[u.arg[0]] = u
                 names[u] = f"data{u.arg[0]}"
@@ -271,8 +329,16 @@ class CStyleRenderer(Renderer):
                 emit(u, self.render_load(names[idx.src[0]], names[idx.src[1]], gate, u.dtype), "val")
             elif op is Ops.STORE:
                 idx = u.src[0]
-                stored.add(idx.src[0].arg[0])
-                body.append(pad + self.render_store(names[idx.src[0]], names[idx.src[1]], names[u.src[1]], idx.dtype))
+                if idx.src[0].op is Ops.PARAM:
+                    stored.add(idx.src[0].arg[0])
+                line = self.render_store(names[idx.src[0]], names[idx.src[1]], names[u.src[1]], idx.dtype)
+                # a third source gates the store (only lane 0 of a GROUP writes the result)
+                body.append(pad + (f"if ({names[u.src[2]]}) {{ {line} }}" if len(u.src) > 2 else line))
+            elif op is Ops.DEFINE_LOCAL:
+                names[u] = fresh("temp")
+                local_decls.append("  " + self.render_define_local(names[u], u.dtype, u.arg[1]))
+            elif op is Ops.BARRIER:
+                body.append(pad + self.render_barrier())
             elif op is Ops.DEFINE_ACC:
                 names[u] = fresh("acc")
                 body.append(f"{pad}{self.value_type(u.dtype)} {names[u]} = {names[u.src[0]]};")
@@ -291,7 +357,20 @@ class CStyleRenderer(Renderer):
         variables = sorted({u.arg[0]: u for u in program if u.op is Ops.DEFINE_VAR}.items())
         param_decls += [self.render_var_param(name, u.dtype) for name, u in variables]
         uses_bf16 = any(u.dtype.scalar == dtypes.bfloat16 for u in program)
-        return self.render_kernel(name, param_decls, body, uses_bf16)
+        return self.render_kernel(name, param_decls, local_decls + body, uses_bf16)
+
+
+def _address_math(program: list[UOp]) -> set[UOp]:
+    """The int32 ALU nodes an INDEX's index is computed from."""
+    out: set[UOp] = set()
+    stack = [u.src[1] for u in program if u.op is Ops.INDEX]
+    while stack:
+        u = stack.pop()
+        if u in out or u.op not in GroupOp.ALU or u.dtype != dtypes.int32:
+            continue
+        out.add(u)
+        stack.extend(u.src)
+    return out
 
 
 RenderFn = Callable[..., str]

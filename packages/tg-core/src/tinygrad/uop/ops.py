@@ -58,6 +58,7 @@ class Ops(enum.Enum):
     IF = enum.auto(); ENDIF = enum.auto()
     BARRIER = enum.auto()
     NOOP = enum.auto()
+    DEFINE_LOCAL = enum.auto()  # arg: (id, element count): a work-group's shared scratch buffer (GPU local memory)
 
 
 class GroupOp:

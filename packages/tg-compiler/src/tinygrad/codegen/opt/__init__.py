@@ -1,0 +1,32 @@
+"""The optimisation layer, between lowering and linearizing.
+
+    lowered kernel --(opts: heuristics, BEAM search, or none with NOOPT=1)--> OptState --expand--> plain kernel
+
+`actions.py` defines the opts (UPCAST, UNROLL, LOCAL, GROUP) and how each rewrites the kernel's RANGEs;
+`heuristics.py` picks opts by looking at memory access strides; `search.py` times candidate opt lists on
+the device (BEAM=n) and caches the winner on disk; `expand.py` turns the result back into plain IR.
+"""
+
+from __future__ import annotations
+
+from tinygrad.codegen.opt.actions import Opt, OptError, OptOps, OptState, apply_opt
+from tinygrad.codegen.opt.expand import expand_kernel
+from tinygrad.codegen.opt.heuristics import hand_coded_opts
+from tinygrad.helpers import NOOPT
+from tinygrad.renderer import Renderer
+from tinygrad.uop.ops import UOp
+
+
+def optimize(lowered: UOp, renderer: Renderer, opts: tuple[Opt, ...] | None = None) -> OptState:
+    """`opts` exactly (OptError if one does not apply), else the heuristics' choice; none with NOOPT=1."""
+    state = OptState.from_lowered(lowered)
+    if opts is not None:
+        for opt in opts:
+            state = apply_opt(state, opt, renderer)
+        return state
+    if NOOPT:
+        return state
+    return hand_coded_opts(state, renderer)
+
+
+__all__ = ["Opt", "OptError", "OptOps", "OptState", "apply_opt", "expand_kernel", "hand_coded_opts", "optimize"]

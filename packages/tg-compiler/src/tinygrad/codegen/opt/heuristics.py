@@ -1,0 +1,168 @@
+"""Hand-coded choice of opts: what a kernel gets when BEAM search is off.
+
+The questions asked of a kernel are about its memory access: for each axis and each buffer access, the
+stride of the index along that axis (0: the buffer is reused along the axis, 1: contiguous). Then:
+
+* CPU-style targets (loops, SIMD by the C compiler):
+  - a reduction with outputs to tile (matmul, conv): UPCAST the axis that is contiguous in the most loads
+    (the SIMD direction; 32 floats are two AVX-512 registers) and a second axis along which some input is
+    reused (8 rows). The tile of 8x32 accumulators stays in registers over the whole reduce loop, and each
+    loaded value is used 8 or 32 times: a register-tiled matmul.
+  - a reduction to few outputs (sum of a big vector): UNROLL the reduce axis by 8, eight accumulators in one
+    loop, which the compiler keeps in one SIMD register.
+  - elementwise kernels: nothing; the C compiler vectorises the innermost loop already.
+  The outermost global axis always stays a plain loop, so a multi-core CPU backend can split it.
+* GPU-style targets (`has_local`):
+  - a big reduction to few outputs: GROUP it over up to 256 work-items that combine in local memory.
+  - otherwise: work-groups (LOCAL) of up to 16x16 work-items over the two innermost launch dimensions, and
+    for matmul-like kernels a 4x4 UPCAST per work-item.
+"""
+
+from __future__ import annotations
+
+from tinygrad.codegen.lowerer import IDX
+from tinygrad.codegen.opt.actions import Opt, OptError, OptOps, OptState, apply_opt, work_item_ranges
+from tinygrad.renderer import Renderer
+from tinygrad.uop.ops import Ops, UOp
+from tinygrad.uop.symbolic import simplify
+
+#: CPU register tile: 32 floats along the SIMD axis are two AVX-512 registers; 8 rows make 16 accumulators
+CPU_SIMD = (32, 16, 8)
+CPU_REUSE = (8, 6, 4, 3, 2)
+
+
+def _const(r: UOp) -> int | None:
+    return int(r.src[0].arg) if r.src[0].op is Ops.CONST else None
+
+
+def access_strides(state: OptState, r: UOp) -> list[int | None]:
+    """For every load of a buffer, the stride of its index along range r (None: not affine/unknown)."""
+    out: list[int | None] = []
+    others = {u: UOp.const(IDX, 0) for u in state.sink.toposort() if u.op is Ops.RANGE and u is not r}
+    for u in state.sink.toposort():
+        if u.op is not Ops.INDEX or u.src[0].op is not Ops.PARAM:
+            continue
+        idx = u.src[1]
+        if r not in idx.toposort():
+            out.append(0)
+            continue
+        base = idx.substitute(others)
+        at0, at1 = simplify(base.substitute({r: UOp.const(IDX, 0)})), simplify(base.substitute({r: UOp.const(IDX, 1)}))
+        out.append(int(at1.arg) - int(at0.arg) if at0.op is Ops.CONST and at1.op is Ops.CONST else None)
+    return out
+
+
+def _largest_divisor(n: int, choices: tuple[int, ...]) -> int | None:
+    return next((c for c in choices if n % c == 0 and c <= n), None)
+
+
+def _try(state: OptState, opt: Opt, renderer: Renderer) -> OptState:
+    try:
+        return apply_opt(state, opt, renderer)
+    except OptError:
+        return state
+
+
+def hand_coded_opts(state: OptState, renderer: Renderer) -> OptState:
+    globals_, reduces = state.ranges("global"), state.ranges("reduce")
+    if any(_const(r) is None for r in globals_ + reduces) or len({tuple(r for r in st.toposort()
+           if r.op is Ops.RANGE and r.arg[1] == "global") for st in state.sink.src}) != 1:
+        return state  # symbolic shapes and multi-shape kernels run as lowered
+    out_size = 1
+    for g in globals_:
+        out_size *= _const(g) or 1
+    red_size = 1
+    for r in reduces:
+        red_size *= _const(r) or 1
+    if renderer.has_local:
+        return _gpu_opts(state, renderer, globals_, reduces, out_size, red_size)
+    return _cpu_opts(state, renderer, globals_, reduces, out_size, red_size)
+
+
+def _tile_axes(state: OptState, globals_: list[UOp], simd_amounts: tuple[int, ...],
+               reuse_amounts: tuple[int, ...]) -> tuple[int | None, int | None]:
+    """(the SIMD axis, the reuse axis) as Opt axis numbers, among axes whose size one of the amounts divides.
+
+    The SIMD axis is contiguous (stride 1) in the most accesses. The reuse axis is the one along which the
+    SIMD axis's vector loads do not move (b in a matmul, the image in a convolution), so that each vector load
+    serves a whole row of the tile; then the one along which the most accesses do not move. Ties go inner."""
+    axes = state.axes
+    strides = {g: access_strides(state, g) for g in globals_}
+
+    def fits(g: UOp, amounts: tuple[int, ...]) -> bool:
+        return _largest_divisor(_const(g) or 1, amounts) is not None
+
+    def contiguous(g: UOp) -> int:
+        return sum(1 for s in strides[g] if s == 1)
+
+    simd = max((g for g in globals_ if contiguous(g) > 0 and fits(g, simd_amounts)),
+               key=lambda g: (contiguous(g), g.arg[0]), default=None)
+
+    def reuse_score(g: UOp) -> tuple[int, int, int]:
+        vector_reuse = sum(1 for s, v in zip(strides[g], strides[simd]) if s == 0 and v == 1) if simd is not None else 0
+        return vector_reuse, sum(1 for s in strides[g] if s == 0), g.arg[0]
+
+    reuse = max((g for g in globals_ if g is not simd and any(s == 0 for s in strides[g]) and
+                 fits(g, reuse_amounts)), key=reuse_score, default=None)
+    return (axes.index(simd) if simd is not None else None), (axes.index(reuse) if reuse is not None else None)
+
+
+def _cpu_opts(state: OptState, renderer: Renderer, globals_: list[UOp], reduces: list[UOp], out_size: int,
+              red_size: int) -> OptState:
+    if not reduces or red_size < 16:
+        return state
+    if out_size >= 256:
+        simd, reuse = _tile_axes(state, globals_, CPU_SIMD, CPU_REUSE)
+        if simd is not None:
+            r = state.axes[simd]
+            # keep the outermost global axis a loop of more than one iteration: a threaded backend splits it
+            n = _const(r) or 1
+            amt = _largest_divisor(n, CPU_SIMD) if r is not globals_[0] or n >= 64 else None
+            if amt is not None:
+                state = _try(state, Opt(OptOps.UPCAST, simd, amt), renderer)
+        if reuse is not None:
+            r = state.axes[reuse]
+            n = _const(r) or 1
+            amt = _largest_divisor(n, CPU_REUSE) if r is not globals_[0] or n >= 32 else None
+            if amt is not None:
+                state = _try(state, Opt(OptOps.UPCAST, reuse, amt), renderer)
+        if state.applied:
+            return state
+    # few outputs (or nothing to tile): independent accumulators for the innermost reduce axis
+    last = len(state.axes) - 1
+    amt = _largest_divisor(_const(state.axes[last]) or 1, (8, 4, 2))
+    return _try(state, Opt(OptOps.UNROLL, last, amt), renderer) if amt else state
+
+
+def _gpu_opts(state: OptState, renderer: Renderer, globals_: list[UOp], reduces: list[UOp], out_size: int,
+              red_size: int) -> OptState:
+    axes = state.axes
+    if reduces and out_size <= 64 and red_size >= 2048 and renderer.local_mem_max:
+        big = max(reduces, key=lambda r: _const(r) or 0)
+        for lanes in (256, 128, 64, 32, 16):
+            grouped = _try(state, Opt(OptOps.GROUP, axes.index(big), lanes), renderer)
+            if grouped is not state:
+                return grouped
+    if reduces and red_size >= 16 and out_size >= 1024:
+        simd, reuse = _tile_axes(state, globals_, (4,), (4,))
+        for ax in (simd, reuse):
+            if ax is not None and (_const(state.axes[ax]) or 1) % 4 == 0 and (_const(state.axes[ax]) or 0) >= 16:
+                state = _try(state, Opt(OptOps.UPCAST, ax, 4), renderer)
+    # work-groups: up to 16 work-items in each of the two innermost launch dimensions (dividing sizes first)
+    budget = renderer.max_work_group_size or 256
+    for r in work_item_ranges(state, renderer)[:2]:
+        if r.arg[1] != "global":
+            continue
+        n = _const(r) or 1
+        # a size with no small divisor still gets work-groups of 16: the last one is partial and guarded
+        size = _largest_divisor(n, (16, 8, 4, 2)) or (16 if n > 16 else None)
+        if size is None or size > budget:
+            continue
+        new = _try(state, Opt(OptOps.LOCAL, state.axes.index(r), size), renderer)
+        if new is not state:
+            budget //= size
+            state = new
+    return state
+
+
+__all__ = ["access_strides", "hand_coded_opts"]

@@ -1,0 +1,187 @@
+"""BEAM search: pick a kernel's opts by timing candidates on the device (`BEAM=n`, n the beam width).
+
+Starting from no opts, every step extends each of the n best opt lists so far by one action (every UPCAST,
+UNROLL, LOCAL, GROUP and SWAP the kernel accepts), compiles and times every candidate on the device with
+scratch buffers, and keeps the n fastest. The search stops when a step finds nothing faster (by more than
+the timing noise) or after `MAX_STEPS` steps.
+
+The winner is cached on disk, one small JSON file per kernel, under `cache_dir()/beam/`, keyed by the kernel
+AST, the device, the renderer, the compiler (its cache key: version and flags) and the beam width; the file
+repeats the key and a format version, so an entry that is corrupt, from another version, or (after a hash
+collision) for another kernel is ignored and searched again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import sys
+import tempfile
+from typing import TYPE_CHECKING, Any
+
+from tinygrad.codegen.opt.actions import Opt, OptError, OptOps, OptState, apply_opt
+from tinygrad.helpers import DEBUG, ContextVar, cache_dir
+from tinygrad.uop.ops import Ops, UOp
+
+if TYPE_CHECKING:
+    from tinygrad.codegen.compiled import Compiled
+
+BEAM = ContextVar("BEAM", 0)
+#: bump when the meaning of an opt list changes: older cache entries are then ignored
+SEARCH_VERSION = 1
+MAX_STEPS = 6
+#: a candidate must beat the best so far by this factor to count as progress (timings are noisy)
+MIN_GAIN = 0.97
+TIMING_RUNS = 3
+
+UPCAST_AMOUNTS = (2, 3, 4, 8, 16, 32)
+UNROLL_AMOUNTS = (2, 4, 8, 16)
+LOCAL_AMOUNTS = (2, 4, 8, 16, 32, 64, 128, 256)
+GROUP_AMOUNTS = (16, 32, 64, 128, 256)
+
+
+def candidate_actions(state: OptState, has_local: bool) -> list[Opt]:
+    """Every action worth trying next (apply_opt still refuses the ones that do not fit the kernel)."""
+    axes = state.axes
+    out: list[Opt] = []
+    for i, r in enumerate(axes):
+        if r.arg[1] == "global":
+            out += [Opt(OptOps.UPCAST, i, a) for a in UPCAST_AMOUNTS]
+            out += [Opt(OptOps.SWAP, i, j) for j in range(i + 1, len(axes)) if axes[j].arg[1] == "global"]
+            if has_local:
+                out += [Opt(OptOps.LOCAL, i, a) for a in LOCAL_AMOUNTS]
+        else:
+            out += [Opt(OptOps.UNROLL, i, a) for a in UNROLL_AMOUNTS]
+            if has_local:
+                out += [Opt(OptOps.GROUP, i, a) for a in GROUP_AMOUNTS]
+    return out
+
+
+def ast_key(ast: UOp) -> str:
+    """A stable text of the kernel AST (ops, dtypes, structure, args), the same in every process."""
+    order = list(ast.toposort())
+    index = {u: i for i, u in enumerate(order)}
+    return "\n".join(f"{u.op.name} {u.dtype!r} {[index[s] for s in u.src]} {u.arg!r}" for u in order)
+
+
+def _cache_file(key: str) -> Any:
+    return cache_dir() / "beam" / f"{hashlib.sha256(key.encode()).hexdigest()}.json"
+
+
+def read_cached(key: str) -> tuple[Opt, ...] | None:
+    path = _cache_file(key)
+    try:
+        entry = json.loads(path.read_text())
+        if entry["version"] != SEARCH_VERSION or entry["key"] != key:
+            raise ValueError("another version or another kernel")
+        return tuple(Opt(OptOps[op], int(axis), int(amount)) for op, axis, amount in entry["opts"])
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as e:  # corrupt or stale: search again and overwrite
+        if DEBUG >= 1:
+            print(f"BEAM cache: ignoring {path} ({e})", file=sys.stderr)
+        return None
+
+
+def write_cached(key: str, opts: tuple[Opt, ...]) -> None:
+    path = _cache_file(key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    entry = {"version": SEARCH_VERSION, "key": key, "opts": [[o.op.name, o.axis, o.amount] for o in opts]}
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    with os.fdopen(fd, "w") as f:
+        json.dump(entry, f)
+    os.replace(tmp, path)  # atomic: a reader never sees half an entry
+
+
+class _Timer:
+    """Compiles and times opt lists for one kernel on one device, with scratch buffers it owns."""
+
+    def __init__(self, ast: UOp, device: Compiled):
+        self.ast, self.device = ast, device
+        params = sorted({u.arg[0]: u for u in ast.toposort() if u.op is Ops.PARAM}.items())
+        self.buffers = []
+        for _, p in params:
+            nbytes = max(int(p.arg[1]) * p.dtype.itemsize, 1)
+            buf = device.allocator.alloc(nbytes)
+            device.allocator.copyin(buf, memoryview(bytes(nbytes)))  # zeros: no NaN or denormal slow paths
+            self.buffers.append((buf, nbytes))
+        self.index_of = {i: n for n, (i, _) in enumerate(params)}
+        self.var_max = {u.arg[0]: int(u.arg[2]) for u in ast.toposort() if u.op is Ops.DEFINE_VAR}
+
+    def time(self, opts: tuple[Opt, ...]) -> float:
+        from tinygrad.codegen import get_program
+        from tinygrad.codegen.compiled import CompileError
+
+        try:
+            spec = get_program(self.ast, self.device.renderer, opts)
+            lib = self.device.compiler.compile_cached(spec.src)
+            program = self.device.runtime(spec.name, lib)
+            args = [self.buffers[self.index_of[i]][0] for i in spec.param_indices]
+            vals = tuple(self.var_max[n] for n in spec.var_names)
+            times = []
+            for _ in range(TIMING_RUNS):
+                t = program(*args, global_size=spec.global_size, local_size=spec.local_size, vals=vals, wait=True)
+                times.append(float(t) if t is not None else math.inf)
+            return min(times)
+        except (OptError, CompileError, RuntimeError) as e:
+            if DEBUG >= 4:
+                print(f"BEAM: {[str(o) for o in opts]} failed: {e}", file=sys.stderr)
+            return math.inf
+
+    def free(self) -> None:
+        for buf, nbytes in self.buffers:
+            with contextlib.suppress(Exception):
+                self.device.allocator.free(buf, nbytes)
+
+
+def beam_search(ast: UOp, lowered: UOp, device: Compiled, width: int) -> tuple[Opt, ...]:
+    """The fastest opt list the search finds (see the module docstring), without the cache."""
+    renderer = device.renderer
+    timer = _Timer(ast, device)
+    try:
+        beam: list[tuple[float, tuple[Opt, ...]]] = [(timer.time(()), ())]
+        seen: set[tuple[Opt, ...]] = {()}
+        for _ in range(MAX_STEPS):
+            timed: list[tuple[float, tuple[Opt, ...]]] = []
+            for _, opts in beam:
+                state = OptState.from_lowered(lowered)
+                for o in opts:
+                    state = apply_opt(state, o, renderer)
+                for action in candidate_actions(state, renderer.has_local):
+                    cand = (*opts, action)
+                    if cand in seen:
+                        continue
+                    seen.add(cand)
+                    try:
+                        apply_opt(state, action, renderer)
+                    except OptError:
+                        continue
+                    if math.isfinite(t := timer.time(cand)):
+                        timed.append((t, cand))
+            timed.sort(key=lambda x: x[0])
+            if not timed or timed[0][0] >= beam[0][0] * MIN_GAIN:
+                break
+            beam = timed[:width]
+            if DEBUG >= 2:
+                print(f"BEAM step: {beam[0][0] * 1e6:.1f} us with {[str(o) for o in beam[0][1]]}", file=sys.stderr)
+        return beam[0][1]
+    finally:
+        timer.free()
+
+
+def beam_opts(ast: UOp, lowered: UOp, device: Compiled, width: int) -> tuple[Opt, ...]:
+    """The cached search result for this kernel on this device, searching (and caching) on a miss."""
+    key = "\0".join((f"v{SEARCH_VERSION}", device.name, type(device.renderer).__qualname__,
+                     getattr(device.compiler, "cache_key", ""), f"beam{width}", ast_key(ast)))
+    if (hit := read_cached(key)) is not None:
+        return hit
+    opts = beam_search(ast, lowered, device, width)
+    write_cached(key, opts)
+    return opts
+
+
+__all__ = ["BEAM", "SEARCH_VERSION", "ast_key", "beam_opts", "beam_search", "candidate_actions", "read_cached",
+           "write_cached"]

@@ -1,0 +1,190 @@
+"""Unit tests of the optimisation actions: how each one rewrites RANGEs, what it refuses, what the
+linearizer and renderers make of the result."""
+
+from __future__ import annotations
+
+import pytest
+from opt_helpers import elementwise_ast, matmul_ast, param, reduce_ast
+from tinygrad.codegen import get_program
+from tinygrad.codegen.linearize import linearize
+from tinygrad.codegen.lowerer import lower_kernel
+from tinygrad.codegen.opt import Opt, OptError, OptOps, OptState, apply_opt, expand_kernel, optimize
+from tinygrad.dtype import dtypes
+from tinygrad.helpers import Context
+from tinygrad.renderer.cstyle import CStyleRenderer
+from tinygrad.uop.ops import Ops, UOp
+
+
+class GPURenderer(CStyleRenderer):
+    """A has_local C-style target for tests that only look at the IR and launch sizes."""
+
+    has_local = True
+    local_max = (64, 64, 64)
+    max_work_group_size = 128
+    local_mem_max = 4096
+
+
+def state_of(ast: object, *opts: Opt, renderer: CStyleRenderer | None = None) -> OptState:
+    state = OptState.from_lowered(lower_kernel(ast))  # type: ignore[arg-type]
+    for o in opts:
+        state = apply_opt(state, o, renderer or CStyleRenderer())
+    return state
+
+
+def sizes(state: OptState, kind: str) -> list[int]:
+    return [int(r.src[0].arg) for r in state.ranges(kind)]
+
+
+def test_upcast_splits_a_global_axis_into_outer_and_upcast_ranges() -> None:
+    s = state_of(matmul_ast(8, 16, 12), Opt(OptOps.UPCAST, 1, 4))
+    assert sizes(s, "global") == [8, 3] and sizes(s, "upcast") == [4]
+    assert s.applied == (Opt(OptOps.UPCAST, 1, 4),)
+
+
+def test_an_axis_keeps_its_number_after_a_split() -> None:
+    s = state_of(matmul_ast(8, 16, 12), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 1, 3))
+    assert sizes(s, "global") == [8] and sizes(s, "upcast") == [4, 3]
+
+
+def test_upcast_of_the_whole_axis_leaves_no_outer_loop_and_later_axes_move_down() -> None:
+    s = state_of(matmul_ast(8, 16, 4), Opt(OptOps.UPCAST, 1, 4))
+    assert sizes(s, "global") == [8]
+    s = state_of(matmul_ast(2, 16, 4), Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UNROLL, 1, 4))
+    assert sizes(s, "global") == [4] and sizes(s, "unroll") == [4]
+
+
+def test_unroll_splits_a_reduce_axis() -> None:
+    s = state_of(reduce_ast(3, 64), Opt(OptOps.UNROLL, 1, 8))
+    assert sizes(s, "reduce") == [8] and sizes(s, "unroll") == [8]
+
+
+@pytest.mark.parametrize("opt, message", [
+    (Opt(OptOps.UPCAST, 1, 5), "does not divide"),
+    (Opt(OptOps.UPCAST, 2, 4), "applies to global"),
+    (Opt(OptOps.UNROLL, 0, 2), "applies to reduce"),
+    (Opt(OptOps.UPCAST, 7, 2), "has 3 axes"),
+    (Opt(OptOps.UPCAST, 0, 1), "at least 2"),
+    (Opt(OptOps.LOCAL, 0, 2), "no work-groups"),
+    (Opt(OptOps.GROUP, 2, 4), "no work-groups"),
+    (Opt(OptOps.SWAP, 0, 2), "two global axes"),
+])
+def test_opts_that_do_not_apply_say_why(opt: Opt, message: str) -> None:
+    with pytest.raises(OptError, match=message):
+        state_of(matmul_ast(8, 16, 12), opt)
+
+
+def test_too_much_upcasting_is_refused() -> None:
+    with pytest.raises(OptError, match="values per work-item"):
+        state_of(matmul_ast(64, 8, 64), Opt(OptOps.UPCAST, 0, 32), Opt(OptOps.UPCAST, 1, 32))
+
+
+def test_group_needs_local_memory_and_fits_the_work_group() -> None:
+    class NoLocalMemory(GPURenderer):
+        local_mem_max = 0
+
+    with pytest.raises(OptError, match="no local memory"):
+        state_of(reduce_ast(2, 1000), Opt(OptOps.GROUP, 1, 16), renderer=NoLocalMemory())
+    with pytest.raises(OptError, match="exceeds"):
+        state_of(reduce_ast(2, 1000), Opt(OptOps.GROUP, 1, 256), renderer=GPURenderer())
+
+
+def test_group_is_refused_with_upcast_outputs() -> None:
+    with pytest.raises(OptError, match="upcast"):
+        state_of(reduce_ast(8, 1000), Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.GROUP, 1, 16), renderer=GPURenderer())
+
+
+def test_swap_exchanges_the_loop_order() -> None:
+    s = state_of(matmul_ast(8, 16, 12), Opt(OptOps.SWAP, 0, 1))
+    program = linearize(expand_kernel(s))
+    loops = [int(u.src[0].arg) for u in program if u.op is Ops.RANGE]
+    assert loops == [12, 8, 16]  # the n loop now runs outside the m loop, the reduce stays innermost
+
+
+def test_upcast_copies_stores_and_their_reductions_share_one_loop() -> None:
+    s = state_of(matmul_ast(8, 16, 12), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 2))
+    program = linearize(expand_kernel(s))
+    assert sum(u.op is Ops.STORE for u in program) == 8
+    assert sum(u.op is Ops.DEFINE_ACC for u in program) == 8
+    reduce_loops = [u for u in program if u.op is Ops.RANGE and u.arg[1] == "reduce"]
+    assert len(reduce_loops) == 1  # eight accumulators, one loop over k
+    # the loads are shared: 2 rows of a and 4 columns of b per k, not 8 of each
+    assert sum(u.op is Ops.LOAD for u in program) == 6
+
+
+def test_unroll_gives_independent_accumulators_in_one_loop() -> None:
+    program = linearize(expand_kernel(state_of(reduce_ast(1, 64), Opt(OptOps.UNROLL, 0, 4))))
+    assert sum(u.op is Ops.DEFINE_ACC for u in program) == 4
+    assert [int(u.src[0].arg) for u in program if u.op is Ops.RANGE] == [16]
+
+
+def test_local_sets_the_work_group_and_rounds_the_launch_up() -> None:
+    spec = get_program(elementwise_ast((5, 37)), GPURenderer(), (Opt(OptOps.LOCAL, 1, 8),))
+    assert spec.local_size == (8, 1) and spec.global_size == (40, 5)
+    assert "< 37" in spec.src  # the tail of the last work-group is guarded
+
+
+def test_group_renders_local_memory_a_barrier_and_a_gated_store() -> None:
+    class CLike(GPURenderer):
+        def render_define_local(self, name: str, d: object, size: int) -> str:
+            return f"__local float {name}[{size}];"
+
+        def render_barrier(self) -> str:
+            return "barrier();"
+
+    spec = get_program(reduce_ast(2, 1000), CLike(), (Opt(OptOps.GROUP, 1, 32),))
+    assert spec.global_size == (32, 2) and spec.local_size == (32, 1)
+    assert "__local float temp0[32];" in spec.src and "barrier();" in spec.src and "if (" in spec.src
+    assert "<1000" in spec.src  # 1000 is not a multiple of 32: lanes past the end add the identity
+
+
+def test_renderers_without_local_memory_refuse_to_render_it() -> None:
+    with pytest.raises(NotImplementedError, match="no local memory"):
+        get_program(reduce_ast(2, 1000), GPURenderer(), (Opt(OptOps.GROUP, 1, 32),))
+
+
+def test_noopt_applies_nothing_and_debug_3_names_the_opts(capsys: pytest.CaptureFixture[str]) -> None:
+    ast = matmul_ast(64, 64, 64)
+    with Context(NOOPT=1):
+        assert optimize(lower_kernel(ast), CStyleRenderer()).applied == ()
+    with Context(DEBUG=3):
+        spec = get_program(ast, CStyleRenderer())
+    err = capsys.readouterr().err
+    assert spec.applied_opts and all(o in err for o in spec.applied_opts)
+    assert "UPCAST" in err
+
+
+def test_heuristics_tile_a_cpu_matmul_and_group_a_gpu_sum() -> None:
+    cpu = optimize(lower_kernel(matmul_ast(64, 64, 64)), CStyleRenderer()).applied
+    assert [o.op for o in cpu] == [OptOps.UPCAST, OptOps.UPCAST]
+    assert cpu[0] == Opt(OptOps.UPCAST, 1, 32)  # the columns: contiguous in b and in the output
+    gpu = optimize(lower_kernel(reduce_ast(1, 100_000)), GPURenderer()).applied
+    assert [o.op for o in gpu] == [OptOps.GROUP]
+
+
+def test_heuristics_keep_the_outermost_loop_for_a_threaded_cpu_backend() -> None:
+    s = optimize(lower_kernel(matmul_ast(256, 64, 256)), CStyleRenderer())
+    outer = s.ranges("global")[0]
+    assert outer.arg[0] == 0 and int(outer.src[0].arg) > 1
+
+
+def test_kernels_with_symbolic_sizes_get_no_opts() -> None:
+    n = UOp(Ops.DEFINE_VAR, dtypes.index, (), ("n", 1, 64))
+    x = param(1, 64 * 64).reshape((64, 64)).shrink(((0, n), (0, 64)))
+    ast = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (param(0, 64).reshape((n, 1)),
+                                                                    x.reduce_axis(Ops.ADD, (1,)))),))
+    assert optimize(lower_kernel(ast), CStyleRenderer()).applied == ()
+    with pytest.raises(OptError, match="symbolic"):
+        state_of(ast, Opt(OptOps.UPCAST, 0, 2))
+
+
+def test_upcast_copies_differ_only_in_a_trailing_constant_and_address_math_is_64_bit_in_c() -> None:
+    src = get_program(matmul_ast(8, 16, 12), CStyleRenderer(), (Opt(OptOps.UPCAST, 1, 4),)).src
+    # b[k*12 + j0*4 + c]: one shared base, then +1, +2, +3 - what a C compiler needs to see neighbours
+    assert all(f"+{c})]" in src for c in (1, 2, 3))
+    assert "long long alu" in src  # under -fwrapv only 64-bit index math keeps neighbours provably adjacent
+
+
+def test_gpu_renderers_keep_32_bit_address_math() -> None:
+    cl = pytest.importorskip("tg_backend_opencl.renderer", reason="the OpenCL backend is not installed")
+    src = get_program(matmul_ast(8, 16, 12), cl.OpenCLRenderer(), (Opt(OptOps.UPCAST, 1, 4),)).src
+    assert "long alu" not in src and "int alu" in src
