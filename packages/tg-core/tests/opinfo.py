@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import warnings
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pytest
-from tinygrad import Tensor, dtypes
+from tinygrad import Device, Tensor, dtypes
 from tinygrad.dtype import DType, to_numpy
 
 try:
@@ -224,7 +224,16 @@ def forward_params(cases: Sequence[OpCase]) -> list[Any]:
     return params
 
 
+def skip_unless_device_has(dts: Iterable[DType], what: str) -> None:
+    """Skip, naming the dtypes, when the default device lacks some of them (WEBGPU has no float64, for one)."""
+    device = Device.DEFAULT
+    missing = sorted({d.scalar.name for d in dts if d.kind != "void" and not Device[device].supports_dtype(d)})
+    if missing:
+        pytest.skip(f"device {device} does not support {', '.join(missing)} ({what})")
+
+
 def check_forward(case: OpCase, specs: tuple[Spec, ...], dt: DType) -> None:
+    skip_unless_device_has(case.dtypes_of(dt, len(specs)), "the case's inputs")
     bases = _inputs(case, specs, dt)
     np_args = [apply_view(b, s, "np") for b, s in zip(bases, specs, strict=True)]
     tg_args = [apply_view(Tensor(b), s, "tg") for b, s in zip(bases, specs, strict=True)]
@@ -232,6 +241,7 @@ def check_forward(case: OpCase, specs: tuple[Spec, ...], dt: DType) -> None:
         assert t.shape == b.shape and t.dtype.name == b.dtype.name
 
     out = case.fn(*tg_args)
+    skip_unless_device_has((u.dtype for u in out.uop.toposort()), "the op computes with them")
     got = out.numpy()
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # numpy warns about the mean of an empty slice
@@ -260,12 +270,14 @@ def backward_params(cases: Sequence[OpCase]) -> list[Any]:
 
 
 def check_backward(case: OpCase, specs: tuple[Spec, ...], torch: Any) -> None:
+    skip_unless_device_has(case.dtypes_of(F32, len(specs)), "the case's inputs")
     bases = _inputs(case, specs, F32)
     grads_of = [b.dtype == np.float32 for b in bases]
     tg_leaves = [Tensor(b, requires_grad=g) for b, g in zip(bases, grads_of, strict=True)]
     th_leaves = [torch.tensor(b, requires_grad=bool(g)) for b, g in zip(bases, grads_of, strict=True)]
     tg_out = case.fn(*[apply_view(t, s, "tg") for t, s in zip(tg_leaves, specs, strict=True)])
     th_out = (case.torch_fn or case.fn)(*[apply_view(t, s, "torch") for t, s in zip(th_leaves, specs, strict=True)])
+    skip_unless_device_has((u.dtype for u in tg_out.uop.toposort()), "the op computes with them")
     assert tg_out.shape == tuple(th_out.shape)
 
     # a random upstream gradient, so that every output element's contribution is checked

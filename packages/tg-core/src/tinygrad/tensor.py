@@ -14,8 +14,15 @@ import numpy as np
 
 from tinygrad.device import Buffer, Device
 from tinygrad.dtype import DType, DTypeLike, dtypes, from_numpy, least_upper_dtype, to_dtype, to_numpy
+from tinygrad.engine.jit_state import check_host_read, note_assign
 from tinygrad.engine.realize import run_schedule
-from tinygrad.engine.schedule import ScheduleItem, base_buffer, buffer_view, create_schedule, realized_views
+from tinygrad.engine.schedule import (
+    ScheduleItem,
+    base_buffer,
+    buffer_view,
+    create_schedule,
+    realized_views,
+)
 from tinygrad.gradient import compute_gradient
 from tinygrad.helpers import prod
 from tinygrad.mixin import (
@@ -27,6 +34,7 @@ from tinygrad.mixin import (
     movement,
     processing,
     reduce,
+    rng,
     unary,
     utility,
 )
@@ -199,7 +207,9 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         return self
 
     def _derive(self, uop: UOp, *others: Tensor) -> Tensor:
-        out = Tensor(uop, device=self.device)
+        # the hot path of every op: skip __init__'s argument parsing, the device is already canonical
+        out = Tensor.__new__(Tensor)
+        out.uop, out.device, out.grad = uop, self.device, None
         out._requires_grad = self._requires_grad or any(o._requires_grad for o in others)
         return out
 
@@ -216,7 +226,8 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         run_schedule(items)
         realized_views.update(views)
         for t, view in zip(tensors, out_views):
-            realized_views[t.uop] = view
+            if view is not t.uop and views.get(t.uop) is not view:  # each weak-dictionary entry costs a weakref
+                realized_views[t.uop] = view
             # A tensor with gradient history keeps its graph, so that backward() still reaches the leaves after
             # realize() (PyTorch users print loss.item() before loss.backward()); the scheduler reads the
             # realized buffer in its place. Leaves and tensors without history just become the buffer.
@@ -232,6 +243,7 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         return base.arg
 
     def numpy(self) -> np.ndarray:
+        check_host_read("numpy(), tolist() and item()")
         shape = tuple(resolve_size(s) for s in self.shape)  # symbolic dims take their bound values
         if 0 in shape:
             return np.zeros(shape, dtype=to_numpy(self.dtype) if self.dtype != dtypes.bfloat16 else np.float32)
@@ -275,6 +287,12 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
             raise ValueError(f"assign of shape {other.shape} to a tensor of shape {self.shape}")
         if other.dtype != self.dtype:
             raise TypeError(f"assign of {other.dtype} to a tensor of {self.dtype}; cast it first")
+        if other.device != self.device:
+            raise RuntimeError(f"assign of a tensor on {other.device} to a tensor on {self.device}; move it with "
+                               f".to({self.device!r}) first")
+        # Functional: the tensor takes the new value's graph (lazy views taken before keep the old value). Inside a
+        # TinyJit function the old buffer is noted, so that replays write the new value back into it.
+        note_assign(self)
         self.uop = other.uop
         return self
 
@@ -288,6 +306,15 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
 
     def _broadcasted(self, y: Tensor | Scalar, reverse: bool = False) -> tuple[Tensor, Tensor]:
         x: Tensor = self
+        if not isinstance(y, Tensor) and not self._requires_grad and type(y) in (int, float, bool):
+            # fast path for `x + 1`: a scalar of x's dtype is a broadcast constant of x's shape
+            d = self.dtype
+            px = dtypes.from_py(y)
+            if not ((px.is_float and not d.is_float) or (px.is_int and d.is_bool)):
+                c = UOp.const(d, y)
+                shape = self.shape
+                const = self._derive(c.reshape((1,) * len(shape)).expand(shape) if shape else c)
+                return (const, self) if reverse else (self, const)
         other = y if isinstance(y, Tensor) else x._const_operand(y)
         if other.device != x.device:
             raise RuntimeError(f"an operation mixes tensors on {x.device} and {other.device}; "
@@ -394,7 +421,8 @@ def _list_to_numpy(data: list | tuple, want: DType | None) -> np.ndarray:
 
 
 # the mixin modules name `Tensor` in their bodies; give them the class now that it exists
-for _module in (creation, elementwise, functional, indexing, linalg, movement, processing, reduce, unary, utility):
+for _module in (creation, elementwise, functional, indexing, linalg, movement, processing, reduce, rng, unary,
+                utility):
     _module.Tensor = Tensor  # type: ignore[attr-defined]
 
 __all__ = ["Tensor", "broadcast_shape", "shape_args"]

@@ -56,6 +56,9 @@ class BackendInfo:
     check: Callable[[], str | None] = lambda: None  # None when usable, else why not
     priority: int = 100  # lower wins when choosing Device.DEFAULT; CPU uses 1000 so it comes last
     description: str = ""
+    #: an optional remark `python -m tinygrad.device` shows next to "available" (for example that the backend
+    #: runs on a stand-in for its real hardware); None for none
+    note: Callable[[], str | None] = lambda: None
     package: str = ""  # the distribution that provided it (filled in by discovery)
     version: str = ""
 
@@ -101,12 +104,19 @@ class DeviceRuntime(Protocol):
 class Buffer:
     """`size` elements of `dtype` on `device`. Memory is allocated on first use and freed with the object."""
 
-    def __init__(self, device: str, size: int, dtype: DType):
+    def __init__(self, device: str, size: int, dtype: DType, base: Buffer | None = None):
         if size < 0:
             raise ValueError(f"a buffer cannot have a negative size ({size})")
-        self.device, self.size, self.dtype = device, size, dtype
+        self.device: str = device
+        self.size: int = size
+        self.dtype: DType = dtype
+        if base is not None and (base.device != device or base.nbytes < self.nbytes):
+            raise ValueError(f"a buffer of {self.nbytes} bytes on {device} cannot alias {base}")
         self._opaque: Any = None
         self._allocator: Allocator | None = None
+        # with a base, this buffer is another name for the start of base's memory (the engine's memory planner
+        # and in-place writes use that); the base owns the memory and is kept alive by this reference
+        self.base: Buffer | None = base.base or base if base is not None else None
 
     def __repr__(self) -> str:
         return f"<buf {self.device} {self.dtype.name}[{self.size}]{'' if self.is_allocated else ' unallocated'}>"
@@ -116,10 +126,18 @@ class Buffer:
         return self.size * self.dtype.itemsize
 
     @property
+    def storage(self) -> Buffer:
+        """The buffer that owns this one's memory: its base, or itself."""
+        return self.base if self.base is not None else self
+
+    @property
     def is_allocated(self) -> bool:
         return self._opaque is not None
 
     def ensure_allocated(self) -> Buffer:
+        if self._opaque is None and self.base is not None:
+            self._opaque = self.base.ensure_allocated()._opaque
+            self._allocator = self.base._allocator
         if self._opaque is None:
             self._allocator = Device[self.device].allocator
             # zero-sized buffers still get a 1-byte allocation so that every kernel argument is a valid pointer

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from tinygrad.device import CONTRACT_VERSION, Device, UnknownDeviceError
+from tinygrad.device import CONTRACT_VERSION, BackendInfo, Device, UnknownDeviceError
+
+
+def _note(info: BackendInfo) -> str | None:
+    try:
+        return info.note()
+    except Exception as e:  # a remark must never break the listing
+        return f"note failed: {type(e).__name__}: {e}"
 
 
 def report() -> str:
@@ -11,6 +18,8 @@ def report() -> str:
     for name, info in sorted(Device.backends.items(), key=lambda kv: (kv[1].priority, kv[0])):
         reason = Device.availability(name)
         status = "available" if reason is None else f"unavailable: {reason}"
+        if reason is None and (note := _note(info)):
+            status += f" ({note})"
         rows.append((name, info.package or "-", info.version or "-", info.contract_version, status))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows:

@@ -20,32 +20,14 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from tinygrad.device import Buffer
+from tinygrad.dtype import DType
+from tinygrad.engine.memory import plan_memory
+from tinygrad.engine.schedule_cache import SCHEDULE_CACHE, Template, graph_key, schedule_cache
+from tinygrad.engine.schedule_item import ScheduleItem, buffer_view
 from tinygrad.uop.ops import Ops, UOp, sint, sym_prod, unbind
-
-
-@dataclass(eq=False)
-class ScheduleItem:
-    ast: UOp  # SINK(STORE(...)) for a kernel, or COPY(PARAM 0, PARAM 1) for a transfer
-    bufs: list[Buffer]  # output first, then inputs in PARAM order
-    device: str
-    outputs: list[UOp] = field(default_factory=list)  # the graph node(s) this item realizes
-    var_vals: dict[str, int] = field(default_factory=dict)  # values of the symbolic variables the kernel takes
-
-    @property
-    def is_copy(self) -> bool:
-        return self.ast.op is Ops.COPY
-
-    def __repr__(self) -> str:
-        kind = "copy" if self.is_copy else "kernel"
-        return f"<ScheduleItem {kind} on {self.device}: {[repr(b) for b in self.bufs]}>"
-
 
 # realized graph nodes -> the buffer view that now holds their value; weak so graphs can be freed
 realized_views: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
-
-
-def buffer_view(buf: Buffer, shape: tuple[int, ...]) -> UOp:
-    return UOp(Ops.BUFFER, buf.dtype, (), buf).reshape(shape)
 
 
 def base_buffer(u: UOp) -> UOp | None:
@@ -57,7 +39,8 @@ def base_buffer(u: UOp) -> UOp | None:
 
 def _substitute_realized(roots: list[UOp]) -> tuple[list[UOp], UOp]:
     sink = UOp(Ops.SINK, src=tuple(roots))
-    mapping = {u: v for u in sink.toposort() if (v := realized_views.get(u)) is not None}
+    # leaves are never replaced (a buffer is its own value): skipping them saves weak-dictionary lookups
+    mapping = {u: v for u in sink.toposort() if u.src and (v := realized_views.get(u)) is not None}
     if mapping:
         sink = sink.substitute(mapping)
     return list(sink.src), sink
@@ -91,21 +74,23 @@ def _find_realize_points(sink: UOp, outputs: list[UOp]) -> set[UOp]:
 class _KernelBuilder:
     """Turns the subgraph under one realize point into a kernel AST with PARAM leaves."""
 
-    def __init__(self, root: UOp, points: set[UOp], buffers_of: dict[UOp, Buffer]):
-        self.root, self.points, self.buffers_of = root, points, buffers_of
-        self.params: list[Buffer] = []
+    def __init__(self, root: UOp, points: set[UOp]):
+        self.root, self.points = root, points
+        # what each input PARAM reads: a Buffer named in the graph, or the realize point (a node) that produces it;
+        # points get their buffers only once every kernel is built (in-place writes are decided then)
+        self.params: list[Buffer | UOp] = []
         self.param_of: dict[tuple[int, sint], UOp] = {}
         self.memo: dict[UOp, UOp] = {}
 
-    def param(self, buf: Buffer, size: sint | None = None) -> UOp:
-        """The PARAM standing for `buf`. A buffer seen through a symbolic shape is given that symbolic size, so the
+    def param(self, source: Buffer | UOp, dtype: DType, size: sint) -> UOp:
+        """The PARAM standing for `source`. A buffer seen through a symbolic shape is given that symbolic size, so the
         kernel does not depend on the value the variable had when the buffer was made."""
-        key = (id(buf), size if size is not None else buf.size)
+        key = (id(source), size)
         if key not in self.param_of:
-            if not any(b is buf for b in self.params):
-                self.params.append(buf)
-            index = next(i for i, b in enumerate(self.params) if b is buf) + 1
-            self.param_of[key] = UOp(Ops.PARAM, buf.dtype, (), (index, key[1]))
+            if not any(b is source for b in self.params):
+                self.params.append(source)
+            index = next(i for i, b in enumerate(self.params) if b is source) + 1
+            self.param_of[key] = UOp(Ops.PARAM, dtype, (), (index, size))
         return self.param_of[key]
 
     def build(self, root: UOp) -> UOp:
@@ -134,11 +119,11 @@ class _KernelBuilder:
     def _leaf(self, node: UOp) -> UOp | None:
         """What a node becomes when the kernel does not look inside it, else None."""
         if node.op is Ops.BUFFER:
-            return self.param(node.arg)
+            return self.param(node.arg, node.dtype, node.arg.size)
         if node is not self.root and node in self.points:
-            return self.param(self.buffers_of[node], _symbolic_size(node.shape)).reshape(node.shape)
-        if node.op is Ops.RESHAPE and node.src[0].op is Ops.BUFFER and _symbolic_size(node.shape) is not None:
-            return self.param(node.src[0].arg, _symbolic_size(node.shape)).reshape(node.shape)
+            return self.param(node, node.dtype, _symbolic_size(node.shape) or _point_size(node)).reshape(node.shape)
+        if node.op is Ops.RESHAPE and node.src[0].op is Ops.BUFFER and (size := _symbolic_size(node.shape)) is not None:
+            return self.param(node.src[0].arg, node.dtype, size).reshape(node.shape)
         if node.op in (Ops.REDUCE_AXIS, Ops.PAD) and 0 in node.src[0].shape:
             # the only ways from an empty tensor to a non-empty one: the value is the reduction's identity, or
             # all padding. Folding it here keeps zero-sized loops (and their index arithmetic) out of kernels.
@@ -162,40 +147,88 @@ def _empty_source_value(node: UOp) -> UOp:
     return UOp.const(node.dtype, value).reshape((1,) * len(node.shape)).expand(node.shape)
 
 
+def _point_size(node: UOp) -> int:
+    # a symbolic size gets a buffer for its largest value: kernels and buffers then fit every value
+    size = node.size
+    return size if isinstance(size, int) else int(size.vmax)
+
+
+@dataclass(eq=False)
+class _Kernel:
+    """One kernel before buffers are placed: what it computes and what it reads."""
+
+    node: UOp
+    ast: UOp
+    sources: list[Buffer | UOp]  # PARAM 1.. in order: graph buffers, or realize points
+    device: str
+    var_vals: dict[str, int] = field(default_factory=dict)
+
+
 def create_schedule(outputs: list[UOp], devices: list[str]) -> tuple[list[ScheduleItem], dict[UOp, UOp], list[UOp]]:
     """Kernels (in execution order) that compute `outputs`, the buffer view each realized node becomes,
     and the buffer view of each output (valid once the kernels ran)."""
     outputs, sink = _substitute_realized(outputs)
+    if not SCHEDULE_CACHE:
+        return _schedule_graph(sink, outputs, devices)
+    topo = list(sink.toposort())
+    key, inputs = graph_key(topo, devices)
+    if (template := schedule_cache.get(key)) is not None:
+        return template.instantiate(topo, inputs)
+    items, views, out_views = _schedule_graph(sink, outputs, devices)
+    schedule_cache.put(key, Template.record(topo, inputs, items, views, out_views))
+    return items, views, out_views
+
+
+def _schedule_graph(sink: UOp, outputs: list[UOp], devices: list[str]) -> tuple[list[ScheduleItem], dict[UOp, UOp],
+                                                                                 list[UOp]]:
     points = _find_realize_points(sink, outputs)
     device_of = _assign_devices(sink, outputs, devices)
-    buffers_of: dict[UOp, Buffer] = {}
-    items: list[ScheduleItem] = []
+    kernels: list[_Kernel] = []
     for node in sink.toposort():
         if node not in points:
             continue
-        value = node.src[0] if node.op is Ops.CONTIGUOUS else node
         dev = device_of[node]
-        # a symbolic size gets a buffer for its largest value: kernels and buffers then fit every value
-        size = node.size
-        out_buf = Buffer(dev, size if isinstance(size, int) else int(size.vmax), node.dtype)
-        buffers_of[node] = out_buf
         if node.op is Ops.COPY:
             src = node.src[0]
-            src_buf = buffers_of[src] if src in buffers_of else base_buffer(src).arg  # type: ignore[union-attr]
+            source: Buffer | UOp = src if src in points else base_buffer(src).arg  # type: ignore[union-attr]
             ast = UOp(Ops.COPY, node.dtype, (UOp(Ops.PARAM, node.dtype, (), (0, node.size)),
                                             UOp(Ops.PARAM, node.dtype, (), (1, node.size))), node.arg)
-            items.append(ScheduleItem(ast, [out_buf, src_buf], dev, [node]))
+            kernels.append(_Kernel(node, ast, [source], dev))
             continue
-        builder = _KernelBuilder(node, points, buffers_of)
+        value = node.src[0] if node.op is Ops.CONTIGUOUS else node
+        builder = _KernelBuilder(node, points)
         body = builder.build(value)
         out_param = UOp(Ops.PARAM, node.dtype, (), (0, node.size)).reshape(node.shape)
         # bound variables leave the AST (it keeps the Variable) and travel as launch arguments instead,
         # so one compiled kernel serves every value
         ast, var_vals = unbind(UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(out_param, body)),)))
-        items.append(ScheduleItem(ast, [out_buf, *builder.params], dev, [node],
-                                  {v.arg[0]: val for v, val in var_vals.items()}))
-    views = {node: buffer_view(buf, node.shape) for node, buf in buffers_of.items()}
+        kernels.append(_Kernel(node, ast, builder.params, dev, {v.arg[0]: val for v, val in var_vals.items()}))
+    buffers_of = _place_outputs(kernels)
+    items = [ScheduleItem(k.ast, [buffers_of[k.node], *(buffers_of[s] if isinstance(s, UOp) else s
+                                                        for s in k.sources)], k.device, [k.node], k.var_vals)
+             for k in kernels]
+    wanted = set(outputs)
+    visible = {node for node in buffers_of if node in wanted or _stands_for_a_tensor(node)}
+    plan_memory(items, {buf for node, buf in buffers_of.items() if node not in visible})
+    views = {node: buffer_view(buffers_of[node], node.shape) for node in visible}
     return items, views, [views.get(o, o) for o in outputs]
+
+
+def _stands_for_a_tensor(node: UOp) -> bool:
+    """Tagged CONTIGUOUS nodes are a tensor's own value (requires_grad leaves, clones): like the requested outputs,
+    their buffers are remembered for later reads. Every other intermediate is private to its schedule, so the memory
+    planner may give its memory to a later buffer."""
+    return node.op is Ops.CONTIGUOUS and node.arg is not None
+
+
+def _place_outputs(kernels: list[_Kernel]) -> dict[UOp, Buffer]:
+    return {k.node: Buffer(k.device, _point_size(k.node), k.node.dtype) for k in kernels}
+
+
+def copy_kernel_ast(dtype: DType, size: int) -> UOp:
+    """A kernel that copies PARAM 1 into PARAM 0 (same device, dtype and size)."""
+    return UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(UOp(Ops.PARAM, dtype, (), (0, size)),
+                                                   UOp(Ops.PARAM, dtype, (), (1, size)))),))
 
 
 def _assign_devices(sink: UOp, outputs: list[UOp], devices: list[str]) -> dict[UOp, str]:

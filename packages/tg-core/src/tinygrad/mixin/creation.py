@@ -1,7 +1,9 @@
 """Creating tensors: constants, ranges, and random numbers from a seeded counter-based generator.
 
-Random numbers are drawn on the host (numpy) from a counter-based hash of (seed, position), so that a seed gives
-the same values on every device, and uploaded; no two draws after one `manual_seed` share positions.
+Random numbers are computed inside kernels from a counter-based hash of (seed, position) whose state lives in a
+device buffer (mixin/rng.py), so a seed gives the same values on every device, no two draws after one
+`manual_seed` share positions, and a TinyJit replay draws new numbers. randperm and multinomial draw their bits on
+the device and finish on the host (a sort, a search), so they cannot run inside a TinyJit function.
 
 Bad sizes raise ValueError (a negative dimension, count or step number) or TypeError (a non-integer one), where
 PyTorch raises RuntimeError for both; bad random arguments raise what PyTorch raises.
@@ -20,61 +22,13 @@ from tinygrad.dtype import DType, DTypeLike, dtypes, to_dtype, to_numpy
 from tinygrad.engine.schedule import buffer_view
 from tinygrad.helpers import prod
 from tinygrad.mixin.common import Scalar, ShapeArg, shape_args
+from tinygrad.mixin.rng import DeviceRNG, bits64, normal_bits, uniform_bits
 from tinygrad.uop.ops import UOp
 
 if TYPE_CHECKING:
     from tinygrad.tensor import Tensor
 else:
     Tensor = None  # bound to the real class by tinygrad.tensor once it is defined (the modules import each other)
-
-
-class _RNG:
-    """A counter-based generator: value i of a draw is a hash of (seed, counter + i), computed on the host
-    with numpy so that every device gets the same numbers for a seed. The seed enters between two rounds of
-    mixing the counter, so that two seeds give unrelated streams (not the same values in another order)."""
-
-    seed = 0
-    counter = 0
-
-    @staticmethod
-    def _mix(x: np.ndarray) -> np.ndarray:
-        # a bijective 32-bit integer hash (xor-shift / multiply rounds)
-        x = x ^ (x >> np.uint32(16))
-        x = x * np.uint32(0x7FEB352D)
-        x = x ^ (x >> np.uint32(15))
-        x = x * np.uint32(0x846CA68B)
-        return x ^ (x >> np.uint32(16))
-
-    @classmethod
-    def _keys(cls) -> tuple[np.ndarray, np.ndarray]:
-        s = cls.seed % (1 << 64)
-        lo, hi = np.array([s & 0xFFFFFFFF], np.uint32), np.array([s >> 32], np.uint32)
-        k1 = cls._mix(lo ^ np.uint32(0x243F6A88)) ^ cls._mix(hi + np.uint32(0x85A308D3))
-        return k1, cls._mix(k1 ^ np.uint32(0x13198A2E))
-
-    @classmethod
-    def bits(cls, n: int) -> np.ndarray:
-        idx = np.arange(cls.counter, cls.counter + n, dtype=np.uint64)
-        cls.counter += n
-        lo = (idx & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-        hi = (idx >> np.uint64(32)).astype(np.uint32)
-        k1, k2 = cls._keys()
-        with np.errstate(over="ignore"):
-            x = cls._mix(lo + cls._mix(hi ^ k2))
-            return cls._mix(cls._mix(x ^ k1) + k2)
-
-    @classmethod
-    def bits64(cls, n: int) -> np.ndarray:
-        pairs = cls.bits(2 * n).astype(np.uint64).reshape(n, 2)
-        return (pairs[:, 0] << np.uint64(32)) | pairs[:, 1]
-
-    @classmethod
-    def uniform(cls, n: int, dtype: DType = dtypes.float32) -> np.ndarray:
-        """n values in [0, 1), each exactly representable in `dtype` (so that casting never rounds up to 1)."""
-        if dtype == dtypes.float64:
-            return (cls.bits64(n) >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
-        mantissa = {dtypes.float16: 11, dtypes.bfloat16: 8}.get(dtype, 24)
-        return (cls.bits(n) >> np.uint32(32 - mantissa)).astype(np.float32) * np.float32(1.0 / (1 << mantissa))
 
 
 class CreationMixin:
@@ -190,7 +144,7 @@ class CreationMixin:
 
     @classmethod
     def manual_seed(cls: type[Tensor], seed: int = 0) -> None:
-        _RNG.seed, _RNG.counter = int(seed), 0
+        DeviceRNG.manual_seed(seed)
 
     @classmethod
     def random_bits(cls: type[Tensor], *shape: Any, device: str | None = None, dtype: DTypeLike = dtypes.uint32,
@@ -199,9 +153,16 @@ class CreationMixin:
         sh, d = shape_args(shape), to_dtype(dtype)
         if not d.is_int:
             raise TypeError(f"random_bits needs an integer dtype, got {d}")
+        dev = Device.canonicalize(device)
         n = prod(sh)
-        raw = _RNG.bits64(n) if d.itemsize == 8 else _RNG.bits(n).astype(np.dtype(f"u{d.itemsize}"))
-        return cls(raw.view(to_numpy(d)).reshape(sh), device=device, dtype=d, **kwargs)
+        if d.itemsize == 8:
+            raw = bits64(n, dev)
+        else:
+            raw = DeviceRNG.bits(n, dev)
+            raw = raw if d.itemsize == 4 else raw.cast(dtypes.uint8 if d.itemsize == 1 else dtypes.uint16)
+        unsigned = raw.dtype
+        out = raw if d == unsigned else raw.bitcast(d)
+        return cls(out.reshape(sh).uop, device=dev, **kwargs)
 
     @classmethod
     def rand(cls: type[Tensor], *shape: Any, device: str | None = None, dtype: DTypeLike | None = None,
@@ -209,7 +170,8 @@ class CreationMixin:
         """Uniform values in [0, 1)."""
         sh = shape_args(shape)
         d = _float_dtype(dtype, "rand")
-        return cls(_RNG.uniform(prod(sh), d).reshape(sh), device=device, dtype=d, **kwargs)
+        dev = Device.canonicalize(device)
+        return cls(uniform_bits(prod(sh), d, dev).reshape(sh).uop, device=dev, **kwargs)
 
     @classmethod
     def randn(cls: type[Tensor], *shape: Any, device: str | None = None, dtype: DTypeLike | None = None,
@@ -217,7 +179,8 @@ class CreationMixin:
         """Standard normal values (Box-Muller on two uniform draws)."""
         sh = shape_args(shape)
         d = _float_dtype(dtype, "randn")
-        return cls(_normal_draws(prod(sh)).reshape(sh), device=device, dtype=d, **kwargs)
+        dev = Device.canonicalize(device)
+        return cls(normal_bits(prod(sh), d, dev).reshape(sh).uop, device=dev, **kwargs)
 
     def rand_like(self: Tensor, **kwargs: Any) -> Tensor:
         return type(self).rand(self.shape, **{"dtype": self._like_dtype(kwargs, "rand_like"), "device": self.device,
@@ -262,22 +225,29 @@ class CreationMixin:
         if not d.is_float and (low < d.min or high - 1 > d.max):
             raise ValueError(f"randint range [{low}, {high}) does not fit in {d} ([{d.min}, {d.max}])")
         span = high - low
-        draws = _RNG.bits64(prod(sh))
-        # mod a 64-bit draw: the bias is below span / 2**64
-        offsets = draws if span >= 1 << 64 else draws % np.uint64(span)
-        with np.errstate(over="ignore"):
-            values = (offsets + np.uint64(low % (1 << 64))).view(np.int64)  # wraps to the signed value
-        if d.is_unsigned:
-            values = values.view(np.uint64)
-        out = values.astype(to_numpy(d)) if d != dtypes.bfloat16 else values.astype(np.float64)
-        return cls(out.reshape(sh), device=device, dtype=d, **kwargs)
+        dev = Device.canonicalize(device)
+        n = prod(sh)
+        if Device[dev].supports_dtype(dtypes.uint64):
+            # mod a 64-bit draw: the bias is below span / 2**64
+            draws = bits64(n, dev)
+            offsets = draws if span >= 1 << 64 else draws % span
+            values = (offsets + (low % (1 << 64))).bitcast(dtypes.int64)  # wraps to the signed value
+        else:
+            if not (dtypes.int32.min <= low and high - 1 <= dtypes.int32.max):
+                raise ValueError(f"randint range [{low}, {high}) needs 64-bit integers, which device {dev} lacks; "
+                                 f"use a range within int32")
+            offsets = DeviceRNG.bits(n, dev) % span if span < 1 << 32 else DeviceRNG.bits(n, dev)
+            values = (offsets + (low % (1 << 32))).bitcast(dtypes.int32)
+        if d.is_unsigned and d.itemsize == values.dtype.itemsize:
+            values = values.bitcast(d)
+        return cls(values.cast(d).reshape(sh).uop, device=dev, **kwargs)
 
     @classmethod
     def randperm(cls: type[Tensor], n: int, device: str | None = None, dtype: DTypeLike = dtypes.int32,
                  **kwargs: Any) -> Tensor:
         """A random permutation of 0..n-1 (int32 by default, tinygrad's; PyTorch's is int64)."""
         _check_count(n, "randperm n")
-        perm = np.argsort(_RNG.bits64(n), kind="stable")
+        perm = np.argsort(Tensor.random_bits(n, dtype=dtypes.uint64, device=device).numpy(), kind="stable")
         d = to_dtype(dtype)
         return cls(perm.astype(to_numpy(d)) if d != dtypes.bfloat16 else perm, device=device, dtype=d, **kwargs)
 
@@ -332,7 +302,7 @@ class CreationMixin:
             raise RuntimeError("multinomial needs a positive weight in every row (a row sums to 0)")
         rows, cats = w.shape
         if replacement:
-            u = _RNG.uniform(rows * num_samples, dtypes.float64).reshape(rows, num_samples)
+            u = _host_uniform(rows * num_samples, self.device).reshape(rows, num_samples)
             cdf = np.cumsum(w / total, axis=1)
             idx = np.stack([np.searchsorted(c, r, side="right") for c, r in zip(cdf, u)])
             # rounding can leave the cdf's end just below 1: a draw past it takes the last positive category
@@ -343,7 +313,7 @@ class CreationMixin:
                 raise RuntimeError(f"cannot draw {num_samples} samples without replacement: a row has fewer "
                                    f"categories of positive weight")
             # exponential races: the first num_samples arrivals of clocks running at rates w (rate 0 never arrives)
-            u = _RNG.uniform(rows * cats, dtypes.float64).reshape(rows, cats)
+            u = _host_uniform(rows * cats, self.device).reshape(rows, cats)
             with np.errstate(divide="ignore"):
                 arrival = -np.log1p(-u) / w
             idx = np.argsort(arrival, axis=1, kind="stable")[:, :num_samples]
@@ -379,6 +349,7 @@ def _float_dtype(dtype: DTypeLike | None, name: str) -> DType:
     return d
 
 
-def _normal_draws(n: int) -> np.ndarray:
-    u1, u2 = _RNG.uniform(n).astype(np.float64), _RNG.uniform(n).astype(np.float64)
-    return (np.sqrt(-2.0 * np.log1p(-u1)) * np.cos(2.0 * np.pi * u2)).astype(np.float32)  # 1-u1 is never 0
+def _host_uniform(n: int, device: str) -> np.ndarray:
+    """n float64 values in [0, 1) from device-drawn bits (53 of them each), for the draws finished on the host."""
+    raw = Tensor.random_bits(n, dtype=dtypes.uint64, device=device).numpy()
+    return (raw >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))

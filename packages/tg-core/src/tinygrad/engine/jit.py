@@ -1,0 +1,339 @@
+"""`TinyJit`: capture the kernels a function launches once, then replay them without running Python.
+
+    @TinyJit
+    def step(x: Tensor) -> Tensor:
+        ...
+
+Call 1 runs the function eagerly (it compiles every kernel). Call 2 runs it again while recording each launched
+kernel with its buffers. From call 3 on, the function body does not run: the recorded kernels are launched again
+with the buffers of the new input tensors in place of the recorded ones, and the outputs come back as tensors over
+the recorded output buffers.
+
+What this asks of the function (the usual tinygrad rules):
+  * Inputs are the Tensor arguments (positional and keyword); they are realized before the call. Other arguments
+    are baked into the capture. Every call must pass inputs of the same shapes, dtypes and devices as call 2 (a
+    change raises JitError; `reset()` starts over, or use one TinyJit per shape). Symbolic dimensions bound to new
+    values, and Variables passed as arguments, are fine: their values travel with each replay.
+  * Outputs are the tensors it returns (alone, or in a tuple, list or dict). They are realized at the end of each
+    call; replays write into the same memory, so a result that must outlive the next call should be copied
+    (`.numpy()` or `.clone().realize()`).
+  * State updates use `assign` (optimizers do): the new value is written into the tensor's buffer in place, and
+    assigns made inside the function are realized with its outputs.
+  * No reading of values on the host (`.numpy()`, `.item()`, `.tolist()`) inside it: a replay could not repeat
+    that. Random numbers are fine: the generator's state lives in device buffers that the replay advances.
+  * One capture at a time: calling a TinyJit function while another capture is in progress raises JitError.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from tinygrad.device import Buffer, Device, Runner
+from tinygrad.engine import realize as engine_realize
+from tinygrad.engine.jit_state import JitError, RunningJit, running
+from tinygrad.engine.schedule import ScheduleItem, base_buffer, buffer_view, copy_kernel_ast, realized_views
+from tinygrad.helpers import DEBUG
+from tinygrad.tensor import Tensor
+from tinygrad.uop.ops import Ops, UOp, unbind
+
+R = TypeVar("R")
+
+__all__ = ["JitError", "TinyJit"]
+
+
+@dataclass(eq=False)
+class _Recorded:
+    """One launch of the capture, and the input buffers it takes (positions in bufs -> input number)."""
+
+    item: ScheduleItem
+    runner: Runner | None  # None: a host copy
+    input_slots: list[tuple[int, int]]
+    takes_vars: bool
+
+
+@dataclass(frozen=True)
+class _Signature:
+    inputs: tuple[tuple[tuple[Any, ...], Any, str], ...]  # (shape with variables unbound, dtype, device)
+
+    def describe(self) -> str:
+        return ", ".join(f"{tuple(_dim_name(d) for d in shape)} {dtype.name} on {dev}"
+                         for shape, dtype, dev in self.inputs) or "no tensors"
+
+
+def _dim_name(d: Any) -> Any:
+    return d if isinstance(d, int) else next((u.arg[0] for u in d.toposort() if u.op is Ops.DEFINE_VAR), "?")
+
+
+class TinyJit(Generic[R]):
+    """Decorate a function whose work is tensor operations; see the module docstring for the rules."""
+
+    def __init__(self, fn: Callable[..., R]):
+        self.fn = fn
+        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the capture: the next call runs eagerly again, the one after that captures."""
+        self.cnt = 0
+        self._signature: _Signature | None = None
+        self._recorded: list[_Recorded] = []
+        self._launches: list[Callable[[], Any]] = []
+        self._dynamic: list[int] = []  # launches rebuilt on every replay: they take inputs or variables
+        self._outputs: Any = None  # the structure returned, with _OutputSlot in place of each tensor
+        self._var_vals: dict[str, int] = {}
+        self._state: list[tuple[weakref.ref[Tensor], Buffer]] = []  # assigned tensors and the buffer they live in
+
+    @property
+    def captured_kernels(self) -> int:
+        """How many launches a replay makes (kernels and copies)."""
+        return len(self._recorded)
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        # as a method decorator: bind the instance like a function would
+        return self if obj is None else functools.partial(self.__call__, obj)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> R:
+        if running and running[-1].capturing:
+            raise JitError(f"TinyJit function {self._name} was called while {running[-1].name} is being captured; a "
+                           f"replay of the outer function could not repeat the inner one. Call it outside, or drop "
+                           f"one of the two TinyJit decorators")
+        if any(r.owner is self for r in running):
+            raise JitError(f"TinyJit function {self._name} called itself; a capture records one call's kernels and "
+                           f"cannot contain itself. Recurse in an undecorated helper and decorate the outer call")
+        inputs = [a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]
+        if inputs:
+            Tensor.realize(*inputs)
+        buffers = [_buffer_of(t) for t in inputs]
+        var_vals = _bound_values(args, kwargs, inputs)
+        signature = _Signature(tuple((tuple(_unbound(d) for d in t.shape), t.dtype, t.device) for t in inputs))
+        if self.cnt >= 2:
+            self._check_signature(signature)
+            return self._replay(buffers, var_vals)
+        capturing = self.cnt == 1
+        if capturing:
+            if len({id(b.storage) for b in buffers}) != len(buffers):
+                raise JitError(f"TinyJit function {self._name} got one tensor's memory as two inputs; a replay "
+                               f"swaps each input separately. Pass distinct tensors (use .clone() for a copy)")
+            self._signature = signature
+        records: list[tuple[ScheduleItem, Runner | None]] = []
+        state = RunningJit(self._name, capturing, self)
+        running.append(state)
+        if capturing:
+            engine_realize.capture_hooks.append(lambda si, runner: records.append((si, runner)))
+        try:
+            out = self.fn(*args, **kwargs)
+            out_tensors = _collect_outputs(out)
+            pending = [t for t, _ in state.assigned.values() if base_buffer(t.uop) is None]
+            if out_tensors or pending:
+                Tensor.realize(*out_tensors, *pending)
+        finally:
+            running.pop()
+            if capturing:
+                engine_realize.capture_hooks.pop()
+        if capturing:
+            records += _write_back_state(state)
+            self._state = [(weakref.ref(t), buf) for t, buf in _state_tensors(state)]
+            self._finish_capture(records, buffers, var_vals, out)
+        self.cnt += 1
+        return out
+
+    @property
+    def _name(self) -> str:
+        return getattr(self.fn, "__qualname__", repr(self.fn))
+
+    def _check_signature(self, signature: _Signature) -> None:
+        if signature != self._signature:
+            assert self._signature is not None
+            raise JitError(f"TinyJit function {self._name} was captured for inputs [{self._signature.describe()}] "
+                           f"and now gets [{signature.describe()}]; a replay runs the captured kernels, which only "
+                           f"fit the captured shapes and dtypes. Call .reset() to capture again, or use a separate "
+                           f"TinyJit for each shape (or a symbolic Variable for a changing dimension)")
+
+    # ---- capture ----
+    def _finish_capture(self, records: list[tuple[ScheduleItem, Runner | None]], inputs: list[Buffer],
+                        var_vals: dict[str, int], out: Any) -> None:
+        slot_of = {id(b.storage): i for i, b in enumerate(inputs)}
+        self._recorded = []
+        for si, runner in records:
+            slots = [(pos, slot_of[id(b.storage)]) for pos, b in enumerate(si.bufs) if id(b.storage) in slot_of]
+            self._recorded.append(_Recorded(si, runner, slots, bool(si.var_vals)))
+        self._var_vals = dict(var_vals)
+        self._outputs = _template(out, slot_of)
+        self._launches = [self._prepare(r, r.item.bufs, r.item.var_vals) for r in self._recorded]
+        self._dynamic = [i for i, r in enumerate(self._recorded) if r.input_slots or r.takes_vars]
+        if DEBUG >= 1:
+            print(f"TinyJit {self._name}: captured {len(self._recorded)} launches "
+                  f"({len(self._dynamic)} take inputs or variables)", file=sys.stderr)
+
+    @staticmethod
+    def _prepare(rec: _Recorded, bufs: list[Buffer], var_vals: dict[str, int]) -> Callable[[], Any]:
+        if rec.runner is None:
+            return functools.partial(engine_realize.copy_between, bufs[0], bufs[1])
+        for b in bufs:
+            b.ensure_allocated()
+        prepare = getattr(rec.runner, "prepare", None)
+        if prepare is not None:
+            return prepare(bufs, var_vals)
+        return functools.partial(rec.runner, bufs, var_vals)
+
+    # ---- replay ----
+    def _replay(self, inputs: list[Buffer], var_vals: dict[str, int]) -> R:
+        values = {**self._var_vals, **var_vals}
+        launches = self._launches
+        for i in self._dynamic:
+            rec = self._recorded[i]
+            bufs = list(rec.item.bufs)
+            for pos, slot in rec.input_slots:
+                bufs[pos] = inputs[slot]
+            launches[i] = self._prepare(rec, bufs, {name: values[name] for name in rec.item.var_vals})
+        if DEBUG >= 1:
+            print(f"TinyJit {self._name}: replaying {len(launches)} launches", file=sys.stderr)
+        if DEBUG >= 2:  # per-launch wall time (including the Python call), as run_schedule prints it
+            for rec, launch in zip(self._recorded, launches):
+                st = time.perf_counter()
+                launch()
+                name = rec.runner.display_name if rec.runner is not None else "copy"
+                print(f"  {rec.item.device} {name:<40} {(time.perf_counter() - st) * 1e6:9.2f} us  (replay)",
+                      file=sys.stderr)
+        else:
+            for launch in launches:
+                launch()
+        engine_realize.kernel_count += len(launches)
+        for ref, buf in self._state:
+            if (t := ref()) is not None:  # a new name for the new contents, as realize() gives
+                t.uop = buffer_view(Buffer(buf.device, buf.size, buf.dtype, base=buf), t.shape)
+        return _fill(self._outputs, inputs, values)  # type: ignore[no-any-return]
+
+
+# ---- model state ----
+
+def _old_buffer(old: UOp) -> Buffer | None:
+    view = realized_views.get(old)
+    base = base_buffer(view if view is not None else old)
+    return base.arg if base is not None else None  # type: ignore[no-any-return]
+
+
+def _state_tensors(state: RunningJit) -> list[tuple[Tensor, Buffer]]:
+    """Tensors assigned during the call that held a buffer before: model state, now written back into it."""
+    out = []
+    for t, old in state.assigned.values():
+        buf = _old_buffer(old)
+        if buf is not None and buf.size == t.numel() and buf.dtype == t.dtype:
+            out.append((t, buf))
+    return out
+
+
+def _write_back_state(state: RunningJit) -> list[tuple[ScheduleItem, Runner | None]]:
+    """Copy each state tensor's new value into the buffer it held before the call, and point the tensor there.
+    Replays read the state from those buffers, so they must hold the newest value after every replay."""
+    records: list[tuple[ScheduleItem, Runner | None]] = []
+    for t, old in _state_tensors(state):
+        new = _buffer_of(t)
+        if new.storage is old.storage:
+            continue
+        si = ScheduleItem(copy_kernel_ast(old.dtype, old.size), [old, new], t.device)
+        runner = Device[t.device].get_runner(si.ast)
+        runner(si.bufs, {})
+        engine_realize.kernel_count += 1
+        records.append((si, runner))
+        t.uop = buffer_view(Buffer(old.device, old.size, old.dtype, base=old), t.shape)
+    return records
+
+
+# ---- inputs and outputs ----
+
+def _buffer_of(t: Tensor) -> Buffer:
+    view = realized_views.get(t.uop)
+    base = base_buffer(view if view is not None else t.uop)
+    if base is None:  # a realized tensor is a buffer; anything else was realized into one by _buffer()
+        return t._buffer()
+    return base.arg  # type: ignore[no-any-return]
+
+
+def _unbound(d: Any) -> Any:
+    return d if isinstance(d, int) else unbind(d)[0]
+
+
+def _bound_values(args: tuple, kwargs: dict, inputs: list[Tensor]) -> dict[str, int]:
+    """Values of the Variables bound in the arguments and in the inputs' symbolic shapes."""
+    out: dict[str, int] = {}
+    roots: list[UOp] = [a for a in (*args, *kwargs.values()) if isinstance(a, UOp)]
+    dims: list[Any] = [d for t in inputs for d in t.shape]
+    roots += [d for d in dims if isinstance(d, UOp)]
+    for root in roots:
+        for var, value in unbind(root)[1].items():
+            out[var.arg[0]] = value
+    return out
+
+
+def _collect_outputs(out: Any) -> list[Tensor]:
+    if isinstance(out, Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in _collect_outputs(o)]
+    if isinstance(out, dict):
+        return [t for o in out.values() for t in _collect_outputs(o)]
+    return []
+
+
+@dataclass(frozen=True)
+class _OutputSlot:
+    buffer: Buffer | None  # the recorded buffer a replay writes the output into
+    input_index: int | None  # or: the output is this input, returned as it is
+    shape: tuple[Any, ...]
+    dtype: Any
+    device: str
+    requires_grad: bool
+
+
+def _template(out: Any, slot_of: dict[int, int]) -> Any:
+    if isinstance(out, Tensor):
+        buf = _buffer_of(out)
+        inp = slot_of.get(id(buf.storage))
+        shape = tuple(d if isinstance(d, int) else _unbound(d) for d in out.shape)
+        return _OutputSlot(None if inp is not None else buf, inp, shape, out.dtype, out.device, out.requires_grad)
+    if isinstance(out, (tuple, list)):
+        return type(out)(_template(o, slot_of) for o in out)
+    if isinstance(out, dict):
+        return {k: _template(v, slot_of) for k, v in out.items()}
+    return out
+
+
+def _fill(template: Any, inputs: list[Buffer], values: dict[str, int]) -> Any:
+    if isinstance(template, _OutputSlot):
+        buf = inputs[template.input_index] if template.input_index is not None else template.buffer
+        assert buf is not None
+        shape = tuple(d if isinstance(d, int) else _rebind(d, values) for d in template.shape)
+        # a new Buffer object over the recorded memory for each replay: expressions built on an earlier replay's
+        # result (and the values remembered for them) belong to the earlier contents
+        fresh = Buffer(buf.device, buf.size, buf.dtype, base=buf)
+        flat = buffer_view(fresh, (fresh.size,))
+        uop = flat if shape == (fresh.size,) else _shaped(flat, shape)
+        out = Tensor(uop, device=template.device)
+        out._requires_grad = template.requires_grad
+        return out
+    if isinstance(template, (tuple, list)):
+        return type(template)(_fill(o, inputs, values) for o in template)
+    if isinstance(template, dict):
+        return {k: _fill(v, inputs, values) for k, v in template.items()}
+    return template
+
+
+def _shaped(flat: UOp, shape: tuple[Any, ...]) -> UOp:
+    if all(isinstance(d, int) for d in shape):
+        return flat.reshape(shape)
+    # a symbolic output: its buffer is sized for the largest value; show the bound prefix
+    from tinygrad.uop.ops import sym_prod
+
+    return flat.shrink(((0, sym_prod(shape)),)).reshape(shape)
+
+
+def _rebind(d: UOp, values: dict[str, int]) -> UOp:
+    return d.substitute({v: v.bind(values[v.arg[0]]) for v in d.toposort()  # type: ignore[attr-defined]
+                         if v.op is Ops.DEFINE_VAR and v.arg[0] in values})

@@ -1,0 +1,30 @@
+"""What the scheduler hands to the engine: one kernel (or copy) with its buffers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tinygrad.device import Buffer
+from tinygrad.uop.ops import Ops, UOp
+
+
+@dataclass(eq=False)
+class ScheduleItem:
+    ast: UOp  # SINK(STORE(...)) for a kernel, or COPY(PARAM 0, PARAM 1) for a transfer
+    bufs: list[Buffer]  # output first, then inputs in PARAM order
+    device: str
+    outputs: list[UOp] = field(default_factory=list)  # the graph node(s) this item realizes
+    var_vals: dict[str, int] = field(default_factory=dict)  # values of the symbolic variables the kernel takes
+
+    @property
+    def is_copy(self) -> bool:
+        return self.ast.op is Ops.COPY
+
+    def __repr__(self) -> str:
+        kind = "copy" if self.is_copy else "kernel"
+        return f"<ScheduleItem {kind} on {self.device}: {[repr(b) for b in self.bufs]}>"
+
+
+
+def buffer_view(buf: Buffer, shape: tuple[int, ...]) -> UOp:
+    return UOp(Ops.BUFFER, buf.dtype, (), buf).reshape(shape)

@@ -1,0 +1,155 @@
+"""The random number generator: counter-based, computed inside kernels, its state in a device buffer.
+
+Value i of a draw is a hash of (key, counter + i), written with uint32 tensor ops, so it is part of the graph
+like any other op: a TinyJit replay computes new numbers instead of repeating the captured ones. Each device keeps
+a uint32[4] state tensor (key1, key2, counter low, counter high). A draw of n values
+
+  1. computes the advanced state `C = state + n` (one tiny kernel, realized at once),
+  2. copies C into the state buffer (a second tiny kernel: the state keeps one buffer, which a replay reads),
+  3. returns the lazy hash of (key, C - n + i) for i < n, which reads C, never the state.
+
+Both kernels run during a TinyJit capture, so replays advance the counter too; reading the snapshot C instead of
+the state makes a lazy draw independent of when it is realized. The keys come from the seed (host arithmetic, once
+per `manual_seed`), so one seed gives the same numbers on every device.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tinygrad.device import Buffer
+from tinygrad.dtype import DType, dtypes
+from tinygrad.engine.realize import run_schedule
+from tinygrad.engine.schedule import ScheduleItem, base_buffer, buffer_view, copy_kernel_ast
+
+if TYPE_CHECKING:
+    from tinygrad.tensor import Tensor
+else:
+    Tensor = None  # bound to the real class by tinygrad.tensor once it is defined
+
+MASK32 = 0xFFFFFFFF
+#: one draw takes at most this many values: the per-element index is 32 bits
+MAX_DRAW = 1 << 32
+
+
+def _mix_host(x: int) -> int:
+    """The 32-bit integer hash below, on a Python int (for deriving the keys from the seed)."""
+    x ^= x >> 16
+    x = (x * 0x7FEB352D) & MASK32
+    x ^= x >> 15
+    x = (x * 0x846CA68B) & MASK32
+    return x ^ (x >> 16)
+
+
+def _mix(x: Tensor) -> Tensor:
+    # a bijective 32-bit hash: xor-shift / multiply rounds (uint32 arithmetic wraps)
+    x = x ^ (x >> 16)
+    x = x * 0x7FEB352D
+    x = x ^ (x >> 15)
+    x = x * 0x846CA68B
+    return x ^ (x >> 16)
+
+
+def seed_keys(seed: int) -> tuple[int, int]:
+    """Two 32-bit keys from a seed of any size; nearby seeds give unrelated keys."""
+    s = seed % (1 << 64)
+    k1 = _mix_host((s & MASK32) ^ 0x243F6A88) ^ _mix_host(((s >> 32) + 0x85A308D3) & MASK32)
+    return k1, _mix_host(k1 ^ 0x13198A2E)
+
+
+class DeviceRNG:
+    """The generator's state per device. `Tensor.manual_seed` resets it."""
+
+    seed = 0
+    states: dict[str, Tensor] = {}
+    _iota: dict[tuple[str, int], Tensor] = {}  # index vectors by (device, length), reused between draws
+
+    @classmethod
+    def manual_seed(cls, seed: int) -> None:
+        cls.seed = int(seed)
+        k1, k2 = seed_keys(cls.seed)
+        fresh = np.array([k1, k2, 0, 0], dtype=np.uint32)
+        for state in cls.states.values():
+            # written into the existing buffer: a TinyJit replay reads the state from there
+            buf = _state_buffer(state)
+            buf.copyin(fresh.data.cast("B"))
+            state.uop = buffer_view(Buffer(buf.device, buf.size, buf.dtype, base=buf), (4,))
+
+    @classmethod
+    def state(cls, device: str) -> Tensor:
+        if device not in cls.states:
+            k1, k2 = seed_keys(cls.seed)
+            cls.states[device] = Tensor(np.array([k1, k2, 0, 0], dtype=np.uint32), device=device)
+        return cls.states[device]
+
+    @classmethod
+    def iota(cls, device: str, n: int) -> Tensor:
+        key = (device, n)
+        if key not in cls._iota:
+            if len(cls._iota) > 32:
+                cls._iota.pop(next(iter(cls._iota)))
+            cls._iota[key] = Tensor(np.arange(n, dtype=np.uint32), device=device)
+        return cls._iota[key]
+
+    @classmethod
+    def bits(cls, n: int, device: str) -> Tensor:
+        """n uniformly random uint32 values on `device` (lazy), advancing the device's counter by n."""
+        if n >= MAX_DRAW:
+            raise ValueError(f"one random draw can take at most {MAX_DRAW - 1} values, asked for {n}; draw in parts")
+        state = cls.state(device)
+        after = _advance(state, n).realize()
+        buf = _state_buffer(state)
+        run_schedule([ScheduleItem(copy_kernel_ast(dtypes.uint32, 4), [buf, _state_buffer(after)], device)])
+        state.uop = buffer_view(Buffer(buf.device, buf.size, buf.dtype, base=buf), (4,))
+        if n == 0:
+            return Tensor.empty(0, dtype=dtypes.uint32, device=device)
+        k1, k2, lo, hi = (after[i:i + 1] for i in range(4))
+        start_lo = lo - n  # the counter before the draw: C - n, with a borrow into the high word
+        start_hi = hi - (lo < n).cast(dtypes.uint32)
+        idx_lo = start_lo + cls.iota(device, n)
+        idx_hi = start_hi + (idx_lo < start_lo).cast(dtypes.uint32)
+        x = _mix(idx_lo + _mix(idx_hi ^ k2))
+        return _mix(_mix(x ^ k1) + k2)
+
+
+def _state_buffer(state: Tensor) -> Buffer:
+    base = base_buffer(state.uop)
+    assert base is not None, "the generator state is always a realized buffer"
+    return base.arg  # type: ignore[no-any-return]
+
+
+def _advance(state: Tensor, n: int) -> Tensor:
+    lo, hi = state[2:3], state[3:4]
+    new_lo = lo + n
+    carry = (new_lo < lo).cast(dtypes.uint32)
+    return state[0:2].cat(new_lo, hi + carry)
+
+
+# ---- distributions built on the bits ----
+
+def uniform_bits(n: int, dtype: DType, device: str) -> Tensor:
+    """n values in [0, 1), each exactly representable in `dtype` (so that casting never rounds up to 1)."""
+    if dtype == dtypes.float64:
+        raw = DeviceRNG.bits(2 * n, device)
+        hi, lo = raw[:n], raw[n:]
+        return (hi >> 11).cast(dtypes.float64) * (2.0 ** -21) + lo.cast(dtypes.float64) * (2.0 ** -53)
+    mantissa = {dtypes.float16: 11, dtypes.bfloat16: 8}.get(dtype, 24)
+    u = (DeviceRNG.bits(n, device) >> (32 - mantissa)).cast(dtypes.float32) * (2.0 ** -mantissa)
+    return u.cast(dtype)
+
+
+def normal_bits(n: int, dtype: DType, device: str) -> Tensor:
+    """n standard normal values (Box-Muller on two uniform draws), computed in float32 (float64 for float64)."""
+    work = dtypes.float64 if dtype == dtypes.float64 else dtypes.float32
+    u = uniform_bits(2 * n, work, device)
+    u1, u2 = u[:n], u[n:]
+    r = ((1 - u1).log() * -2).sqrt()  # 1 - u1 is in (0, 1]: the log is finite
+    return (r * (u2 * (2 * math.pi)).cos()).cast(dtype)
+
+
+def bits64(n: int, device: str) -> Tensor:
+    raw = DeviceRNG.bits(2 * n, device).cast(dtypes.uint64)
+    return (raw[:n] << 32) | raw[n:]
