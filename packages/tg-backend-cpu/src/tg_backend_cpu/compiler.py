@@ -75,7 +75,9 @@ class CCompiler(Compiler):
         # a comparison wrongly once its loop if-conversion runs (seen on relu-of-matmul gradients); turning that
         # pass off keeps the results right at the cost of vectorizing loops that contain selects
         workaround = [] if is_clang else ["-fno-tree-loop-if-convert"]
-        self.flags = [opt, *workaround, "-march=native", "-fPIC", "-shared", "-fwrapv", "-fno-math-errno",
+        # -pthread: the thread pool (thread_pool.c) is compiled like a kernel, and glibc before 2.34 keeps
+        # pthreads in a separate library
+        self.flags = [opt, *workaround, "-march=native", "-fPIC", "-shared", "-pthread", "-fwrapv", "-fno-math-errno",
                       "-ffp-contract=fast", "-x", "c", "-std=gnu11", "-w"]
         self.cache_key = f"cpu|{self.version}|{' '.join(self.flags)}|{_cpu_signature()}"
 

@@ -1,19 +1,24 @@
-"""The CPU device: host memory, C source, a shared object loaded with ctypes."""
+"""The CPU device: host memory, C source, a shared object loaded with ctypes, a thread pool for big kernels."""
 
 from __future__ import annotations
 
-import ctypes
-import os
-import tempfile
-import time
+import sys
+import weakref
 from typing import Any
 
 import numpy as np
-from tinygrad.codegen.compiled import Compiled
+from tinygrad.codegen.compiled import Compiled, CompiledRunner
 from tinygrad.device import Allocator
-from tinygrad.renderer.cstyle import CStyleRenderer
+from tinygrad.helpers import DEBUG
+from tinygrad.uop.ops import UOp
 
 from tg_backend_cpu.compiler import CCompiler
+from tg_backend_cpu.program import CPUProgram
+from tg_backend_cpu.renderer import CPURenderer
+from tg_backend_cpu.thread_count import thread_count
+from tg_backend_cpu.thread_pool import ThreadPool
+
+__all__ = ["ALIGN", "CPUDevice", "CPUProgram", "CPURenderer", "HostAllocator"]
 
 ALIGN = 64  # a cache line, and what AVX-512 loads like
 
@@ -31,40 +36,52 @@ class HostAllocator(Allocator):
         pass  # numpy frees the memory with the array
 
     def copyin(self, dest: tuple[np.ndarray, int], src: memoryview) -> None:
-        dest[0][:] = np.frombuffer(src, dtype=np.uint8)
+        # the destination may be a larger planner slot than the data: write only the bytes given
+        data = np.frombuffer(src, dtype=np.uint8)
+        dest[0][:data.nbytes] = data
 
     def copyout(self, dest: memoryview, src: tuple[np.ndarray, int]) -> None:
         np.frombuffer(dest, dtype=np.uint8)[:] = src[0][:dest.nbytes]
 
 
-class CPURenderer(CStyleRenderer):
-    device = "CPU"
-
-
-class CPUProgram:
-    """A kernel function in a shared object. The library is loaded from a private temporary file."""
-
-    def __init__(self, name: str, lib: bytes):
-        fd, path = tempfile.mkstemp(suffix=".so", prefix="tg-kernel-")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(lib)
-            self.lib = ctypes.CDLL(path)
-        finally:
-            os.unlink(path)  # the mapping outlives the file
-        self.fn = getattr(self.lib, name)
-        self.fn.restype = None
-
-    def __call__(self, *bufs: Any, global_size: tuple[int, ...] | None = None,
-                 local_size: tuple[int, ...] | None = None, vals: tuple[int, ...] = (),
-                 wait: bool = False) -> float | None:
-        args = [ctypes.c_void_p(b[1]) for b in bufs] + [ctypes.c_int(v) for v in vals]
-        st = time.perf_counter()
-        self.fn(*args)
-        return time.perf_counter() - st if wait else None
-
-
 class CPUDevice(Compiled):
-    def __init__(self, index: int = 0):
+    """Host memory and C kernels; a kernel big enough runs on `threads` threads ($CPU_THREADS, else every core
+    this process may use), each taking a slice of its outermost output loop."""
+
+    def __init__(self, index: int = 0, threads: int | None = None):
+        self.threads = thread_count() if threads is None else _checked_threads(threads)
+        self.pool = ThreadPool(self.threads) if self.threads > 1 else None
+        self._programs: weakref.WeakSet[CPUProgram] = weakref.WeakSet()
         super().__init__("CPU" if index == 0 else f"CPU:{index}", HostAllocator(), CPURenderer(), CCompiler(),
-                         CPUProgram)
+                         self._make_program)
+
+    def _make_program(self, name: str, lib: bytes) -> CPUProgram:
+        program = CPUProgram(name, lib, pool=self.pool)
+        self._programs.add(program)
+        return program
+
+    def get_runner(self, ast: UOp) -> CompiledRunner:
+        runner = super().get_runner(ast)
+        program = getattr(runner, "program", None)
+        if isinstance(program, CPUProgram) and program.estimated_ops is None:
+            # the estimate lives in the ProgramSpec, which the program itself never sees
+            parts = program.plan_launch(getattr(runner, "estimated_ops", None))
+            if DEBUG >= 3:
+                print(f"{program.name}: {parts} thread{'s' if parts != 1 else ''} per launch (outer loop "
+                      f"{program.outer_max or 'not split'}, {self.threads} available)", file=sys.stderr)
+        return runner
+
+    def set_threads(self, threads: int) -> None:
+        """Run kernels on this many threads from now on, compiled ones included (1: on the calling thread).
+        The previous pool's workers are joined once no launch uses them."""
+        self.threads = _checked_threads(threads)
+        self.pool = ThreadPool(self.threads) if self.threads > 1 else None
+        for program in list(self._programs):
+            program.use_pool(self.pool)
+
+
+def _checked_threads(threads: int) -> int:
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+        raise ValueError(f"threads must be a positive int, got {threads!r}; use 1 to run kernels on the calling "
+                         f"thread only")
+    return threads

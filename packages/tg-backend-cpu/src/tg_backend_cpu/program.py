@@ -1,0 +1,86 @@
+"""Launching a compiled CPU kernel: one ctypes call, into the kernel's own entry point or into the thread pool."""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tg_backend_cpu.loader import load_library
+from tg_backend_cpu.thread_pool import ThreadPool
+
+#: a launch uses another thread only for at least this much estimated work (ProgramSpec.estimated_ops) per thread:
+#: waking a worker and waiting for it costs a few microseconds, about what this much work takes on one core
+MIN_WORK_PER_THREAD = 1 << 16
+
+
+class CPUProgram:
+    """A kernel in a shared object rendered by CPURenderer (see renderer.py for its entry points).
+
+    A shared object without them - plain C, `void name(buffers..., values...)` - is called directly, on one thread.
+    """
+
+    def __init__(self, name: str, lib: bytes, pool: ThreadPool | None = None):
+        self.name, self.pool = name, pool
+        self.lib = load_library(lib)
+        self.run_fn: Any = getattr(self.lib, f"{name}_tg_run", None)
+        if self.run_fn is None:
+            self.fn = getattr(self.lib, name)
+            self.fn.restype = None
+            self.nargs, self.outer_max = -1, 0
+        else:
+            self.run_fn.restype = None
+            slice_fn = getattr(self.lib, f"{name}_tg_slice")
+            self.slice_addr: int = ctypes.cast(slice_fn, ctypes.c_void_p).value or 0
+            self.nargs = ctypes.c_longlong.in_dll(self.lib, f"{name}_tg_nargs").value
+            self.outer_max = ctypes.c_longlong.in_dll(self.lib, f"{name}_tg_outer").value
+            self._args_type = ctypes.c_longlong * self.nargs
+        #: the work one launch does (ProgramSpec.estimated_ops), once the device passes it on
+        self.estimated_ops: int | None = None
+        self.parts = 1  # threads each launch uses
+        self._launch: Callable[[ctypes.Array], Any] | None = self.run_fn
+        self.plan_launch(None)
+
+    def plan_launch(self, estimated_ops: int | None) -> int:
+        """Choose how many threads each launch uses, from the work a launch does (the outer trip count when no
+        estimate is given). Small kernels stay on the calling thread. Returns the choice."""
+        self.estimated_ops = estimated_ops
+        threads = self.pool.size() if self.pool is not None else 1
+        work = estimated_ops if estimated_ops is not None else self.outer_max
+        self.parts = max(1, min(threads, self.outer_max, work // MIN_WORK_PER_THREAD))
+        self._launch = self._launch_on_pool if self.parts > 1 else self.run_fn
+        return self.parts
+
+    def use_pool(self, pool: ThreadPool | None) -> int:
+        """Launch on another pool (None: on the calling thread only); returns the threads a launch now uses."""
+        self.pool = pool
+        return self.plan_launch(self.estimated_ops)
+
+    def _launch_on_pool(self, args: ctypes.Array) -> None:
+        assert self.pool is not None
+        self.pool.run(self.slice_addr, args, self.parts, self.parts)
+
+    def __call__(self, *bufs: Any, global_size: tuple[int, ...] | None = None,
+                 local_size: tuple[int, ...] | None = None, vals: tuple[int, ...] = (),
+                 wait: bool = False) -> float | None:
+        if self.run_fn is None:
+            return self._call_plain(bufs, vals, wait)
+        if len(bufs) + len(vals) != self.nargs:
+            raise TypeError(f"kernel {self.name} takes {self.nargs} arguments (its buffers, then its variables' "
+                            f"values); got {len(bufs)} buffers and {len(vals)} values")
+        args = self._args_type(*[b[1] for b in bufs], *vals)
+        launch = self._launch
+        assert launch is not None  # set whenever run_fn is
+        if not wait:
+            launch(args)
+            return None
+        st = time.perf_counter()
+        launch(args)
+        return time.perf_counter() - st
+
+    def _call_plain(self, bufs: tuple[Any, ...], vals: tuple[int, ...], wait: bool) -> float | None:
+        args = [ctypes.c_void_p(b[1]) for b in bufs] + [ctypes.c_int(v) for v in vals]
+        st = time.perf_counter()
+        self.fn(*args)
+        return time.perf_counter() - st if wait else None

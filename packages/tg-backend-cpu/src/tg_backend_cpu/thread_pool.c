@@ -1,0 +1,218 @@
+/* The CPU backend's thread pool: persistent workers that each run one slice of a kernel's outer loop.
+ *
+ * tg_pool_run(pool, fn, args, total, n_parts) splits [0, total) into n_parts contiguous slices; slice 0 runs on
+ * the calling thread, slice i on worker i-1, and the call returns when every slice is done. One job per call,
+ * so Python makes one ctypes call per kernel launch and never runs in the loop.
+ *
+ * Every worker has its own mailbox (one slice + a generation counter + a `claimed` flag). Whoever swaps `claimed`
+ * from 0 to 1 runs the slice: the worker when it wakes, or the caller once its own slice is done and the worker
+ * has not started yet - so a worker the OS does not schedule (a busy machine) delays nothing; the caller does
+ * its slice too. The caller writes a mailbox only when no one runs its previous slice, and publishes the fields
+ * with the release store of `claimed = 0`, which the claimer's exchange acquires: a late worker never sees a
+ * half-written slice. An idle worker spins briefly (back-to-back launches then skip the sleep/wake round trip)
+ * and then sleeps on a condition variable, so an idle pool costs no CPU. Only the workers a job needs are woken.
+ *
+ * Each slice runs under the caller's floating-point environment (rounding mode, flush-to-zero/denormals-are-zero
+ * as a library such as torch may set them on the calling thread): otherwise the caller's slice and the workers'
+ * could round differently, and results would depend on the thread count.
+ *
+ * A second caller that finds the pool busy (two Python threads launching at once) runs its whole job itself
+ * rather than waiting or corrupting the mailboxes; results are the same, only slower.
+ */
+#include <fenv.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef void (*tg_task_fn)(const long long *args, long long start, long long end, long long total);
+
+
+static inline void tg_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+static long long tg_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Spin while (*word == value) == while_equal, for at most spin_ns; returns the last value read. The clock is
+ * read every 64 pauses only: a pause costs 10-150 cycles depending on the processor, so counting them would not
+ * bound the time. */
+static unsigned tg_spin(atomic_uint *word, unsigned value, int while_equal, long long spin_ns) {
+  unsigned v = atomic_load_explicit(word, memory_order_acquire);
+  if ((v == value) != while_equal || spin_ns <= 0) return v;
+  long long deadline = tg_now_ns() + spin_ns;
+  for (;;) {
+    for (int i = 0; i < 64; i++) {
+      tg_cpu_relax();
+      if (((v = atomic_load_explicit(word, memory_order_acquire)) == value) != while_equal) return v;
+    }
+    if (tg_now_ns() >= deadline) return v;
+  }
+}
+
+struct tg_mailbox {
+  pthread_mutex_t lock;
+  pthread_cond_t wake;
+  atomic_uint generation; /* bumped by the caller once the slice below is written */
+  atomic_int claimed;     /* 0: the slice below waits for a thread; 1: taken (or none posted) */
+  atomic_int quit;        /* set (before a generation bump) to stop the worker */
+  tg_task_fn fn;
+  const long long *args;
+  long long start, end, total;
+  fenv_t fp_env;          /* the caller's floating-point environment */
+  struct tg_pool *pool;
+  pthread_t thread;
+} __attribute__((aligned(64)));
+
+typedef struct tg_pool {
+  int n_workers;
+  long long spin_ns; /* how long an idle thread spins before it sleeps */
+  struct tg_mailbox *boxes;
+  atomic_uint remaining; /* slices of the current job, posted to mailboxes, not yet done */
+  pthread_mutex_t done_lock;
+  pthread_cond_t done;
+  atomic_flag busy; /* held by the caller of a running job */
+} tg_pool;
+
+static void tg_finish_slice(tg_pool *p) {
+  if (atomic_fetch_sub_explicit(&p->remaining, 1, memory_order_acq_rel) == 1) {
+    /* signal under the lock: the caller checks `remaining` under it before it sleeps, so no wake-up is lost */
+    pthread_mutex_lock(&p->done_lock);
+    pthread_cond_signal(&p->done);
+    pthread_mutex_unlock(&p->done_lock);
+  }
+}
+
+static void *tg_worker(void *arg) {
+  struct tg_mailbox *box = arg;
+  unsigned seen = 0;
+  for (;;) {
+    unsigned gen = tg_spin(&box->generation, seen, 1, box->pool->spin_ns);
+    if (gen == seen) {
+      pthread_mutex_lock(&box->lock);
+      while ((gen = atomic_load_explicit(&box->generation, memory_order_acquire)) == seen)
+        pthread_cond_wait(&box->wake, &box->lock);
+      pthread_mutex_unlock(&box->lock);
+    }
+    seen = gen;
+    if (atomic_load_explicit(&box->quit, memory_order_relaxed)) return NULL;
+    if (atomic_exchange_explicit(&box->claimed, 1, memory_order_acq_rel) == 0) {
+      fesetenv(&box->fp_env);
+      box->fn(box->args, box->start, box->end, box->total);
+      tg_finish_slice(box->pool);
+    }
+  }
+}
+
+static void tg_post(struct tg_mailbox *box) {
+  /* under the lock: a worker between its last look at `generation` and pthread_cond_wait cannot miss the signal */
+  pthread_mutex_lock(&box->lock);
+  atomic_fetch_add_explicit(&box->generation, 1, memory_order_release);
+  pthread_cond_signal(&box->wake);
+  pthread_mutex_unlock(&box->lock);
+}
+
+/* A pool with n_threads - 1 workers (the caller is the n-th thread). Returns NULL when nothing could be
+ * allocated; if the system refuses some threads, the pool keeps the ones it got (tg_pool_size tells). */
+tg_pool *tg_pool_create(int n_threads, long long spin_ns) {
+  tg_pool *p = calloc(1, sizeof(tg_pool));
+  if (p == NULL) return NULL;
+  int want = n_threads > 1 ? n_threads - 1 : 0;
+  if (want > 0 && posix_memalign((void **)&p->boxes, 64, sizeof(struct tg_mailbox) * (size_t)want) != 0) {
+    free(p);
+    return NULL;
+  }
+  if (want > 0) memset(p->boxes, 0, sizeof(struct tg_mailbox) * (size_t)want);
+  p->spin_ns = spin_ns;
+  pthread_mutex_init(&p->done_lock, NULL);
+  pthread_cond_init(&p->done, NULL);
+  atomic_init(&p->remaining, 0);
+  atomic_flag_clear(&p->busy);
+  for (int i = 0; i < want; i++) {
+    struct tg_mailbox *box = &p->boxes[i];
+    pthread_mutex_init(&box->lock, NULL);
+    pthread_cond_init(&box->wake, NULL);
+    atomic_init(&box->generation, 0);
+    atomic_init(&box->claimed, 1);
+    atomic_init(&box->quit, 0);
+    box->pool = p;
+    if (pthread_create(&box->thread, NULL, tg_worker, box) != 0) {
+      pthread_cond_destroy(&box->wake);
+      pthread_mutex_destroy(&box->lock);
+      break;
+    }
+    p->n_workers = i + 1;
+  }
+  return p;
+}
+
+/* threads a job can use: the workers plus the caller */
+int tg_pool_size(const tg_pool *p) { return p->n_workers + 1; }
+
+/* Run fn over [0, total) in n_parts slices (capped at the pool's size); returns the number of slices used. */
+int tg_pool_run(tg_pool *p, tg_task_fn fn, const long long *args, long long total, int n_parts) {
+  if (n_parts > p->n_workers + 1) n_parts = p->n_workers + 1;
+  if (n_parts > total) n_parts = (int)total;  /* no empty slices; total may be 0 */
+  if (n_parts < 1) n_parts = 1;
+  if (n_parts == 1 || atomic_flag_test_and_set_explicit(&p->busy, memory_order_acquire)) {
+    fn(args, 0, total, total);  /* one slice, or the pool is busy with another caller's job */
+    return 1;
+  }
+  atomic_store_explicit(&p->remaining, (unsigned)(n_parts - 1), memory_order_relaxed);
+  fenv_t fp_env;
+  fegetenv(&fp_env);
+  for (int i = 1; i < n_parts; i++) {
+    struct tg_mailbox *box = &p->boxes[i - 1];
+    box->fn = fn;
+    box->args = args;
+    box->start = total * i / n_parts;
+    box->end = total * (i + 1) / n_parts;
+    box->total = total;
+    box->fp_env = fp_env;
+    atomic_store_explicit(&box->claimed, 0, memory_order_release);
+    tg_post(box);
+  }
+  fn(args, 0, total / n_parts, total);
+  /* slices no worker has started yet: run them here rather than wait for a thread the OS has not scheduled */
+  for (int i = n_parts - 1; i >= 1; i--) {
+    struct tg_mailbox *box = &p->boxes[i - 1];
+    if (atomic_exchange_explicit(&box->claimed, 1, memory_order_acq_rel) == 0) {
+      fn(args, box->start, box->end, total);
+      atomic_fetch_sub_explicit(&p->remaining, 1, memory_order_acq_rel);
+    }
+  }
+  if (tg_spin(&p->remaining, 0, 0, p->spin_ns) != 0) {
+    pthread_mutex_lock(&p->done_lock);
+    while (atomic_load_explicit(&p->remaining, memory_order_acquire) != 0) pthread_cond_wait(&p->done, &p->done_lock);
+    pthread_mutex_unlock(&p->done_lock);
+  }
+  atomic_flag_clear_explicit(&p->busy, memory_order_release);
+  return n_parts;
+}
+
+/* Stop and join every worker, then free the pool. Must not race with tg_pool_run. */
+void tg_pool_destroy(tg_pool *p) {
+  if (p == NULL) return;
+  for (int i = 0; i < p->n_workers; i++) {
+    atomic_store_explicit(&p->boxes[i].quit, 1, memory_order_relaxed);
+    tg_post(&p->boxes[i]);
+  }
+  for (int i = 0; i < p->n_workers; i++) {
+    pthread_join(p->boxes[i].thread, NULL);
+    pthread_cond_destroy(&p->boxes[i].wake);
+    pthread_mutex_destroy(&p->boxes[i].lock);
+  }
+  pthread_cond_destroy(&p->done);
+  pthread_mutex_destroy(&p->done_lock);
+  free(p->boxes);
+  free(p);
+}

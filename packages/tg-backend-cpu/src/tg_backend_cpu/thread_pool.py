@@ -1,0 +1,102 @@
+"""The CPU backend's thread pool, written in C (thread_pool.c) and driven with one ctypes call per launch.
+
+The C source is compiled once per machine by the backend's C compiler and kept in the compile cache like a
+kernel. The pool's threads start on the first launch that wants them, sleep when idle, and are joined when the
+pool is garbage collected. After `os.fork()` the child has none of the parent's threads: its pools start anew.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import weakref
+from importlib import resources
+
+from tg_backend_cpu.loader import load_library
+
+#: how long an idle worker (and a caller waiting for workers) spins before sleeping: long enough to catch the next
+#: launch of a run of kernels without a sleep/wake round trip, short enough that an idle pool costs no CPU
+SPIN_NS = 50_000
+
+
+def pool_source() -> str:
+    return resources.files("tg_backend_cpu").joinpath("thread_pool.c").read_text()
+
+
+@functools.cache
+def pool_library() -> ctypes.CDLL:
+    from tg_backend_cpu.compiler import CCompiler
+
+    lib = load_library(CCompiler().compile_cached(pool_source()))
+    lib.tg_pool_create.argtypes = [ctypes.c_int, ctypes.c_longlong]
+    lib.tg_pool_create.restype = ctypes.c_void_p
+    lib.tg_pool_size.argtypes = [ctypes.c_void_p]
+    lib.tg_pool_size.restype = ctypes.c_int
+    lib.tg_pool_run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_longlong),
+                                ctypes.c_longlong, ctypes.c_int]
+    lib.tg_pool_run.restype = ctypes.c_int
+    lib.tg_pool_destroy.argtypes = [ctypes.c_void_p]
+    lib.tg_pool_destroy.restype = None
+    return lib
+
+
+class ThreadPool:
+    """`n_threads` threads for kernel slices: the caller of `run` and n_threads - 1 workers."""
+
+    def __init__(self, n_threads: int, spin_ns: int = SPIN_NS):
+        if n_threads < 1:
+            raise ValueError(f"a thread pool needs at least one thread, got {n_threads}")
+        self.n_threads, self.spin_ns = n_threads, spin_ns
+        self._handle: int | None = None
+        self._run: ctypes._NamedFuncPointer | None = None
+        self._finalizer: weakref.finalize | None = None
+        _pools.add(self)
+
+    @property
+    def started(self) -> bool:
+        return self._handle is not None
+
+    def size(self) -> int:
+        """Threads a job can use: the requested number, or fewer if the system refused some when they started."""
+        return pool_library().tg_pool_size(self._handle) if self._handle is not None else self.n_threads
+
+    def _start(self) -> int:
+        lib = pool_library()
+        handle = lib.tg_pool_create(self.n_threads, self.spin_ns)
+        if not handle:
+            raise MemoryError(f"could not allocate a CPU thread pool of {self.n_threads} threads")
+        self._handle, self._run = handle, lib.tg_pool_run
+        self._finalizer = weakref.finalize(self, lib.tg_pool_destroy, handle)
+        # at interpreter exit another Python thread could still be inside run(); the OS ends the workers then
+        self._finalizer.atexit = False
+        return handle
+
+    def run(self, fn: int, args: ctypes.Array, total: int, n_parts: int) -> int:
+        """Run the C function at address `fn` over [0, total) in up to n_parts slices; returns the slices used."""
+        if self._handle is None or self._run is None:
+            self._start()
+        return self._run(self._handle, fn, args, total, n_parts)  # type: ignore[misc]
+
+    def close(self) -> None:
+        """Join the workers now (they start again on the next run). Must not be called while a run is going."""
+        if self._finalizer is not None:
+            self._finalizer()
+        self._handle, self._finalizer = None, None
+
+    def _forget_after_fork(self) -> None:
+        if self._finalizer is not None:
+            self._finalizer.detach()  # the parent's workers do not exist here; joining them would hang
+        self._handle, self._finalizer = None, None
+
+
+_pools: weakref.WeakSet[ThreadPool] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for pool in list(_pools):
+        pool._forget_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
