@@ -1,0 +1,475 @@
+"""WGSL from the linearized program: one compute entry point per kernel.
+
+Types. WGSL computes in bool, i32, u32, f32 and (with the `shader-f16` feature) f16, with no 64-bit and no
+8/16-bit integer types. So int8/int16 values live sign-extended in i32 and uint8/uint16 in u32, wrapped back
+after every op; bfloat16 values live in f32 and are rounded back after every op. Storage has 32-bit words
+only (f16 aside): buffers of bool, int8, uint8, int16, uint16 and bfloat16 hold their elements packed,
+loads extract them, and stores change only their own bits with atomicAnd/atomicOr, so that work-items
+writing neighbouring elements of one word do not race. 64-bit dtypes are refused.
+
+Work-items. Every output loop of a kernel with one loop nest runs as work-items: their indices are taken
+apart from the linear global invocation id over a launch of up to three dimensions (a launch has at most
+65535 workgroups per dimension), each guarded against its loop's bound. (lavapipe also stops an invocation
+after 65535 loop iterations: fewer loops per invocation keep kernels under that cap.) Symbolic sizes (DEFINE_VAR)
+come in a uniform buffer bound after the data buffers.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections import defaultdict
+
+from tinygrad.dtype import DType, dtypes
+from tinygrad.renderer import Renderer
+from tinygrad.uop.ops import GroupOp, Ops, UOp
+
+from tg_backend_webgpu.wgsl_lib import helper_source
+
+#: invocations per workgroup for kernels that run their outer loop as work-items; the runtime divides the
+#: loop's size by this to get the number of workgroups
+WORKGROUP_SIZE = 64
+#: longer expressions get a `let`, so that a long elementwise chain does not become one enormous line
+MAX_INLINE_CHARS = 1000
+
+#: the most loop iterations one call of the exact float fmod helper runs (277 exponent steps of 8 bits)
+FMOD_MAX_ITERATIONS = 35
+#: dtypes whose buffers hold several elements per 32-bit word
+PACKED = frozenset({dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.bfloat16})
+SIGNED_SMALL = frozenset({dtypes.int8, dtypes.int16})
+UNSIGNED_SMALL = frozenset({dtypes.uint8, dtypes.uint16})
+F32_VALUED = frozenset({dtypes.float32, dtypes.bfloat16})
+
+VALUE_TYPES: dict[DType, str] = {
+    dtypes.bool: "bool", dtypes.int8: "i32", dtypes.int16: "i32", dtypes.int32: "i32", dtypes.uint8: "u32",
+    dtypes.uint16: "u32", dtypes.uint32: "u32", dtypes.float16: "f16", dtypes.bfloat16: "f32", dtypes.float32: "f32",
+    dtypes.int64: "i64", dtypes.uint64: "u64",
+}
+#: dtypes that need a device feature (wgpu-native's `shader-int64` is not part of WebGPU; browsers lack it)
+FEATURE_DTYPES = {dtypes.float16: "shader-f16", dtypes.int64: "shader-int64", dtypes.uint64: "shader-int64"}
+#: float ops whose result the shader compiler may fold for equal operands without changing it (x+x, x*x, max)
+SAFE_SAME = frozenset({Ops.ADD, Ops.MUL, Ops.MAX})
+MATH_FNS = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.TRUNC: "trunc"}
+
+
+class LoopLimitError(RuntimeError):
+    pass
+
+
+def _cancels(op: Ops, a: UOp, b: UOp) -> bool:
+    """Whether the shader compiler would fold `a op b` as if a and b were finite: x-x, x/x, x!=x, x+(-x)."""
+    if a is b:
+        return op not in SAFE_SAME
+    return op is Ops.ADD and ((b.op is Ops.NEG and b.src[0] is a) or (a.op is Ops.NEG and a.src[0] is b))
+
+
+def value_type(d: DType) -> str:
+    return VALUE_TYPES[d.scalar]
+
+
+def _mask(d: DType) -> str:
+    return f"0x{(1 << d.bits) - 1:x}u"
+
+
+class WGSLRenderer(Renderer):
+    device = "WEBGPU"
+    has_local = True
+    supported_dtypes = frozenset(VALUE_TYPES)
+
+    def __init__(self, features: frozenset[str] = frozenset({"shader-f16"}), max_loop_iterations: int | None = None,
+                 max_loop_iterations_reason: str = ""):
+        #: the device's features: float16 needs `shader-f16`, int64/uint64 need `shader-int64`
+        self.features = features
+        #: a driver that stops invocations after this many loop iterations (lavapipe); rendering a kernel that
+        #: needs more raises LoopLimitError instead of returning wrong results
+        self.max_loop_iterations, self.max_loop_iterations_reason = max_loop_iterations, max_loop_iterations_reason
+        self._helpers: set[str] = set()
+
+    def supports_dtype(self, dtype: DType) -> bool:
+        need = FEATURE_DTYPES.get(dtype.scalar)
+        return super().supports_dtype(dtype) and (need is None or need in self.features)
+
+    def helper(self, name: str) -> str:
+        self._helpers.add(name)
+        return name
+
+    # ---- constants, casts and bit casts ----
+    def render_const(self, value: float | int | bool, d: DType) -> str:
+        d = d.scalar
+        if d == dtypes.bool:
+            return "true" if value else "false"
+        if d.is_float:
+            v = float(value)
+            if math.isnan(v):
+                body = "bitcast<f32>(0x7fc00000u)"
+            elif math.isinf(v):
+                body = f"bitcast<f32>({'0x7f800000u' if v > 0 else '0xff800000u'})"
+            else:
+                body = repr(v) + "f"
+            return f"f16({body})" if d == dtypes.float16 else body
+        iv = int(value)
+        if value_type(d) == "u32":
+            return f"{iv & 0xffffffff}u"
+        if value_type(d) == "u64":
+            return f"{iv & 0xffffffffffffffff}lu"
+        if value_type(d) == "i64":
+            return f"({iv + 1}li - 1li)" if iv == -(2**63) else f"{iv}li"
+        return f"i32({iv})" if iv == -(2**31) else f"{iv}i"  # 2147483648i does not parse
+
+    def render_kernel_const(self, value: float | int | bool, d: DType) -> str:
+        """A constant inside the kernel body. lavapipe's shader compiler assumes no NaN, inf or signed zero
+        (naga does not ask for float controls): it folds x/0.0 and inf*0.0 to 0 and -0.0+0.0 to -0.0. So the
+        floats 0, inf and NaN are built from a value it cannot see through (`tg_opaque`, 0 at run time)."""
+        if not d.is_float or (math.isfinite(float(value)) and float(value) != 0):
+            return self.render_const(value, d)
+        bits = int.from_bytes(struct.pack("<f", float(value)), "little")
+        body = f"bitcast<f32>(0x{bits:08x}u | tg_opaque)"
+        return f"f16({body})" if d.scalar == dtypes.float16 else body
+
+    @staticmethod
+    def opaque_copy(x: str, d: DType) -> str:
+        """x, in a form the shader compiler cannot tell is x: it folds x-x to 0 and x/x to 1 (wrong for inf
+        and NaN) when it sees the same value on both sides."""
+        bits = f"bitcast<f32>(bitcast<u32>(f32({x})) | tg_opaque)"
+        return f"f16({bits})" if d.scalar == dtypes.float16 else bits
+
+    def wrap(self, expr: str, d: DType) -> str:
+        """Bring a small int computed in 32 bits back into its dtype's range."""
+        if d.scalar in SIGNED_SMALL:
+            shift = 32 - d.bits
+            return f"(({expr} << {shift}u) >> {shift}u)"
+        if d.scalar in UNSIGNED_SMALL:
+            return f"({expr} & {_mask(d)})"
+        return expr
+
+    def render_cast(self, x: str, frm: DType, to: DType) -> str:
+        frm, to = frm.scalar, to.scalar
+        if to == dtypes.bool:
+            # !(x == 0) rather than x != 0: the float != is an ordered comparison here, and NaN is true
+            return f"(!({x} == {self.render_const(0, frm)}))"
+        if frm == dtypes.bool:
+            expr = f"{value_type(to)}({x})"
+            return expr
+        if to.is_float:
+            if to == dtypes.bfloat16:
+                return f"{self.helper('tg_round_bf16')}(f32({x}))"
+            return f"{value_type(to)}({x})"
+        tf, tt = value_type(frm), value_type(to)
+        if tt in ("i64", "u64"):
+            if frm.is_float:  # through i64: as with u32, a negative float wraps instead of clamping to 0
+                expr = f"i64({x})"
+                return f"bitcast<u64>({expr})" if tt == "u64" else expr
+            # from a 32-bit value: widen with the source's signedness, then reinterpret
+            wide = {"i32": "i64", "u32": "u64"}.get(tf, tf)
+            expr = f"{wide}({x})" if wide != tf else x
+            return expr if wide == tt else f"bitcast<{tt}>({expr})"
+        if tf in ("i64", "u64"):  # narrowing keeps the low 32 bits (then wraps small ints)
+            low = f"u32({x} & {self.render_const(0xffffffff, frm)})"
+            return self.wrap(low if tt == "u32" else f"bitcast<i32>({low})", to)
+        if tt == "i32":
+            if frm.is_float:
+                expr = f"i32({x})"
+            elif tf == "u32":
+                expr = f"bitcast<i32>({x})"
+            else:
+                expr = x
+            return self.wrap(expr, to)
+        # to an unsigned dtype
+        if frm.is_float:
+            expr = f"{self.helper('tg_f32_to_u32')}(f32({x}))" if to == dtypes.uint32 else f"bitcast<u32>(i32({x}))"
+        elif tf == "i32":
+            expr = f"bitcast<u32>({x})"
+        else:
+            expr = x
+        return self.wrap(expr, to)
+
+    def _bits16(self, x: str, d: DType) -> str:
+        if d == dtypes.float16:
+            return f"pack2x16float(vec2f(f32({x}), 0.0f))"
+        if d == dtypes.bfloat16:
+            return f"{self.helper('tg_f32_to_bf16')}({x})"
+        return f"(bitcast<u32>({x}) & 0xffffu)"
+
+    def _from_bits16(self, bits: str, d: DType) -> str:
+        if d == dtypes.float16:
+            return f"f16(unpack2x16float({bits}).x)"
+        if d == dtypes.bfloat16:
+            return f"bitcast<f32>({bits} << 16u)"
+        if d == dtypes.int16:
+            return f"(bitcast<i32>({bits} << 16u) >> 16u)"
+        return bits
+
+    def render_bitcast(self, x: str, frm: DType, to: DType) -> str:
+        frm, to = frm.scalar, to.scalar
+        if frm.itemsize in (4, 8):
+            return f"bitcast<{value_type(to)}>({x})"
+        if frm.itemsize == 2:
+            return self._from_bits16(self._bits16(x, frm), to)
+        # int8 <-> uint8: reinterpret the low byte
+        return self.wrap(f"bitcast<{value_type(to)}>({x})", to)
+
+    # ---- memory ----
+    def render_param(self, binding: int, name: str, d: DType, atomic: bool) -> str:
+        if d.scalar in PACKED:
+            elem = "atomic<u32>" if atomic else "u32"
+        else:
+            elem = value_type(d)
+        return f"@group(0) @binding({binding}) var<storage, read_write> {name}: array<{elem}>;"
+
+    def render_load(self, buf: str, idx: str, gate: str | None, d: DType, atomic: bool) -> str:
+        d = d.scalar
+        if d not in PACKED:
+            val = f"{buf}[{idx}]"
+        else:
+            per_word = 4 // d.itemsize
+            word_idx = f"{buf}[{idx} >> {per_word.bit_length() - 1}u]"
+            word = f"atomicLoad(&{word_idx})" if atomic else word_idx
+            bits = d.itemsize * 8
+            shift = f"(u32({idx} & {per_word - 1}i) * {bits}u)"
+            if d in SIGNED_SMALL:  # the element's top bit to bit 31, then an arithmetic shift back
+                val = f"(bitcast<i32>({word} << ({32 - bits}u - {shift})) >> {32 - bits}u)"
+            else:
+                raw = f"(({word} >> {shift}) & {_mask(d)})"
+                val = {dtypes.bool: f"({raw} != 0u)", dtypes.bfloat16: f"bitcast<f32>({raw} << 16u)"}.get(d, raw)
+        # a load whose gate is false may index out of bounds: WGSL clamps such accesses, and select drops it
+        return val if gate is None else f"select({self.render_const(0, d)}, {val}, {gate})"
+
+    def render_store(self, buf: str, idx: str, value: str, d: DType) -> str:
+        d = d.scalar
+        if d not in PACKED:
+            return f"{buf}[{idx}] = {value};"
+        per_word = 4 // d.itemsize
+        bits = d.itemsize * 8
+        if d == dtypes.bfloat16:
+            pattern = f"{self.helper('tg_f32_to_bf16')}({value})"
+        elif d == dtypes.bool:
+            pattern = f"u32({value})"
+        else:
+            pattern = f"(bitcast<u32>({value}) & {_mask(d)})"
+        word = f"&{buf}[{idx} >> {per_word.bit_length() - 1}u]"
+        shift = f"(u32({idx} & {per_word - 1}i) * {bits}u)"
+        # clear, then set, only this element's bits: other work-items may be writing the rest of the word
+        return (f"atomicAnd({word}, ~({_mask(d)} << {shift})); "
+                f"atomicOr({word}, {pattern} << {shift});")
+
+    # ---- ALU ----
+    def render_alu(self, op: Ops, d: DType, srcs: list[str], src_uops: tuple[UOp, ...]) -> str:
+        d = d.scalar
+        sd = src_uops[0].dtype.scalar if src_uops else d
+        a = srcs[0]
+        b = srcs[1] if len(srcs) > 1 else ""
+        if op in GroupOp.Comparison:
+            if sd == dtypes.bool and op is Ops.CMPLT:
+                return f"((!{a}) & {b})"
+            if sd.is_float and op is Ops.CMPNE:
+                return f"(!({a} == {b}))"  # NaN != x must be true; lavapipe's != is ordered
+            return f"({a} {'<' if op is Ops.CMPLT else '!=' if op is Ops.CMPNE else '=='} {b})"
+        if op is Ops.WHERE:
+            return f"select({srcs[2]}, {b}, {a})"
+        if d == dtypes.bool:
+            return self._bool_alu(op, a, b)
+        if d.is_float:
+            expr = self._float_alu(op, d, a, b)
+            return f"{self.helper('tg_round_bf16')}({expr})" if d == dtypes.bfloat16 and op is not Ops.TRUNC else expr
+        return self.wrap(self._int_alu(op, d, a, b, src_uops), d)
+
+    def _bool_alu(self, op: Ops, a: str, b: str) -> str:
+        if op is Ops.NEG:
+            return f"(!{a})"
+        sym = {Ops.AND: "&", Ops.MUL: "&", Ops.OR: "|", Ops.ADD: "|", Ops.MAX: "|", Ops.XOR: "!=", Ops.SUB: "!="}[op]
+        return f"({a} {sym} {b})"
+
+    def _float_alu(self, op: Ops, d: DType, a: str, b: str) -> str:
+        if op in (Ops.EXP2, Ops.LOG2) and "shader-f64" in self.features:
+            fn = f"{self.helper('tg_exp2_f64' if op is Ops.EXP2 else 'tg_log2_f64')}(f32({a}))"
+            return f"f16({fn})" if d == dtypes.float16 else fn
+        if op in (Ops.SIN, Ops.LOG2) and d != dtypes.float16:  # f16's range needs neither fix
+            return f"{self.helper('tg_sin_f32' if op is Ops.SIN else 'tg_log2_f32')}({a})"
+        if op in MATH_FNS:
+            return f"{MATH_FNS[op]}({a})"
+        if op is Ops.NEG:
+            return f"(-{a})"
+        if op is Ops.RECIPROCAL:
+            return f"({self.render_const(1.0, d)} / {a})"
+        if op is Ops.MAX:
+            return f"{self.helper('tg_max_f16' if d == dtypes.float16 else 'tg_max_f32')}({a}, {b})"
+        if op is Ops.IDIV:  # truncate the quotient as rounded to the dtype
+            quotient = f"({a} / {b})"
+            if d == dtypes.bfloat16:
+                quotient = f"{self.helper('tg_round_bf16')}{quotient}"
+            return f"trunc({quotient})"
+        if op is Ops.MOD:  # fmod of the exact values; its result is representable in the operands' dtype
+            fmod = self.helper("tg_fmod_f32")
+            return f"f16({fmod}(f32({a}), f32({b})))" if d == dtypes.float16 else f"{fmod}({a}, {b})"
+        sym = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/"}[op]
+        return f"({a} {sym} {b})"
+
+    def _int_alu(self, op: Ops, d: DType, a: str, b: str, src_uops: tuple[UOp, ...]) -> str:
+        t = value_type(d)
+        if op is Ops.NEG:
+            return f"({self.render_const(0, d)} - {a})" if t[0] == "u" else f"(-{a})"
+        if op is Ops.MAX:
+            return f"{self.helper('tg_max_' + t)}({a}, {b})" if t in ("i64", "u64") else f"max({a}, {b})"
+        if op in (Ops.IDIV, Ops.MOD):
+            divisor = src_uops[1]
+            sym = "/" if op is Ops.IDIV else "%"
+            if divisor.op is Ops.CONST and int(divisor.arg) > 0:
+                return f"({a} {sym} {b})"
+            return f"{self.helper(('tg_idiv_' if op is Ops.IDIV else 'tg_mod_') + t)}({a}, {b})"
+        if op is Ops.SHL:
+            return f"{self.helper('tg_shl_' + t)}({a}, {b}, {d.bits}u)"
+        if op is Ops.SHR:
+            return f"{self.helper('tg_shr_' + t)}({a}, {b})"
+        sym = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^"}[op]
+        return f"({a} {sym} {b})"
+
+    # ---- work-items ----
+    def global_ranges(self, program: list[UOp]) -> list[UOp]:
+        """Every output loop runs as work-items when the kernel has one loop nest (a kernel with several nests,
+        stores of different shapes, runs as one invocation). The kernel takes its indices apart from one linear
+        invocation id, so the launch is just their total size, in up to three dimensions of workgroups."""
+        ranges = [u for u in program if u.op is Ops.RANGE and u.arg[1] == "global"]
+        first_end = next((i for i, u in enumerate(program) if u.op is Ops.END), len(program))
+        return [] if any(program.index(r) > first_end for r in ranges) else ranges
+
+    def loop_iterations(self, program: list[UOp], work_items: set[UOp]) -> int:
+        """The most loop iterations one invocation runs (each loop's trip count times its enclosing loops')."""
+        total, stack = 0, [1]
+        for u in program:
+            if u.op is Ops.RANGE and u not in work_items:
+                stack.append(stack[-1] * max(int(u.src[0].vmax), 0))
+                total += stack[-1]
+            elif u.op is Ops.END and u.src[0] not in work_items:
+                stack.pop()
+            elif u.op is Ops.MOD and u.dtype.is_float:  # tg_fmod_f32 loops too
+                total += stack[-1] * FMOD_MAX_ITERATIONS
+        return total
+
+    # ---- the walk over the program ----
+    def render(self, name: str, program: list[UOp]) -> str:
+        self._helpers = set()
+        depth_of: dict[UOp, int] = {}
+        users: dict[UOp, list[UOp]] = defaultdict(list)
+        depth = 1
+        for u in program:
+            if u.op is Ops.END:
+                depth -= 1
+            depth_of[u] = depth
+            if u.op is Ops.RANGE:
+                depth += 1
+            for s in u.src:
+                users[s].append(u)
+        stored = {u.src[0].src[0] for u in program if u.op is Ops.STORE}
+        # a packed element's index is used twice (word and position in the word): name it once
+        packed_indices = {u.src[1] for u in program if u.op is Ops.INDEX and u.src[0].dtype.scalar in PACKED}
+        work_ranges = self.global_ranges(program)
+        work_items = set(work_ranges)
+        if self.max_loop_iterations is not None and \
+                (iterations := self.loop_iterations(program, work_items)) > self.max_loop_iterations:
+            raise LoopLimitError(
+                f"kernel {name} runs {iterations} loop iterations per invocation, but this device "
+                f"({self.max_loop_iterations_reason}) stops every invocation after {self.max_loop_iterations}: its "
+                f"results would be wrong. Reduce in steps (for example sum over one axis of a reshape at a time), or "
+                f"use another device")
+        # each work-item range's index is (linear id / the sizes of the ranges inside it) % its size
+        launch = [int(r.src[0].vmax) for r in work_ranges]
+        strides = {r: math.prod(launch[i + 1:]) for i, r in enumerate(work_ranges)}
+        first_work_item = work_ranges[0] if work_ranges else None
+
+        names: dict[UOp, str] = {}
+        pending: dict[UOp, str] = {}
+        body: list[str] = []
+        counters: dict[str, int] = defaultdict(int)
+
+        def fresh(prefix: str) -> str:
+            n = counters[prefix]
+            counters[prefix] += 1
+            return f"{prefix}{n}"
+
+        def inlinable(u: UOp) -> bool:
+            us = users[u]
+            return (u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST, Ops.LOAD)) and len(us) == 1 \
+                and depth_of[us[0]] == depth_of[u] and us[0].op is not Ops.DEFINE_ACC \
+                and u not in packed_indices and len(pending[u]) <= MAX_INLINE_CHARS
+
+        def emit(u: UOp, expr: str, prefix: str) -> None:
+            pending[u] = expr
+            if inlinable(u):
+                names[u] = expr
+            else:
+                names[u] = fresh(prefix)
+                body.append("  " * depth_of[u] + f"let {names[u]}: {value_type(u.dtype)} = {expr};")
+
+        params = sorted((u for u in program if u.op is Ops.PARAM), key=lambda u: u.arg[0])
+        variables = sorted({u.arg[0]: u for u in program if u.op is Ops.DEFINE_VAR}.items())
+        var_field = {var_name: f"tg_vars.v{i}" for i, (var_name, _) in enumerate(variables)}
+        for u in program:
+            pad = "  " * depth_of[u]
+            op = u.op
+            if op is Ops.PARAM:
+                names[u] = f"data{u.arg[0]}"
+            elif op is Ops.CONST:
+                names[u] = self.render_kernel_const(u.arg, u.dtype)
+            elif op is Ops.DEFINE_VAR:
+                names[u] = var_field[u.arg[0]]
+            elif op is Ops.RANGE:
+                names[u] = fresh("ridx")
+                bound = names[u.src[0]]
+                if u in work_items:
+                    quotient = f"tg_lin / {strides[u]}u" if strides[u] > 1 else "tg_lin"
+                    index = f"min({quotient}, 0x7fffffffu)" if u is first_work_item else \
+                        f"({quotient}) % {int(u.src[0].vmax)}u"
+                    # the launch is rounded up to whole workgroups (and a symbolic size launches its largest
+                    # value): guard each index against its bound
+                    body.append(f"{pad}let {names[u]}: i32 = i32({index}); if ({names[u]} < {bound}) {{")
+                else:
+                    body.append(f"{pad}for (var {names[u]}: i32 = 0i; {names[u]} < {bound}; {names[u]}++) {{")
+            elif op is Ops.END:
+                body.append(pad + "}")
+            elif op is Ops.INDEX:
+                names[u] = ""  # rendered by its LOAD or STORE
+            elif op is Ops.LOAD:
+                idx = u.src[0]
+                gate = names[idx.src[2]] if len(idx.src) > 2 else None
+                emit(u, self.render_load(names[idx.src[0]], names[idx.src[1]], gate, u.dtype, idx.src[0] in stored),
+                     "val")
+            elif op is Ops.STORE:
+                idx = u.src[0]
+                body.append(pad + self.render_store(names[idx.src[0]], names[idx.src[1]], names[u.src[1]], idx.dtype))
+            elif op is Ops.DEFINE_ACC:
+                names[u] = fresh("acc")
+                body.append(f"{pad}var {names[u]}: {value_type(u.dtype)} = {names[u.src[0]]};")
+            elif op is Ops.ASSIGN:
+                body.append(f"{pad}{names[u.src[0]]} = {names[u.src[1]]};")
+            elif op is Ops.CAST:
+                emit(u, self.render_cast(names[u.src[0]], u.src[0].dtype, u.dtype), "cast")
+            elif op is Ops.BITCAST:
+                emit(u, self.render_bitcast(names[u.src[0]], u.src[0].dtype, u.dtype), "cast")
+            elif op in GroupOp.ALU:
+                srcs = [names[s] for s in u.src]
+                if len(u.src) == 2 and u.src[0].dtype.is_float and _cancels(op, u.src[0], u.src[1]):
+                    srcs[1] = self.opaque_copy(srcs[1], u.src[1].dtype)
+                if op in (Ops.ADD, Ops.SUB) and u.dtype.scalar in (dtypes.float32, dtypes.float16):
+                    # a*b+c must round twice, as the reference does: hide the product from the compiler,
+                    # which would otherwise fuse it into an fma (naga asks for no NoContraction)
+                    srcs = [self.opaque_copy(n, s.dtype) if s.op is Ops.MUL else n for n, s in zip(srcs, u.src)]
+                emit(u, self.render_alu(op, u.dtype, srcs, u.src), "alu")
+            else:
+                raise NotImplementedError(f"{type(self).__name__} cannot render {op}")
+
+        decls = [self.render_param(i, names[p], p.dtype, p in stored) for i, p in enumerate(params)]
+        if variables:
+            fields = ", ".join(f"v{i}: i32" for i in range(len(variables)))
+            decls.append(f"struct TgVars {{ {fields} }}")
+            decls.append(f"@group(0) @binding({len(params)}) var<uniform> tg_vars: TgVars;")
+        uses_f16 = any(u.dtype.scalar == dtypes.float16 for u in program)
+        head = ("enable f16;\n" if uses_f16 else "") + "\n".join(decls) + "\n" + helper_source(self._helpers)
+        size = WORKGROUP_SIZE if work_items else 1
+        entry = (f"@compute @workgroup_size({size})\nfn {name}(@builtin(global_invocation_id) tg_gid: vec3<u32>, "
+                 f"@builtin(num_workgroups) tg_nwg: vec3<u32>) {{\n")
+        # 0 at run time (a launch has far fewer than 2^31 workgroups), unknown to the shader compiler
+        opaque = "  let tg_opaque: u32 = tg_nwg.x >> 31u;\n"
+        if work_items:
+            lin = f"tg_gid.x + {WORKGROUP_SIZE}u * tg_nwg.x * (tg_gid.y + tg_nwg.y * tg_gid.z)"
+            opaque += f"  let tg_lin: u32 = {lin};\n"
+        return head + entry + opaque + "\n".join(body) + "\n}\n"
