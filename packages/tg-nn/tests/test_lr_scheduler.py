@@ -1,0 +1,73 @@
+"""Learning-rate schedules: the rate after each step against torch.optim.lr_scheduler."""
+
+from __future__ import annotations
+
+import pytest
+from tinygrad import Tensor
+from tinygrad.nn import lr_scheduler, optim
+
+torch = pytest.importorskip("torch", reason="torch.optim.lr_scheduler is the reference (pip install torch==2.13.0)")
+
+
+def pair(make_ours, make_theirs, lr=0.1, steps=25):
+    opt = optim.SGD([Tensor.ones(2, requires_grad=True)], lr=lr)
+    topt = torch.optim.SGD([torch.nn.Parameter(torch.ones(2))], lr=lr)
+    ours, theirs = make_ours(opt), make_theirs(topt)
+    got, want = [opt.lr.item()], [topt.param_groups[0]["lr"]]
+    for _ in range(steps):
+        topt.step()  # PyTorch warns unless the optimizer steps before the schedule
+        ours.step()
+        theirs.step()
+        got.append(opt.lr.item())
+        want.append(topt.param_groups[0]["lr"])
+    assert got == pytest.approx(want, rel=1e-5, abs=1e-9)
+    return opt
+
+
+def test_step_lr():
+    pair(lambda o: lr_scheduler.StepLR(o, 4, 0.5), lambda o: torch.optim.lr_scheduler.StepLR(o, 4, 0.5))
+
+
+def test_multistep_lr():
+    pair(lambda o: lr_scheduler.MultiStepLR(o, [3, 10, 11], 0.3),
+         lambda o: torch.optim.lr_scheduler.MultiStepLR(o, [3, 10, 11], 0.3))
+
+
+def test_cosine_annealing():
+    pair(lambda o: lr_scheduler.CosineAnnealingLR(o, 20, eta_min=0.01),
+         lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, 20, eta_min=0.01), steps=20)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(start_factor=0.1, end_factor=1.0, total_iters=8),
+                                dict(start_factor=1.0, end_factor=0.2, total_iters=10)])
+def test_linear_warmup(kw):
+    pair(lambda o: lr_scheduler.LinearLR(o, **kw), lambda o: torch.optim.lr_scheduler.LinearLR(o, **kw))
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(pct_start=0.25, anneal_strategy="linear", div_factor=10,
+                                             final_div_factor=100)])
+def test_one_cycle(kw):
+    opt = pair(lambda o: lr_scheduler.OneCycleLR(o, max_lr=0.5, total_steps=30, **kw),
+               lambda o: torch.optim.lr_scheduler.OneCycleLR(o, max_lr=0.5, total_steps=30, cycle_momentum=False,
+                                                              **kw), steps=29)
+    # the last step ends at the minimum rate, max_lr / div_factor / final_div_factor
+    assert opt.lr.item() == pytest.approx(0.5 / kw.get("div_factor", 25) / kw.get("final_div_factor", 1e4), rel=1e-5)
+
+
+def test_one_cycle_past_the_end():
+    opt = optim.SGD([Tensor.ones(2, requires_grad=True)], lr=0.1)
+    sched = lr_scheduler.OneCycleLR(opt, max_lr=1.0, total_steps=3)
+    for _ in range(3):
+        sched.step()
+    with pytest.raises(ValueError, match="total_steps"):
+        sched.step()
+
+
+def test_lambda_and_group():
+    a = optim.SGD([Tensor.ones(2, requires_grad=True)], lr=0.1)
+    b = optim.Adam([Tensor.ones(3, requires_grad=True)], lr=0.01)
+    sched = lr_scheduler.LambdaLR(optim.OptimizerGroup(a, b), lambda t: 0.5 ** t)
+    for _ in range(3):
+        sched.step()
+    assert a.lr.item() == pytest.approx(0.1 / 8) and b.lr.item() == pytest.approx(0.01 / 8)
+    assert sched.get_lr()[0] == pytest.approx(0.0125)
