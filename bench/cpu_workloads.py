@@ -1,0 +1,242 @@
+"""The CPU workloads of `bench/run.py`, written once per framework the way its users would write them.
+
+Runs inside a worker process (see worker.py). tinygrad 0.14.0 and this project share one
+implementation, since they share the Tensor API: only the interpreter they run in differs.
+Every workload checks its result against numpy once during setup, so a fast wrong answer
+shows up as an error instead of a number.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from worker_api import NotAvailable, Result, calibrate, per_call
+
+SEED = 0
+DISPATCH_SIZE = 16  # elements of the tiny tensor in the dispatch and JIT workloads
+
+
+def _inputs(n: int, count: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(SEED)
+    return [rng.standard_normal(n, dtype=np.float32) for _ in range(count)]
+
+
+def _check(got: Any, want: np.ndarray, what: str, tol: float = 1e-3) -> None:
+    got = np.asarray(got)
+    if not np.allclose(got, want, rtol=tol, atol=tol):
+        raise AssertionError(f"{what}: wrong result (max abs error {np.max(np.abs(got - want)):.3g})")
+
+
+class Numpy:
+    def matmul(self, n: int, inner: int) -> Callable[[], Result]:
+        a, b = (x.reshape(n, n) for x in _inputs(n * n, 2))
+        return lambda: per_call(lambda: a @ b, inner)
+
+    def elementwise(self, n: int) -> Callable[[], Result]:
+        # numpy cannot fuse: the best it can do without temporaries is two passes into a preallocated output
+        a, b, c = _inputs(n, 3)
+        out = np.empty_like(a)
+
+        def step() -> None:
+            np.multiply(a, b, out=out)
+            np.add(out, c, out=out)
+        step()
+        _check(out, a * b + c, "a*b+c")
+        return lambda: per_call(step, 1)
+
+    def copy(self, n: int) -> Callable[[], Result]:
+        src, dst = _inputs(n, 1)[0], np.empty(n, np.float32)
+        return lambda: per_call(lambda: np.copyto(dst, src), 1)
+
+    def dispatch(self, seconds: float) -> Callable[[], Result]:
+        x = np.ones(DISPATCH_SIZE, np.float32)
+
+        def step() -> None:
+            nonlocal x
+            x = x + 1
+        calls = calibrate(step, seconds)
+        return lambda: per_call(step, calls)
+
+    def jit(self, kernels: int) -> Callable[[], Result]:
+        raise NotAvailable("numpy has no JIT; see the eager dispatch table")
+
+    def firstcall(self, n: int) -> Callable[[], Result]:
+        a, b = (x.reshape(n, n) for x in _inputs(n * n, 2))
+        return lambda: per_call(lambda: a @ b, 1)
+
+
+class Torch:
+    def __init__(self) -> None:
+        import torch
+        self.torch = torch
+
+    def _tensors(self, n: int, count: int) -> list[Any]:
+        return [self.torch.from_numpy(x) for x in _inputs(n, count)]
+
+    def matmul(self, n: int, inner: int) -> Callable[[], Result]:
+        a, b = (x.reshape(n, n) for x in self._tensors(n * n, 2))
+        return lambda: per_call(lambda: a @ b, inner)
+
+    def elementwise(self, n: int) -> Callable[[], Result]:
+        a, b, c = self._tensors(n, 3)
+        out = self.torch.empty_like(a)
+
+        def step() -> None:
+            self.torch.mul(a, b, out=out)
+            out.add_(c)
+        step()
+        _check(out.numpy(), (a * b + c).numpy(), "a*b+c")
+        return lambda: per_call(step, 1)
+
+    def copy(self, n: int) -> Callable[[], Result]:
+        src, dst = self._tensors(n, 1)[0], self.torch.empty(n)
+        return lambda: per_call(lambda: dst.copy_(src), 1)
+
+    def dispatch(self, seconds: float) -> Callable[[], Result]:
+        x = self.torch.ones(DISPATCH_SIZE)
+
+        def step() -> None:
+            nonlocal x
+            x = x + 1
+        calls = calibrate(step, seconds)
+        return lambda: per_call(step, calls)
+
+    def jit(self, kernels: int) -> Callable[[], Result]:
+        # plain eager: the same chain of separate ops, no torch.compile (its graph capture is not a replay
+        # of separately launched kernels, and its compile would dominate a run this short)
+        def chain() -> None:
+            x = self.torch.ones(DISPATCH_SIZE)
+            for _ in range(kernels):
+                x = x + 1
+        chain()
+
+        def measure() -> Result:
+            return {"seconds": per_call(chain, 1)["seconds"] / kernels}
+        return measure
+
+    def firstcall(self, n: int) -> Callable[[], Result]:
+        a, b = (x.reshape(n, n) for x in self._tensors(n * n, 2))
+        return lambda: per_call(lambda: a @ b, 1)
+
+
+class TinygradApi:
+    """tinygrad 0.14.0 and this project: the same code, each in its own venv."""
+
+    def __init__(self) -> None:
+        import tinygrad
+        self.tg = tinygrad
+        self.Tensor = tinygrad.Tensor
+        self.device = tinygrad.Device[tinygrad.Device.DEFAULT]
+
+    def sync(self) -> None:
+        self.device.synchronize()
+
+    def _fresh(self, arrays: list[np.ndarray]) -> list[Any]:
+        # Fresh buffers for every measurement: a graph whose inputs were realized before can be answered
+        # from a cache of realized results, which would time a lookup instead of a kernel.
+        tensors = [self.Tensor(x).realize() for x in arrays]
+        self.sync()
+        return tensors
+
+    def matmul(self, n: int, inner: int) -> Callable[[], Result]:
+        a, b = (x.reshape(n, n) for x in _inputs(n * n, 2))
+        first_a, first_b = self._fresh([a, b])
+        _check((first_a @ first_b).numpy(), a @ b, f"matmul {n}", tol=1e-2)
+
+        def measure() -> Result:
+            pairs = [self._fresh([a, b]) for _ in range(inner)]
+            start = time.perf_counter()
+            for x, y in pairs:
+                (x @ y).realize()
+            self.sync()
+            return {"seconds": (time.perf_counter() - start) / inner}
+        return measure
+
+    def elementwise(self, n: int) -> Callable[[], Result]:
+        arrays = _inputs(n, 3)
+        a, b, c = self._fresh(arrays)
+        _check((a * b + c).numpy(), arrays[0] * arrays[1] + arrays[2], "a*b+c")
+
+        def measure() -> Result:
+            a, b, c = self._fresh(arrays)
+            start = time.perf_counter()
+            (a * b + c).realize()
+            self.sync()
+            return {"seconds": time.perf_counter() - start}
+        return measure
+
+    def copy(self, n: int) -> Callable[[], Result]:
+        raise NotAvailable("no plain copy op; compare with the numpy copy row")
+
+    def dispatch(self, seconds: float) -> Callable[[], Result]:
+        x = self.Tensor(np.ones(DISPATCH_SIZE, np.float32)).realize()
+
+        def step() -> None:
+            nonlocal x
+            x = (x + 1).realize()
+        calls = calibrate(step, seconds)
+        return lambda: per_call(step, calls, self.sync)
+
+    def jit(self, kernels: int) -> Callable[[], Result]:
+        tiny_jit = getattr(self.tg, "TinyJit", None)
+        if tiny_jit is None:
+            raise NotAvailable("TinyJit missing")
+
+        def chain(x: Any) -> Any:
+            for _ in range(kernels):
+                x = (x + 1).realize()
+            return x
+        replay = tiny_jit(chain)
+        start = np.arange(DISPATCH_SIZE, dtype=np.float32)
+        for call in range(4):  # capture happens on an early call; replays after that must still be right
+            _check(replay(self._fresh([start + call])[0]).numpy(), start + call + kernels, f"TinyJit call {call}")
+
+        def measure() -> Result:
+            x = self._fresh([start])[0]
+            began = time.perf_counter()
+            replay(x)
+            self.sync()
+            return {"seconds": (time.perf_counter() - began) / kernels}
+        return measure
+
+    def firstcall(self, n: int) -> Callable[[], Result]:
+        a, b = self._fresh([x.reshape(n, n) for x in _inputs(n * n, 2)])
+
+        def measure() -> Result:
+            start = time.perf_counter()
+            (a @ b).realize()
+            self.sync()
+            return {"seconds": time.perf_counter() - start}
+        return measure
+
+
+def make(framework: str, workload: str, params: dict[str, Any]) -> Callable[[], Result]:
+    implementation = {"numpy": Numpy, "torch": Torch, "tinygrad": TinygradApi, "ours": TinygradApi}[framework]()
+    method = getattr(implementation, workload, None)
+    if method is None:
+        raise NotAvailable(f"{workload} is not written for {framework}")
+    result: Callable[[], Result] = method(**params)
+    return result
+
+
+def info(framework: str) -> dict[str, Any]:
+    found: dict[str, Any] = {"numpy": np.__version__}
+    if framework == "torch":
+        import torch
+        found.update(torch=torch.__version__, threads=torch.get_num_threads())
+    elif framework in ("tinygrad", "ours"):
+        import tinygrad
+        dist = "tinygrad" if framework == "tinygrad" else "tg-core"
+        found.update({dist: importlib.metadata.version(dist), "device": tinygrad.Device.DEFAULT,
+                      "TinyJit": "yes" if hasattr(tinygrad, "TinyJit") else "missing"})
+        if framework == "ours" and tinygrad.Device.DEFAULT == "CPU":
+            try:
+                from tg_backend_cpu.thread_count import thread_count
+                found["threads"] = thread_count()
+            except ImportError:  # a CPU backend without a thread pool runs kernels on one thread
+                found["threads"] = 1
+    return found

@@ -1,0 +1,159 @@
+"""CPU benchmark: this project against numpy, PyTorch 2.13 and tinygrad 0.14.0, in one run.
+
+    python bench/run.py                    # every workload, full sizes (minutes)
+    python bench/run.py --quick            # tiny sizes, a few seconds a table: checks the bench works
+    python bench/run.py --only matmul,jit  # some workloads
+
+Each framework runs in its own worker process (PyTorch and tinygrad in venvs that this command
+makes under $TG_BENCH_CACHE, else ~/.cache/tg-bench); rounds are interleaved and medians reported.
+See bench/README.md for what each table measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass
+
+from envs import Framework, frameworks
+from harness import (
+    Row,
+    Worker,
+    describe,
+    latency,
+    machine_line,
+    open_workers,
+    render_table,
+    run_fresh_processes,
+    run_rows,
+    thread_env,
+    throughput,
+)
+
+MODULE = "cpu_workloads"
+WORKLOADS = ["matmul", "elementwise", "dispatch", "jit", "firstcall"]
+# both tinygrad-API frameworks run on their CPU backends (this project's default device is otherwise CL)
+DEVICE_ENV = {"tinygrad": {"DEV": "CPU"}, "ours": {"DEV": "CPU"}}
+
+
+@dataclass(frozen=True)
+class Sizes:
+    matmul: tuple[int, ...]
+    elementwise: int
+    dispatch_seconds: float
+    jit_kernels: int
+    firstcall: int
+    rounds: int
+    cold_rounds: int
+
+
+FULL = Sizes(matmul=(256, 1024, 2048), elementwise=16 * 2**20, dispatch_seconds=0.1, jit_kernels=100,
+             firstcall=1024, rounds=7, cold_rounds=3)
+QUICK = Sizes(matmul=(64,), elementwise=2**16, dispatch_seconds=0.005, jit_kernels=10, firstcall=64,
+              rounds=2, cold_rounds=1)
+REFERENCES = ["numpy", "PyTorch 2.13.0", "tinygrad 0.14.0"]
+
+
+def _rows(fws: list[Framework], workload: str, **params: object) -> list[Row]:
+    return [Row(fw.label, fw, workload, dict(params)) for fw in fws]
+
+
+def matmul_tables(fws: list[Framework], workers: dict[str, Worker], sizes: Sizes) -> list[str]:
+    tables = []
+    for n in sizes.matmul:
+        flops = 2 * n**3
+        inner = max(1, min(50, int(2e9 // flops)))  # ~ tens of ms per measurement at BLAS speed
+        rows = _rows(fws, "matmul", n=n, inner=inner)
+        run_rows(rows, workers, sizes.rounds)
+        tables.append(render_table(f"fp32 matmul N={n}", rows, throughput("GFLOP/s", flops / 1e9), REFERENCES))
+    return tables
+
+
+def elementwise_table(fws: list[Framework], workers: dict[str, Worker], sizes: Sizes) -> str:
+    n = sizes.elementwise
+    # effective bandwidth: a*b+c reads 3 and writes 1 float32 per element, a copy reads 1 and writes 1
+    rows = _rows(fws, "elementwise", n=n)
+    copies = [Row(f"{fw.label} copy", fw, "copy", {"n": n}, work=8 * n / 1e9) for fw in fws
+              if fw.key in ("numpy", "torch")]
+    run_rows(rows + copies, workers, sizes.rounds)
+    return render_table(f"fused elementwise a*b+c over {n:,} float32 (16 bytes per element; copy rows 8)",
+                        rows + copies, throughput("GB/s", 16 * n / 1e9), ["numpy copy", *REFERENCES])
+
+
+def dispatch_table(fws: list[Framework], workers: dict[str, Worker], sizes: Sizes) -> str:
+    rows = _rows(fws, "dispatch", seconds=sizes.dispatch_seconds)
+    run_rows(rows, workers, sizes.rounds)
+    return render_table(f"eager dispatch: x = x + 1 on {16} floats, realized each time", rows,
+                        latency("µs per op", 1e6), REFERENCES)
+
+
+def jit_table(fws: list[Framework], workers: dict[str, Worker], sizes: Sizes) -> str:
+    rows = _rows(fws, "jit", kernels=sizes.jit_kernels)
+    run_rows(rows, workers, sizes.rounds)
+    return render_table(f"TinyJit replay of {sizes.jit_kernels} separately realized x + 1 kernels "
+                        "(PyTorch: the same chain in plain eager, no torch.compile)", rows,
+                        latency("µs per kernel", 1e6), REFERENCES)
+
+
+def firstcall_table(fws: list[Framework], sizes: Sizes) -> str:
+    rows = _rows(fws, "firstcall", n=sizes.firstcall)
+
+    def cold_env(row: Row, tmp: str) -> dict[str, str]:
+        # every framework's compile cache points into the empty temporary directory
+        return {**DEVICE_ENV.get(row.framework.key, {}), "TINYGRAD_CACHE_DIR": tmp, "CACHEDB": f"{tmp}/cache.db"}
+    run_fresh_processes(rows, MODULE, sizes.cold_rounds, cold_env)
+    return render_table(f"first realize of a {sizes.firstcall} fp32 matmul in a new process, cold compile cache",
+                        rows, latency("ms", 1e3), REFERENCES)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes and 2 rounds: checks that it works")
+    parser.add_argument("--only", default=",".join(WORKLOADS), help=f"comma-separated subset of {WORKLOADS}")
+    parser.add_argument("--frameworks", default="numpy,torch,tinygrad,ours",
+                        help="comma-separated subset of numpy,torch,tinygrad,ours")
+    parser.add_argument("--rounds", type=int, help="interleaved rounds per table (default 7; 2 with --quick)")
+    parser.add_argument("--threads", type=int, help="pin every framework's CPU threads (default: theirs)")
+    parser.add_argument("--no-setup", action="store_true",
+                        help="do not make missing venvs; report those frameworks as n/a instead")
+    args = parser.parse_args(argv)
+    only = [w.strip() for w in args.only.split(",") if w.strip()]
+    if unknown := [w for w in only if w not in WORKLOADS]:
+        parser.error(f"unknown workload(s) {unknown}; choose from {WORKLOADS}")
+    sizes = QUICK if args.quick else FULL
+    if args.rounds:
+        sizes = Sizes(**{**sizes.__dict__, "rounds": args.rounds})
+    fws = frameworks(args.frameworks.split(","), setup=not args.no_setup)
+
+    print("## CPU benchmark\n")
+    print(machine_line())
+    pinned = thread_env(args.threads)
+    if pinned:
+        os.environ.update(pinned)  # the workers inherit it, the fresh first-call processes too
+    workers = open_workers(fws, MODULE, DEVICE_ENV)
+    try:
+        print(describe(workers) + "\n", flush=True)
+        for fw in fws:
+            if fw.python is None:
+                print(f"- {fw.label}: {fw.why_missing}")
+        steps = {
+            "matmul": lambda: matmul_tables(fws, workers, sizes),
+            "elementwise": lambda: [elementwise_table(fws, workers, sizes)],
+            "dispatch": lambda: [dispatch_table(fws, workers, sizes)],
+            "jit": lambda: [jit_table(fws, workers, sizes)],
+        }
+        for name in only:
+            if name in steps:
+                for table in steps[name]():
+                    print(table, flush=True)
+    finally:
+        for worker in workers.values():
+            worker.close()
+    if "firstcall" in only:  # after the long-lived workers are gone, so that they do not share the cores
+        print(firstcall_table(fws, sizes), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
