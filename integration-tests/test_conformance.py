@@ -21,13 +21,7 @@ KIT_TIMEOUT = 900
 
 #: kit cases that fail on PYREF because of a bug elsewhere; the test fails while an entry is stale (fix the bug,
 #: then delete the entry). Keys are the report's case names, "group/case".
-KNOWN_FAILURES: dict[str, str] = {
-    **{f"copy/tensor_to_cpu_keeps_dtype_bits[{d}]": "PYREF -> CPU -> PYREF -> CPU in one realize: the memory "
-       "planner hands the CPU allocator an alias buffer whose allocation is larger than the data, and "
-       "tg_backend_cpu's HostAllocator.copyin writes the whole allocation (`dest[0][:] = src`), raising ValueError"
-       for d in ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16",
-                 "bfloat16", "float32", "float64")},
-}
+KNOWN_FAILURES: dict[str, str] = {}  # kit case id -> why it fails; empty: PYREF passes everything
 
 
 @pytest.fixture(scope="module")
