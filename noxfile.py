@@ -77,40 +77,33 @@ def examples(session: nox.Session) -> None:
     session.run("python", "examples/train_tiny.py")
 
 
+def _backend_session(session: nox.Session, device: str, packages: list[str]) -> None:
+    """A backend's own tests, then the Tensor op table on its device (torch gives the gradient references)."""
+    _install_framework(session)
+    session.install(*[arg for pkg in packages for arg in ("-e", pkg)], *TEST_DEPS, TORCH)
+    workers = os.environ.get("PYTEST_WORKERS", "2")
+    session.run("pytest", "-n", workers, "-q", f"{packages[-1]}/tests", *session.posargs)
+    session.run("pytest", "-n", workers, "-q", "packages/tg-core/tests/test_ops.py", *session.posargs,
+                env={"DEV": device, "TG_EXPECT_DEVICE": device})
+
+
 @nox.session(python="3.11")
 def backend_opencl(session: nox.Session) -> None:
     """The OpenCL backend on this machine's OpenCL driver (PoCL here: `apt-get install pocl-opencl-icd
-    ocl-icd-libopencl1`): its own tests, then the Tensor op table with DEV=CL."""
-    _install_framework(session)
-    # brings the pinned pyopencl; torch gives the op table its gradient references
-    session.install("-e", "packages/tg-backend-opencl", *TEST_DEPS, TORCH)
-    workers = os.environ.get("PYTEST_WORKERS", "2")
-    session.run("pytest", "-n", workers, "-q", "packages/tg-backend-opencl/tests", *session.posargs)
-    session.run("pytest", "-n", workers, "-q", "packages/tg-core/tests/test_ops.py", *session.posargs,
-                env={"DEV": "CL", "TG_EXPECT_DEVICE": "CL"})
+    ocl-icd-libopencl1`)."""
+    _backend_session(session, "CL", ["packages/tg-backend-opencl"])
 
 
 @nox.session(python="3.11")
 def backend_qcom(session: nox.Session) -> None:
-    """The QCOM backend on PoCL as its stand-in: its own tests, then the Tensor op table with DEV=QCOM."""
-    _install_framework(session)
-    session.install("-e", "packages/tg-backend-opencl", "-e", "packages/tg-backend-qcom", *TEST_DEPS, TORCH)
-    workers = os.environ.get("PYTEST_WORKERS", "2")
-    session.run("pytest", "-n", workers, "-q", "packages/tg-backend-qcom/tests", *session.posargs)
-    session.run("pytest", "-n", workers, "-q", "packages/tg-core/tests/test_ops.py", *session.posargs,
-                env={"DEV": "QCOM", "TG_EXPECT_DEVICE": "QCOM"})
+    """The QCOM backend on PoCL as its stand-in."""
+    _backend_session(session, "QCOM", ["packages/tg-backend-opencl", "packages/tg-backend-qcom"])
 
 
 @nox.session(python="3.11")
 def backend_webgpu(session: nox.Session) -> None:
-    """The WebGPU backend on lavapipe (`apt-get install mesa-vulkan-drivers libvulkan1`): its own tests, then the
-    Tensor op table with DEV=WEBGPU."""
-    _install_framework(session)
-    session.install("-e", "packages/tg-backend-webgpu", *TEST_DEPS, TORCH)
-    workers = os.environ.get("PYTEST_WORKERS", "2")
-    session.run("pytest", "-n", workers, "-q", "packages/tg-backend-webgpu/tests", *session.posargs)
-    session.run("pytest", "-n", workers, "-q", "packages/tg-core/tests/test_ops.py", *session.posargs,
-                env={"DEV": "WEBGPU", "TG_EXPECT_DEVICE": "WEBGPU"})
+    """The WebGPU backend on lavapipe (`apt-get install mesa-vulkan-drivers libvulkan1`)."""
+    _backend_session(session, "WEBGPU", ["packages/tg-backend-webgpu"])
 
 
 @nox.session(python="3.11")
