@@ -240,3 +240,18 @@ def test_debug_reports_capture_and_replayed_launches(capsys: pytest.CaptureFixtu
     err = capsys.readouterr().err
     assert "captured 2 launches" in err and "replaying 2 launches" in err
     assert err.count("(replay)") == 2
+
+
+def test_class_index_loss_is_captured_without_a_host_read():
+    # the target check reads back to the host eagerly; during capture it is skipped, so the loss jits
+    w = Tensor([[0.5, -0.25, 1.0], [0.1, 0.2, -0.3]], requires_grad=True).realize()
+
+    @TinyJit
+    def step(x: Tensor, y: Tensor) -> Tensor:
+        return (x @ w).sparse_categorical_crossentropy(y).realize()
+
+    x = Tensor([[1.0, 2.0], [3.0, -1.0]]).realize()
+    y = Tensor([2, 0]).realize()
+    eager = (x @ w).sparse_categorical_crossentropy(y).item()
+    for _ in range(4):
+        assert abs(step(x, y).item() - eager) < 1e-6

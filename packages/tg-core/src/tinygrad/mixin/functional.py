@@ -6,7 +6,8 @@ with a one-hot comparison against the class positions instead of a gather, so th
 Index checks: `one_hot` and the class-index losses check that every target is a valid class, as PyTorch does,
 and raise a clear error instead of silently reading nothing. That check reads the targets' min and max back to
 the host (one small kernel and a wait). `Context(CHECK_INDICES=0)` (or the environment variable) skips it, for
-fully lazy graphs; out-of-range targets then contribute 0 (one_hot: an all-zero row).
+fully lazy graphs, and it is skipped while a TinyJit captures; out-of-range targets then contribute 0 (one_hot:
+an all-zero row).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from tinygrad.dtype import dtypes
+from tinygrad.engine import jit_state
 from tinygrad.helpers import ContextVar
 
 if TYPE_CHECKING:
@@ -41,7 +43,9 @@ def _check_reduction(reduction: str) -> None:
 
 def _check_targets(target: Tensor, num_classes: int, ignore_index: int | None, what: str) -> None:
     """Raise (like PyTorch) when a target that is not `ignore_index` lies outside [0, num_classes)."""
-    if not CHECK_INDICES or target.numel() == 0:
+    # inside a TinyJit capture a host read could not be replayed: the check is skipped there, as with
+    # CHECK_INDICES=0 (out-of-range targets then contribute 0)
+    if not CHECK_INDICES or target.numel() == 0 or any(j.capturing for j in jit_state.running):
         return
     t = target if ignore_index is None else (target == ignore_index).where(0, target)
     lo, hi = t.min(), t.max()
