@@ -214,6 +214,7 @@ def test_launches_over_the_limits_of_a_kernel_with_local_memory_are_refused(qcom
 
 
 def test_check_local_size_limits() -> None:
+    pytest.importorskip("tg_backend_qcom", reason="tg-backend-qcom is not installed")
     from tg_backend_qcom.device import WorkGroupTooLarge, check_local_size
 
     check_local_size((1024,), (1024, 1024, 1024), 1024, 1024, "k")

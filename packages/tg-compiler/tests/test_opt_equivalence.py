@@ -79,13 +79,14 @@ def test_broadcast_elementwise_with_explicit_opts(dev_name: str, opts: tuple[Opt
 # ---- whole programs: the heuristics against NOOPT=1 and numpy ----
 
 def _programs() -> dict[str, tuple[Callable, Callable, list[tuple[int, ...]]]]:
-    import torch
-
     def conv(t: object, w: object) -> object:
         return t.conv2d(w, padding=1)  # type: ignore[attr-defined]
 
     def conv_ref(a: np.ndarray, w: np.ndarray) -> np.ndarray:
-        return torch.nn.functional.conv2d(torch.tensor(a), torch.tensor(w), padding=1).numpy()
+        # numpy reference (torch is not installed on every Python the tests run on)
+        padded = np.pad(a, ((0, 0), (0, 0), (1, 1), (1, 1)))
+        windows = np.lib.stride_tricks.sliding_window_view(padded, w.shape[2:], axis=(2, 3))
+        return np.einsum("nchwij,ocij->nohw", windows, w)
 
     return {
         "elementwise": (lambda a, b: a * b + 2, lambda a, b: a * b + 2, [(33, 17), (33, 17)]),
@@ -125,8 +126,10 @@ def test_optimised_programs_match_noopt_and_numpy(dev_name: str, name: str) -> N
     with Context(NOOPT=1):
         plain = run()
     dev._runners.clear()
-    np.testing.assert_allclose(optimised, ref(*arrays), rtol=1e-4, atol=1e-3)
-    np.testing.assert_allclose(optimised, plain, rtol=1e-4, atol=1e-3)
+    # float32 sums in another order differ by rounding that grows like sqrt(terms): scale the tolerance with it
+    atol = 1e-3 * max(1.0, np.sqrt(max(a.size for a in arrays)) / 16)
+    np.testing.assert_allclose(optimised, ref(*arrays), rtol=1e-4, atol=atol)
+    np.testing.assert_allclose(optimised, plain, rtol=1e-4, atol=atol)
 
 
 @pytest.mark.parametrize("dev_name", DEVICES)
