@@ -21,7 +21,7 @@ import struct
 from collections import defaultdict
 
 from tinygrad.dtype import DType, dtypes
-from tinygrad.renderer import Renderer
+from tinygrad.renderer import Renderer, loop_depths_and_users
 from tinygrad.uop.ops import GroupOp, Ops, UOp
 
 from tg_backend_webgpu.wgsl_lib import helper_source
@@ -348,17 +348,7 @@ class WGSLRenderer(Renderer):
     # ---- the walk over the program ----
     def render(self, name: str, program: list[UOp]) -> str:
         self._helpers = set()
-        depth_of: dict[UOp, int] = {}
-        users: dict[UOp, list[UOp]] = defaultdict(list)
-        depth = 1
-        for u in program:
-            if u.op is Ops.END:
-                depth -= 1
-            depth_of[u] = depth
-            if u.op is Ops.RANGE:
-                depth += 1
-            for s in u.src:
-                users[s].append(u)
+        depth_of, users = loop_depths_and_users(program)
         stored = {u.src[0].src[0] for u in program if u.op is Ops.STORE}
         # a packed element's index is used twice (word and position in the word): name it once
         packed_indices = {u.src[1] for u in program if u.op is Ops.INDEX and u.src[0].dtype.scalar in PACKED}

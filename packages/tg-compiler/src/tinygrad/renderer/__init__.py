@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 from tinygrad.dtype import DType, dtypes
 from tinygrad.uop.ops import Ops, UOp
 
@@ -64,3 +66,20 @@ def _size_name(size: UOp) -> str:
     if size.op is Ops.DEFINE_VAR:
         return str(size.arg[0])
     return "s"  # a symbolic expression
+
+
+def loop_depths_and_users(program: list[UOp]) -> tuple[dict[UOp, int], dict[UOp, list[UOp]]]:
+    """For a renderer's walk: each UOp's loop nesting depth (1 outside every loop, for indentation) and the UOps
+    that use each one (a value with one user can be inlined into it)."""
+    depth_of: dict[UOp, int] = {}
+    users: dict[UOp, list[UOp]] = defaultdict(list)
+    depth = 1
+    for u in program:
+        if u.op is Ops.END:
+            depth -= 1
+        depth_of[u] = depth
+        if u.op is Ops.RANGE:
+            depth += 1
+        for s in u.src:
+            users[s].append(u)
+    return depth_of, users

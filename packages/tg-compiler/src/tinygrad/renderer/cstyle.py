@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from tinygrad.dtype import DType, dtypes
-from tinygrad.renderer import Renderer
+from tinygrad.renderer import Renderer, loop_depths_and_users
 from tinygrad.renderer.vectorize import VectorAccess, find_vector_accesses
 from tinygrad.uop.ops import GroupOp, Ops, UOp
 
@@ -241,17 +241,7 @@ class CStyleRenderer(Renderer):
 
     # ---- the shared walk over the program ----
     def render(self, name: str, program: list[UOp]) -> str:
-        depth_of: dict[UOp, int] = {}
-        users: dict[UOp, list[UOp]] = defaultdict(list)
-        depth = 1
-        for u in program:
-            if u.op is Ops.END:
-                depth -= 1
-            depth_of[u] = depth
-            if u.op is Ops.RANGE:
-                depth += 1
-            for s in u.src:
-                users[s].append(u)
+        depth_of, users = loop_depths_and_users(program)
 
         def inlinable(u: UOp) -> bool:
             us = users[u]
