@@ -5,6 +5,7 @@ buffers; launches respect the work-group limits; tensors move between QCOM, CPU 
 from __future__ import annotations
 
 import gc
+import threading
 
 import numpy as np
 import pytest
@@ -126,6 +127,40 @@ def test_image_views_are_made_once_and_freed_with_their_buffer(qcom_device, imag
     assert half_view.width == 4
     alloc.free(buf, 7 * 4)
     assert not any(key[0] == buf.int_ptr for key in alloc._views)
+    qcom_device.synchronize()
+    assert not alloc._retired
+
+
+def test_views_and_snapshots_outlive_the_kernels_queued_on_them(Tensor, qcom_device, images) -> None:  # type: ignore[no-untyped-def]
+    """PoCL reads an image argument when the kernel runs, not when it is queued: a view released in between
+    (its tensor freed, a snapshot dropped) crashed its worker threads. Hold the queue with a user event, queue
+    kernels on views, free their tensors, and check that nothing was released until the queue ran."""
+    import pyopencl as cl
+
+    images(True)
+    alloc = qcom_device.allocator
+    x = Tensor(np.arange(9, dtype=np.float32), device="QCOM").realize()
+    qcom_device.synchronize()
+    gate = cl.UserEvent(qcom_device.context)
+    cl.enqueue_barrier(qcom_device.queue, wait_for=[gate])  # nothing queued after this runs until the gate opens
+    # should a step below wait for the queue after all, the gate opens by itself and the check fails, not hangs
+    timer = threading.Timer(10.0, gate.set_status, (cl.command_execution_status.COMPLETE,))
+    timer.start()
+    try:
+        y = (x.flip(0) * 2).realize()  # x is read through an image view
+        x.assign(x.flip(0) + 1).realize()  # in place: x read from a snapshot while it is written
+        del x
+        gc.collect()
+        assert gate.command_execution_status != cl.command_execution_status.COMPLETE, "a step waited for the queue"
+        held = [obj for _, objs in alloc._retired for obj in objs]
+        assert any(isinstance(obj, cl.Image) for obj in held), "a view was released while its kernel was queued"
+    finally:
+        timer.cancel()
+        if gate.command_execution_status != cl.command_execution_status.COMPLETE:
+            gate.set_status(cl.command_execution_status.COMPLETE)
+    np.testing.assert_array_equal(y.numpy(), np.arange(9, dtype=np.float32)[::-1] * 2)
+    qcom_device.synchronize()
+    assert not alloc._retired
 
 
 def test_a_buffer_read_as_an_image_and_written_in_one_launch_is_read_from_a_snapshot(qcom_device, images) -> None:  # type: ignore[no-untyped-def]

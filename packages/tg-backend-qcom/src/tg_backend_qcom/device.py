@@ -35,15 +35,40 @@ class QCOMAllocator(CLAllocator):
         super().__init__(context, queue)
         self.image_max_texels = image_max_texels
         self._views: dict[tuple[int, str], cl.Image] = {}  # (buffer address, channel type) -> image view
+        #: objects released only once the queue has run past a marker: [(marker event, objects)], oldest first
+        self._retired: list[tuple[cl.Event, tuple[Any, ...]]] = []
         self.snapshots = 0  # how many launches read a buffer they also write through a copy (tests count them)
 
     def alloc(self, nbytes: int) -> cl.Buffer:
+        self.release_finished()
         return super().alloc(-(-max(nbytes, 1) // ALLOC_ALIGN) * ALLOC_ALIGN)
 
     def free(self, opaque: cl.Buffer, nbytes: int) -> None:
-        for key in [k for k in self._views if k[0] == opaque.int_ptr]:  # a view must not outlive its memory
-            self._views.pop(key).release()
-        super().free(opaque, nbytes)
+        # a view must not outlive its memory, nor be released while a queued kernel still reads it
+        views = [self._views.pop(key) for key in [k for k in self._views if k[0] == opaque.int_ptr]]
+        self.retire(*views, opaque)
+
+    def retire(self, *objects: Any) -> None:
+        """Release `objects` (image views, snapshot copies, freed buffers) once every command queued so far has
+        run. PoCL reads an image argument's descriptor only when the kernel executes and does not keep the image
+        alive for it: releasing a view right after the launch was queued crashed its worker threads
+        (pocl_fill_dev_image_t on freed memory). The queue is in order, so a marker completes after them all."""
+        if objects:
+            try:
+                marker = cl.enqueue_marker(self.queue)
+            except cl.Error:  # the queue is gone (interpreter shutdown): nothing can still be reading them
+                for obj in objects:
+                    obj.release()
+            else:
+                self._retired.append((marker, objects))
+        self.release_finished()
+
+    def release_finished(self, everything: bool = False) -> None:
+        """Release what was retired before a completed marker (`everything`: the queue is known to be idle)."""
+        done = cl.command_execution_status.COMPLETE
+        while self._retired and (everything or self._retired[0][0].command_execution_status == done):
+            for obj in self._retired.pop(0)[1]:
+                obj.release()
 
     def image_view(self, buf: cl.Buffer, channel_type: str) -> cl.Image:
         """The RGBA image1d_buffer over `buf`'s memory (made once per buffer and channel type). Its width is
@@ -53,13 +78,13 @@ class QCOMAllocator(CLAllocator):
             view = self._views[key] = _image_over(self.context, buf, channel_type, self.image_max_texels)
         return view
 
-    def snapshot_view(self, buf: cl.Buffer, channel_type: str) -> cl.Image:
-        """An image view of a copy of `buf` as it is now (queued before the kernel that reads it). Not cached:
-        OpenCL keeps the copy alive until the commands that use it are done, then it is freed."""
+    def snapshot_view(self, buf: cl.Buffer, channel_type: str) -> tuple[cl.Image, cl.Buffer]:
+        """An image view of a copy of `buf` as it is now (queued before the kernel that reads it), and the copy.
+        Not cached: the caller retires both once the kernel is queued."""
         copy = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, size=buf.size)
         cl.enqueue_copy(self.queue, copy, buf)
         self.snapshots += 1
-        return _image_over(self.context, copy, channel_type, self.image_max_texels)
+        return _image_over(self.context, copy, channel_type, self.image_max_texels), copy
 
 
 def _image_over(context: cl.Context, buf: cl.Buffer, channel_type: str, max_texels: int) -> cl.Image:
@@ -110,8 +135,11 @@ class QCOMProgram(CLProgram):
                 if self.uses_local_memory:
                     raise
                 local_size = None  # a hint this kernel cannot take: the driver picks a group size it can run
-        return super().__call__(*self.bind_images(bufs), global_size=global_size, local_size=local_size, vals=vals,
-                                wait=wait)
+        args, snapshots = self.bind_images(bufs)
+        try:
+            return super().__call__(*args, global_size=global_size, local_size=local_size, vals=vals, wait=wait)
+        finally:
+            self.qcom.qcom_allocator.retire(*snapshots)
 
     def prepare(self, *bufs: Any, global_size: tuple[int, ...] | None = None,
                 local_size: tuple[int, ...] | None = None, vals: tuple[int, ...] = ()) -> Callable[[], float | None]:
@@ -119,22 +147,26 @@ class QCOMProgram(CLProgram):
         limit checks), whatever CLProgram offers."""
         return functools.partial(self, *bufs, global_size=global_size, local_size=local_size, vals=vals)
 
-    def bind_images(self, bufs: Sequence[cl.Buffer]) -> list[Any]:
-        """The kernel's arguments: image views where it reads images, the buffers elsewhere. A buffer that is
-        also written by this launch (the same memory passed as an output) is read from a snapshot instead: an
-        image and a writable buffer over one memory object in one kernel is undefined in OpenCL, and a texture
-        cache need not see the kernel's own writes."""
+    def bind_images(self, bufs: Sequence[cl.Buffer]) -> tuple[list[Any], list[Any]]:
+        """The kernel's arguments: image views where it reads images, the buffers elsewhere; and the snapshot
+        objects made for this launch (to retire after it is queued). A buffer that is also written by this launch
+        (the same memory passed as an output) is read from a snapshot instead: an image and a writable buffer
+        over one memory object in one kernel is undefined in OpenCL, and a texture cache need not see the
+        kernel's own writes."""
         allocator = self.qcom.qcom_allocator
         written = {b.int_ptr for i, b in enumerate(bufs) if i not in self.image_args}
         args: list[Any] = []
+        snapshots: list[Any] = []
         for i, b in enumerate(bufs):
             if i not in self.image_args:
                 args.append(b)
             elif b.int_ptr in written:
-                args.append(allocator.snapshot_view(b, self.image_args[i]))
+                view, copy = allocator.snapshot_view(b, self.image_args[i])
+                args.append(view)
+                snapshots += [view, copy]
             else:
                 args.append(allocator.image_view(b, self.image_args[i]))
-        return args
+        return args, snapshots
 
 
 def image_dtypes_of(device: cl.Device, context: cl.Context) -> frozenset[DType]:
@@ -190,6 +222,10 @@ class QCOMDevice(CLDevice):
         self.qcom_allocator = QCOMAllocator(self.context, self.queue, image_max_texels)
         Compiled.__init__(self, "QCOM" if index == 0 else f"QCOM:{index}", self.qcom_allocator, renderer,
                           QCOMCompiler(self.context, self.device), lambda name, lib: QCOMProgram(self, name, lib))
+
+    def synchronize(self) -> None:
+        super().synchronize()
+        self.qcom_allocator.release_finished(everything=True)
 
     @property
     def images_enabled(self) -> bool:
