@@ -75,6 +75,9 @@ def examples(session: nox.Session) -> None:
     """Run the examples end to end."""
     _install_framework(session)
     session.run("python", "examples/train_tiny.py")
+    # the README's first command, shortened: the same script into this session's venv, 3 steps, 1000 test images
+    session.run("bash", "examples/train_mnist.sh", external=True,
+                env={"VENV": session.virtualenv.location, "STEPS": "3", "EVAL_SAMPLES": "1000"})
 
 
 def _backend_session(session: nox.Session, device: str, packages: list[str]) -> None:
