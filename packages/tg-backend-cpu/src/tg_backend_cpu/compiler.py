@@ -77,7 +77,11 @@ class CCompiler(Compiler):
         workaround = [] if is_clang else ["-fno-tree-loop-if-convert"]
         # -pthread: the thread pool (thread_pool.c) is compiled like a kernel, and glibc before 2.34 keeps
         # pthreads in a separate library
-        self.flags = [opt, *workaround, "-march=native", "-fPIC", "-shared", "-pthread", "-fwrapv", "-fno-math-errno",
+        # with AVX512-FP16 (Sapphire Rapids and later) -ffp-contract=fast fuses _Float16 multiply-adds into one
+        # half-precision FMA, which rounds once where the reference semantics round after every op; without it,
+        # half arithmetic is done in float and rounded at every step, as on CPUs that lack the extension
+        no_native_half = ["-mno-avx512fp16"] if platform.machine() in ("x86_64", "AMD64") else []
+        self.flags = [opt, *workaround, "-march=native", *no_native_half, "-fPIC", "-shared", "-pthread", "-fwrapv", "-fno-math-errno",
                       "-ffp-contract=fast", "-x", "c", "-std=gnu11", "-w"]
         self.cache_key = f"cpu|{self.version}|{' '.join(self.flags)}|{_cpu_signature()}"
 
