@@ -81,8 +81,8 @@ class CCompiler(Compiler):
         # half-precision FMA, which rounds once where the reference semantics round after every op; without it,
         # half arithmetic is done in float and rounded at every step, as on CPUs that lack the extension
         no_native_half = ["-mno-avx512fp16"] if platform.machine() in ("x86_64", "AMD64") else []
-        self.flags = [opt, *workaround, "-march=native", *no_native_half, "-fPIC", "-shared", "-pthread", "-fwrapv", "-fno-math-errno",
-                      "-ffp-contract=fast", "-x", "c", "-std=gnu11", "-w"]
+        self.flags = [opt, *workaround, "-march=native", *no_native_half, "-fPIC", "-shared", "-pthread", "-fwrapv",
+                      "-fno-math-errno", "-ffp-contract=fast", "-x", "c", "-std=gnu11", "-w"]
         self.cache_key = f"cpu|{self.version}|{' '.join(self.flags)}|{_cpu_signature()}"
 
     def compile(self, src: str) -> bytes:
