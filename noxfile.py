@@ -112,11 +112,12 @@ def backend_webgpu(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def conformance(session: nox.Session) -> None:
     """The backend conformance kit on the devices that run here (PYREF, a Python interpreter, with --tg-quick).
-    WEBGPU is left out until lavapipe's 65535-iteration loop cap is handled by split reductions."""
+    WEBGPU runs on lavapipe (`apt-get install mesa-vulkan-drivers libvulkan1`): its reductions past the driver's
+    65535-iteration loop cap run grouped over a workgroup, or with their loops unrolled in the shader."""
     _install_framework(session)
     session.install("-e", "packages/tg-backend-opencl", "-e", "packages/tg-backend-qcom",
-                    "-e", "integration-tests/sample_backend", *TEST_DEPS)
-    for dev, extra in (("CPU", []), ("CL", []), ("QCOM", []), ("PYREF", ["--tg-quick"])):
+                    "-e", "packages/tg-backend-webgpu", "-e", "integration-tests/sample_backend", *TEST_DEPS)
+    for dev, extra in (("CPU", []), ("CL", []), ("QCOM", []), ("WEBGPU", []), ("PYREF", ["--tg-quick"])):
         session.run("pytest", "-n", "2", "-q", "--pyargs", "tinygrad.conformance", f"--tg-device={dev}",
                     *extra, *session.posargs)
 

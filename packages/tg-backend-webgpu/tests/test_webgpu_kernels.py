@@ -24,6 +24,12 @@ def _double_ast(n: int, dtype=dtypes.int32) -> UOp:  # type: ignore[no-untyped-d
     return UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (out, src + src)),))
 
 
+def _sum_ast(n: int, dtype=dtypes.float32) -> UOp:  # type: ignore[no-untyped-def]
+    out = UOp(Ops.PARAM, dtype, (), (0, 1)).reshape((1,))
+    x = UOp(Ops.PARAM, dtype, (), (1, n)).reshape((1, n))
+    return UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (out, x.reduce_axis(Ops.ADD, (1,)).reshape((1,)))),))
+
+
 def _fmod_sum_ast(n: int) -> UOp:
     """sum(fmod(x, y)) over n elements, in one invocation."""
     out = UOp(Ops.PARAM, dtypes.float32, (), (0, 1)).reshape((1,))
@@ -41,11 +47,12 @@ def test_elementwise_at_sizes_that_are_not_multiples_of_anything(Tensor, n: int)
 
 def test_launch_past_65535_workgroups_uses_more_dimensions(webgpu_device) -> None:  # type: ignore[no-untyped-def]
     from tg_backend_webgpu.device import launch_grid
-    from tg_backend_webgpu.renderer import WORKGROUP_SIZE
+    from tg_backend_webgpu.renderer import DEFAULT_WORKGROUP_SIZE
 
-    n = 65535 * WORKGROUP_SIZE + 4097  # one workgroup dimension cannot hold it
-    x, y, z = launch_grid(n, webgpu_device.max_workgroups)
-    assert y > 1 and x <= webgpu_device.max_workgroups and x * y * z * WORKGROUP_SIZE >= n
+    n = 65535 * DEFAULT_WORKGROUP_SIZE + 4097  # one workgroup dimension cannot hold it
+    groups = -(-n // DEFAULT_WORKGROUP_SIZE)
+    x, y, z = launch_grid(groups, webgpu_device.max_workgroups)
+    assert y > 1 and x <= webgpu_device.max_workgroups and x * y * z >= groups
     runner = webgpu_device.get_runner(_double_ast(n))
     bufs = [Buffer("WEBGPU", n, dtypes.int32), Buffer("WEBGPU", n, dtypes.int32)]
     data = np.arange(n, dtype=np.int32)
@@ -59,12 +66,11 @@ def test_launch_grid_covers_and_stays_within_the_limit() -> None:
     pytest.importorskip("wgpu")
     from tg_backend_webgpu.device import launch_grid
 
-    for n in (1, 64, 65, 65535 * 64, 65535 * 64 + 1, 10**9):
-        x, y, z = launch_grid(n, 65535)
-        needed = -(-n // 64)
-        assert max(x, y, z) <= 65535 and needed <= x * y * z < needed + x * y  # covers n, at most one spare plane
+    for groups in (1, 64, 65535, 65536, 65535 * 7 + 1, 10**9):
+        x, y, z = launch_grid(groups, 65535)
+        assert max(x, y, z) <= 65535 and groups <= x * y * z < groups + x * y  # covers it, at most one spare plane
     with pytest.raises(ValueError, match="workgroups"):
-        launch_grid(65536**3 * 64, 65535)
+        launch_grid(65536**3, 65535)
 
 
 def test_every_output_loop_runs_as_work_items(webgpu_device) -> None:  # type: ignore[no-untyped-def]
@@ -215,18 +221,18 @@ def test_nan_inf_and_signed_zero_survive_the_shader_compiler(Tensor) -> None:  #
 
 
 def test_long_loops_raise_instead_of_returning_wrong_results(Tensor, webgpu_device) -> None:  # type: ignore[no-untyped-def]
-    from tg_backend_webgpu.renderer import LoopLimitError
+    from tg_backend_webgpu.renderer import UNROLL_FACTORS, LoopLimitError
+    from tinygrad.codegen import get_program
 
     limit = webgpu_device.renderer.max_loop_iterations
     if limit is None:
         pytest.skip(f"{webgpu_device.adapter_name} does not cap loop iterations")
-    n = limit + 10
+    # one invocation (no opts: not grouped) past the cap even with its loop unrolled as far as the renderer goes
+    n = limit * UNROLL_FACTORS[-1] + 10
     with pytest.raises(LoopLimitError, match=f"runs {n} loop iterations per invocation"):
-        Tensor.ones(n, device="WEBGPU").contiguous().sum().realize()
-    # under the cap the same reduction runs
-    assert Tensor.ones(limit - 10, device="WEBGPU").contiguous().sum().item() == limit - 10
+        get_program(_sum_ast(n), webgpu_device.renderer, opts=())
 
-    # the exact float fmod loops too (up to 35 steps a call): its iterations count
+    # the exact float fmod loops too (up to 35 steps a call, whatever the unrolling): its iterations count
     from tg_backend_webgpu.renderer import FMOD_MAX_ITERATIONS
 
     m = limit // FMOD_MAX_ITERATIONS + 10

@@ -91,7 +91,9 @@ def test_renderer_writes_wgsl() -> None:
     spec = get_program(_ast(37), WGSLRenderer())
     src = spec.src
     assert "@group(0) @binding(0) var<storage, read_write> data0: array<f32>;" in src
-    assert "@compute @workgroup_size(64)" in src and "global_invocation_id" in src
+    # the work-group shape is the runtime's to set: pipeline-overridable constants, one local size per dimension
+    assert "override tg_local_0: u32" in src and "@compute @workgroup_size(tg_workgroup_size)" in src
+    assert "local_invocation_index" in src and "workgroupBarrier" not in src
     assert "if (ridx0 < 37i)" in src and "for (" not in src and "sqrt(" in src
     assert spec.global_size is not None and spec.global_size[0] >= 37
 

@@ -1,5 +1,5 @@
 """The WEBGPU device: a wgpu-py adapter and device (Vulkan through wgpu-native; lavapipe here), storage
-buffers, WGSL compute pipelines cached per kernel, one queue submit per launch."""
+buffers, WGSL compute pipelines cached per kernel and work-group shape, one queue submit per launch."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import wgpu
 from tinygrad.codegen.compiled import Compiled, CompileError, Compiler
 from tinygrad.device import Allocator
 
-from tg_backend_webgpu.renderer import WORKGROUP_SIZE, WGSLRenderer
+from tg_backend_webgpu.renderer import DEFAULT_WORKGROUP_SIZE, WGSLRenderer
 
 #: limits a compute kernel can run into; the device asks for the adapter's values, not WebGPU's defaults
 #: (8 storage buffers per stage, for one, is too few for a fused kernel)
 COMPUTE_LIMITS = ("max-storage-buffers-per-shader-stage", "max-storage-buffer-binding-size", "max-buffer-size",
                   "max-compute-workgroups-per-dimension", "max-bindings-per-bind-group",
-                  "max-uniform-buffer-binding-size",
-                  "max-compute-invocations-per-workgroup", "max-compute-workgroup-size-x")
+                  "max-uniform-buffer-binding-size", "max-compute-invocations-per-workgroup",
+                  "max-compute-workgroup-size-x", "max-compute-workgroup-storage-size")
 STORAGE_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 
 
@@ -103,15 +103,27 @@ class WGSLCompiler(Compiler):
         return module
 
 
-def launch_grid(n: int, per_dim: int) -> tuple[int, int, int]:
-    """Workgroup counts (x, y, z) covering `n` work-items, at most `per_dim` per dimension."""
-    groups = math.ceil(n / WORKGROUP_SIZE)
-    x = min(groups, per_dim)
+def launch_grid(groups: int, per_dim: int) -> tuple[int, int, int]:
+    """Workgroup counts (x, y, z) holding `groups` workgroups, at most `per_dim` per dimension. The kernel takes
+    its workgroup's linear id apart itself and returns from the spare ones at the end."""
+    x = min(max(groups, 1), per_dim)
     y = min(math.ceil(groups / x), per_dim)
     z = math.ceil(groups / (x * y))
     if z > per_dim:
-        raise ValueError(f"a launch of {n} work-items needs more than {per_dim}^3 workgroups of {WORKGROUP_SIZE}")
-    return x, y, z
+        raise ValueError(f"a launch of {groups} workgroups needs more than {per_dim}^3 of them; split the kernel")
+    return x, y, max(z, 1)
+
+
+def default_local_size(global_size: tuple[int, ...], budget: int = DEFAULT_WORKGROUP_SIZE) -> tuple[int, ...]:
+    """Work-group sizes for a launch that leaves them to the runtime: dimension 0 (the innermost output loop)
+    first, each taking as much of the budget as its size uses, so that a short inner axis (3 channels) leaves
+    the rest of the workgroup to the next one instead of running idle invocations."""
+    out = []
+    for size in global_size:
+        take = max(1, min(size, budget))
+        out.append(take)
+        budget //= take
+    return tuple(out)
 
 
 class WebGPUProgram:
@@ -119,12 +131,13 @@ class WebGPUProgram:
         self.device, self.name = device, name
         self.src = lib.decode()
         self.module = device.wgsl_compiler.module(self.src)
-        self._pipelines: dict[tuple[int, int], tuple[Any, Any]] = {}
+        self._pipelines: dict[tuple[int, int, tuple[int, ...]], tuple[Any, Any]] = {}
         self._uniform: Any = None
 
-    def _pipeline(self, n_bufs: int, n_vals: int) -> tuple[Any, Any]:
-        """An explicit layout (every binding, used or not: an "auto" layout drops unused ones)."""
-        key = (n_bufs, n_vals)
+    def _pipeline(self, n_bufs: int, n_vals: int, local_size: tuple[int, ...]) -> tuple[Any, Any]:
+        """An explicit layout (every binding, used or not: an "auto" layout drops unused ones), and the
+        work-group shape set through the shader's override constants (one pipeline per shape)."""
+        key = (n_bufs, n_vals, local_size)
         if (hit := self._pipelines.get(key)) is not None:
             return hit
         dev = self.device.device
@@ -134,9 +147,13 @@ class WebGPUProgram:
             entries.append({"binding": n_bufs, "visibility": wgpu.ShaderStage.COMPUTE,
                             "buffer": {"type": wgpu.BufferBindingType.uniform}})
         layout = dev.create_bind_group_layout(entries=entries)
+        stage: dict[str, Any] = {"module": self.module, "entry_point": self.name}
+        if local_size:
+            stage["constants"] = {**{f"tg_local_{d}": size for d, size in enumerate(local_size)},
+                                  "tg_workgroup_size": math.prod(local_size)}
         try:
             pipeline = dev.create_compute_pipeline(layout=dev.create_pipeline_layout(bind_group_layouts=[layout]),
-                                                   compute={"module": self.module, "entry_point": self.name})
+                                                   compute=stage)
         except Exception as e:
             raise CompileError(f"WGSL pipeline creation failed on {self.device.adapter_name}: {type(e).__name__}\n"
                                f"--- message ---\n{e}\n--- source ---\n{self.src}") from None
@@ -146,12 +163,14 @@ class WebGPUProgram:
     def __call__(self, *bufs: Any, global_size: tuple[int, ...] | None = None,
                  local_size: tuple[int, ...] | None = None, vals: tuple[int, ...] = (),
                  wait: bool = False) -> float | None:
-        n = math.prod(global_size) if global_size else 1
-        if n == 0:
+        global_size = global_size or ()
+        if math.prod(global_size) == 0:
             return 0.0 if wait else None
-        grid = launch_grid(n, self.device.max_workgroups) if global_size else (1, 1, 1)
+        local = self.device.work_group(global_size, local_size, self.name)
+        blocks = math.prod(-(-g // size) for g, size in zip(global_size, local))
+        grid = launch_grid(blocks, self.device.max_workgroups) if global_size else (1, 1, 1)
         dev = self.device.device
-        layout, pipeline = self._pipeline(len(bufs), len(vals))
+        layout, pipeline = self._pipeline(len(bufs), len(vals), local)
         entries = [{"binding": i, "resource": {"buffer": b, "offset": 0, "size": b.size}} for i, b in enumerate(bufs)]
         if vals:
             if self._uniform is None:
@@ -214,13 +233,37 @@ class WebGPUDevice(Compiled):
         limits = {k: adapter.limits[k] for k in COMPUTE_LIMITS if k in adapter.limits}
         self.device = adapter.request_device_sync(required_features=features, required_limits=limits)
         self.max_workgroups = int(self.device.limits["max-compute-workgroups-per-dimension"])
+        lim = self.device.limits
+        # workgroups are flat (one dimension, see the renderer): their size is bound by the invocations limit and
+        # by the x limit; y and z are always 1, within any device's maxComputeWorkgroupSizeY/Z
+        self.max_workgroup_invocations = min(int(lim["max-compute-invocations-per-workgroup"]),
+                                             int(lim["max-compute-workgroup-size-x"]))
+        self.workgroup_storage = int(lim["max-compute-workgroup-storage-size"])
         self.timer = TimestampTimer(self.device) if "timestamp-query" in features else None
         self._sync_buffer = self.device.create_buffer(size=4, usage=STORAGE_USAGE)
         self.wgsl_compiler = WGSLCompiler(self.device, self.adapter_name)
-        renderer = WGSLRenderer(frozenset(features), *loop_limit(adapter.info))
+        renderer = WGSLRenderer(frozenset(features), *loop_limit(adapter.info),
+                                max_workgroup_invocations=self.max_workgroup_invocations,
+                                workgroup_storage=self.workgroup_storage)
         allocator = WebGPUAllocator(self.device, int(self.device.limits["max-storage-buffer-binding-size"]))
         super().__init__("WEBGPU", allocator, renderer, self.wgsl_compiler,
                          lambda name, lib: WebGPUProgram(self, name, lib))
+
+    def work_group(self, global_size: tuple[int, ...], local_size: tuple[int, ...] | None,
+                   kernel: str) -> tuple[int, ...]:
+        """The work-group shape of a launch: the kernel's own (LOCAL/GROUP opts), else one the runtime picks;
+        a shape this device cannot run is refused (the compiler checks the same limits when it applies opts)."""
+        if not global_size:
+            return ()
+        if local_size is None:
+            return default_local_size(global_size)
+        if len(local_size) != len(global_size) or min(local_size) < 1:
+            raise ValueError(f"kernel {kernel}: local size {local_size} does not match global size {global_size}")
+        if (n := math.prod(local_size)) > self.max_workgroup_invocations:
+            raise RuntimeError(f"kernel {kernel}: a workgroup of {n} invocations {local_size} exceeds this device's "
+                               f"{self.max_workgroup_invocations} (maxComputeInvocationsPerWorkgroup and "
+                               f"maxComputeWorkgroupSizeX of {self.adapter_name}); compile it for this device")
+        return tuple(local_size)
 
     def synchronize(self) -> None:
         # reading a buffer back waits for everything submitted before it (wgpu 0.32.0's

@@ -5,13 +5,25 @@ Types. WGSL computes in bool, i32, u32, f32 and (with the `shader-f16` feature) 
 after every op; bfloat16 values live in f32 and are rounded back after every op. Storage has 32-bit words
 only (f16 aside): buffers of bool, int8, uint8, int16, uint16 and bfloat16 hold their elements packed,
 loads extract them, and stores change only their own bits with atomicAnd/atomicOr, so that work-items
-writing neighbouring elements of one word do not race. 64-bit dtypes are refused.
+writing neighbouring elements of one word do not race. int64/uint64 need wgpu-native's `shader-int64`.
 
-Work-items. Every output loop of a kernel with one loop nest runs as work-items: their indices are taken
-apart from the linear global invocation id over a launch of up to three dimensions (a launch has at most
-65535 workgroups per dimension), each guarded against its loop's bound. (lavapipe also stops an invocation
-after 65535 loop iterations: fewer loops per invocation keep kernels under that cap.) Symbolic sizes (DEFINE_VAR)
-come in a uniform buffer bound after the data buffers.
+Work-items. The output loops of a kernel with one loop nest (and the lane of a GROUP reduction) run as
+work-items, launch dimension 0 first as `Renderer.global_ranges` orders them. A launch is a flat list of
+workgroups, each a flat block of invocations: the kernel takes its workgroup's linear id apart into one block
+coordinate per dimension and its `local_invocation_index` into one local coordinate per dimension, and a
+range's index is block * local size + local. The local sizes are pipeline-overridable constants
+(`tg_local_<d>`, and `tg_workgroup_size` their product): the runtime sets them from the ProgramSpec's local
+size (LOCAL/GROUP opts) or picks them itself, so one shader serves any workgroup shape, and a launch of any
+size fits in up to three dimensions of at most 65535 workgroups. Each index is guarded against its loop's
+bound, since the last block of a dimension may be partial. A GROUP reduction combines its lanes' partials
+in a `var<workgroup>` array after a `workgroupBarrier()`; its workgroups are always full (the GROUP opt
+requires it), so it has no per-index guards: a barrier must be reached in uniform control flow.
+
+Loop cap. lavapipe stops an invocation after 65535 loop iterations, all loops together. A kernel that would
+run more has its innermost loops unrolled in the source (2 to 32 copies of the body per iteration, in order,
+so the accumulation and its result are the plain loop's; each copy past the first is guarded unless the factor
+divides a constant trip count); one that still needs more raises LoopLimitError.
+Symbolic sizes (DEFINE_VAR) come in a uniform buffer bound after the data buffers.
 """
 
 from __future__ import annotations
@@ -26,9 +38,16 @@ from tinygrad.uop.ops import GroupOp, Ops, UOp
 
 from tg_backend_webgpu.wgsl_lib import helper_source
 
-#: invocations per workgroup for kernels that run their outer loop as work-items; the runtime divides the
-#: loop's size by this to get the number of workgroups
-WORKGROUP_SIZE = 64
+#: invocations per workgroup the runtime aims for when a kernel leaves the work-group size to it (no LOCAL or
+#: GROUP opt): enough SIMD rows for lavapipe, few enough that a small output does not run mostly idle lanes
+DEFAULT_WORKGROUP_SIZE = 64
+#: launch dimensions a kernel may run as work-items. WGSL's are virtual (indices are taken apart from linear
+#: ids, see the module docstring), so this only bounds how many output loops stay loops in a many-axis kernel
+MAX_WORK_ITEM_DIMS = 8
+#: WebGPU's default limits, used when no device passes its own
+DEFAULT_MAX_INVOCATIONS, DEFAULT_WORKGROUP_STORAGE = 256, 16384
+#: unroll factors tried, smallest first, to bring a kernel's loop iterations under a driver's cap
+UNROLL_FACTORS = (2, 4, 8, 16, 32)
 #: longer expressions get a `let`, so that a long elementwise chain does not become one enormous line
 MAX_INLINE_CHARS = 1000
 
@@ -77,12 +96,21 @@ class WGSLRenderer(Renderer):
     supported_dtypes = frozenset(VALUE_TYPES)
 
     def __init__(self, features: frozenset[str] = frozenset({"shader-f16"}), max_loop_iterations: int | None = None,
-                 max_loop_iterations_reason: str = ""):
+                 max_loop_iterations_reason: str = "", max_workgroup_invocations: int = DEFAULT_MAX_INVOCATIONS,
+                 workgroup_storage: int = DEFAULT_WORKGROUP_STORAGE):
+        """`max_workgroup_invocations` is the most invocations of one (flat, one-dimensional) workgroup: the
+        smaller of the device's maxComputeInvocationsPerWorkgroup and maxComputeWorkgroupSizeX.
+        `workgroup_storage` is its maxComputeWorkgroupStorageSize in bytes."""
         #: the device's features: float16 needs `shader-f16`, int64/uint64 need `shader-int64`
         self.features = features
         #: a driver that stops invocations after this many loop iterations (lavapipe); rendering a kernel that
-        #: needs more raises LoopLimitError instead of returning wrong results
+        #: needs more, even with its innermost loops unrolled, raises LoopLimitError instead of returning wrong
+        #: results
         self.max_loop_iterations, self.max_loop_iterations_reason = max_loop_iterations, max_loop_iterations_reason
+        # the compiler's view of work-groups: a workgroup is flat, so every dimension may hold all of it
+        self.max_work_group_size = max_workgroup_invocations
+        self.local_max = (max_workgroup_invocations,) * MAX_WORK_ITEM_DIMS
+        self.local_mem_max = workgroup_storage
         self._helpers: set[str] = set()
 
     def supports_dtype(self, dtype: DType) -> bool:
@@ -156,9 +184,10 @@ class WGSLRenderer(Renderer):
             return f"{value_type(to)}({x})"
         tf, tt = value_type(frm), value_type(to)
         if tt in ("i64", "u64"):
-            if frm.is_float:  # through i64: as with u32, a negative float wraps instead of clamping to 0
-                expr = f"i64({x})"
-                return f"bitcast<u64>({expr})" if tt == "u64" else expr
+            if frm.is_float:
+                if tt == "u64":  # as with u32: negatives wrap through i64, values past i64's range convert directly
+                    return f"{self.helper('tg_f32_to_u64')}(f32({x}))"
+                return f"i64({x})"
             # from a 32-bit value: widen with the source's signedness, then reinterpret
             wide = {"i32": "i64", "u32": "u64"}.get(tf, tf)
             expr = f"{wide}({x})" if wide != tf else x
@@ -323,27 +352,60 @@ class WGSLRenderer(Renderer):
         sym = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^"}[op]
         return f"({a} {sym} {b})"
 
-    # ---- work-items ----
-    def global_ranges(self, program: list[UOp]) -> list[UOp]:
-        """Every output loop runs as work-items when the kernel has one loop nest (a kernel with several nests,
-        stores of different shapes, runs as one invocation). The kernel takes its indices apart from one linear
-        invocation id, so the launch is just their total size, in up to three dimensions of workgroups."""
-        ranges = [u for u in program if u.op is Ops.RANGE and u.arg[1] == "global"]
-        first_end = next((i for i, u in enumerate(program) if u.op is Ops.END), len(program))
-        return [] if any(program.index(r) > first_end for r in ranges) else ranges
+    # ---- work-items and loops ----
+    # `global_ranges` is the base class's: the GROUP lane, then the output loops innermost first, as many as
+    # `local_max` has dimensions (MAX_WORK_ITEM_DIMS); a kernel with several loop nests runs as one invocation
 
-    def loop_iterations(self, program: list[UOp], work_items: set[UOp]) -> int:
-        """The most loop iterations one invocation runs (each loop's trip count times its enclosing loops')."""
-        total, stack = 0, [1]
-        for u in program:
+    @staticmethod
+    def innermost_loops(program: list[UOp], work_items: set[UOp]) -> dict[int, int]:
+        """Position of the RANGE -> position of its END, for every loop with no loop inside it: the ones that
+        unrolling shortens."""
+        ends: dict[int, int] = {}
+        opened: list[int] = []
+        outer: set[int] = set()
+        for i, u in enumerate(program):
             if u.op is Ops.RANGE and u not in work_items:
-                stack.append(stack[-1] * max(int(u.src[0].vmax), 0))
-                total += stack[-1]
+                if opened:
+                    outer.add(opened[-1])
+                opened.append(i)
             elif u.op is Ops.END and u.src[0] not in work_items:
-                stack.pop()
-            elif u.op is Ops.MOD and u.dtype.is_float:  # tg_fmod_f32 loops too
-                total += stack[-1] * FMOD_MAX_ITERATIONS
+                start = opened.pop()
+                if start not in outer:
+                    ends[start] = i
+        return ends
+
+    def loop_iterations(self, program: list[UOp], work_items: set[UOp], unroll: int = 1) -> int:
+        """The most loop iterations one invocation runs (each loop's trip count times the number of times its
+        body is entered), with the innermost loops unrolled `unroll` times."""
+        innermost = self.innermost_loops(program, work_items) if unroll > 1 else {}
+        total, runs = 0, [1]  # runs: how often the enclosing loop body runs
+        for i, u in enumerate(program):
+            if u.op is Ops.RANGE and u not in work_items:
+                trips = max(int(u.src[0].vmax), 0)
+                total += runs[-1] * (-(-trips // unroll) if i in innermost else trips)
+                runs.append(runs[-1] * trips)
+            elif u.op is Ops.END and u.src[0] not in work_items:
+                runs.pop()
+            elif u.op is Ops.MOD and u.dtype.is_float:  # tg_fmod_f32 loops too, once per element
+                total += runs[-1] * FMOD_MAX_ITERATIONS
         return total
+
+    def unroll_factor(self, name: str, program: list[UOp], work_items: set[UOp]) -> int:
+        """1 where the kernel stays under the device's loop cap, else the smallest unroll factor that brings it
+        under; LoopLimitError where none does."""
+        limit = self.max_loop_iterations
+        if limit is None or (iterations := self.loop_iterations(program, work_items)) <= limit:
+            return 1
+        for factor in UNROLL_FACTORS:
+            if self.loop_iterations(program, work_items, factor) <= limit:
+                return factor
+        most = UNROLL_FACTORS[-1]
+        raise LoopLimitError(
+            f"kernel {name} runs {iterations} loop iterations per invocation "
+            f"({self.loop_iterations(program, work_items, most)} with its innermost loops unrolled {most} times), "
+            f"but this device ({self.max_loop_iterations_reason}) stops every invocation after {limit}: its results "
+            f"would be wrong. Reduce in steps (for example sum over one axis of a reshape at a time), or use "
+            f"another device")
 
     # ---- the walk over the program ----
     def render(self, name: str, program: list[UOp]) -> str:
@@ -351,24 +413,22 @@ class WGSLRenderer(Renderer):
         depth_of, users = loop_depths_and_users(program)
         stored = {u.src[0].src[0] for u in program if u.op is Ops.STORE}
         # a packed element's index is used twice (word and position in the word): name it once
-        packed_indices = {u.src[1] for u in program if u.op is Ops.INDEX and u.src[0].dtype.scalar in PACKED}
+        packed_indices = {u.src[1] for u in program if u.op is Ops.INDEX and u.src[0].op is Ops.PARAM
+                          and u.src[0].dtype.scalar in PACKED}
         work_ranges = self.global_ranges(program)
-        work_items = set(work_ranges)
-        if self.max_loop_iterations is not None and \
-                (iterations := self.loop_iterations(program, work_items)) > self.max_loop_iterations:
-            raise LoopLimitError(
-                f"kernel {name} runs {iterations} loop iterations per invocation, but this device "
-                f"({self.max_loop_iterations_reason}) stops every invocation after {self.max_loop_iterations}: its "
-                f"results would be wrong. Reduce in steps (for example sum over one axis of a reshape at a time), or "
-                f"use another device")
-        # each work-item range's index is (linear id / the sizes of the ranges inside it) % its size
-        launch = [int(r.src[0].vmax) for r in work_ranges]
-        strides = {r: math.prod(launch[i + 1:]) for i, r in enumerate(work_ranges)}
-        first_work_item = work_ranges[0] if work_ranges else None
+        dim_of = {r: d for d, r in enumerate(work_ranges)}
+        # a GROUP reduction's workgroups are full (the GROUP opt refuses symbolic or partial ones), and its barrier
+        # must be reached in uniform control flow: no guard that depends on the invocation may enclose it
+        grouped = any(u.op is Ops.BARRIER for u in program)
+        if grouped and any(r.src[0].op is not Ops.CONST for r in work_ranges):
+            raise NotImplementedError(f"kernel {name}: a GROUP reduction over a symbolic launch size")
+        unroll = self.unroll_factor(name, program, set(work_ranges))
+        unrolled = self.innermost_loops(program, set(work_ranges)) if unroll > 1 else {}
 
         names: dict[UOp, str] = {}
         pending: dict[UOp, str] = {}
         body: list[str] = []
+        local_decls: list[str] = []
         counters: dict[str, int] = defaultdict(int)
 
         def fresh(prefix: str) -> str:
@@ -393,7 +453,8 @@ class WGSLRenderer(Renderer):
         params = sorted((u for u in program if u.op is Ops.PARAM), key=lambda u: u.arg[0])
         variables = sorted({u.arg[0]: u for u in program if u.op is Ops.DEFINE_VAR}.items())
         var_field = {var_name: f"tg_vars.v{i}" for i, (var_name, _) in enumerate(variables)}
-        for u in program:
+
+        def render_uop(u: UOp) -> None:
             pad = "  " * depth_of[u]
             op = u.op
             if op is Ops.PARAM:
@@ -405,27 +466,39 @@ class WGSLRenderer(Renderer):
             elif op is Ops.RANGE:
                 names[u] = fresh("ridx")
                 bound = names[u.src[0]]
-                if u in work_items:
-                    quotient = f"tg_lin / {strides[u]}u" if strides[u] > 1 else "tg_lin"
-                    index = f"min({quotient}, 0x7fffffffu)" if u is first_work_item else \
-                        f"({quotient}) % {int(u.src[0].vmax)}u"
-                    # the launch is rounded up to whole workgroups (and a symbolic size launches its largest
-                    # value): guard each index against its bound
-                    body.append(f"{pad}let {names[u]}: i32 = i32({index}); if ({names[u]} < {bound}) {{")
+                if (d := dim_of.get(u)) is not None:
+                    index = f"let {names[u]}: i32 = i32(tg_b{d} * tg_local_{d} + tg_l{d});"
+                    # the last block of a dimension may be partial (and a symbolic size launches its largest
+                    # value): guard each index against its bound, except in a GROUP reduction (full blocks)
+                    body.append(f"{pad}{index} {{" if grouped else f"{pad}{index} if ({names[u]} < {bound}) {{")
                 else:
                     body.append(f"{pad}for (var {names[u]}: i32 = 0i; {names[u]} < {bound}; {names[u]}++) {{")
             elif op is Ops.END:
                 body.append(pad + "}")
             elif op is Ops.INDEX:
                 names[u] = ""  # rendered by its LOAD or STORE
+            elif op is Ops.DEFINE_LOCAL:
+                # the GROUP scratch holds computed values (value types; no packing: nothing else shares a word)
+                names[u] = fresh("temp")
+                local_decls.append(f"var<workgroup> {names[u]}: array<{value_type(u.dtype)}, {int(u.arg[1])}>;")
+            elif op is Ops.BARRIER:
+                body.append(pad + "workgroupBarrier();")
             elif op is Ops.LOAD:
                 idx = u.src[0]
                 gate = names[idx.src[2]] if len(idx.src) > 2 else None
-                emit(u, self.render_load(names[idx.src[0]], names[idx.src[1]], gate, u.dtype, idx.src[0] in stored),
-                     "val")
+                buf, i = names[idx.src[0]], names[idx.src[1]]
+                if idx.src[0].op is Ops.DEFINE_LOCAL:
+                    val = f"{buf}[{i}]"
+                    emit(u, val if gate is None else f"select({self.render_const(0, u.dtype)}, {val}, {gate})", "val")
+                else:
+                    emit(u, self.render_load(buf, i, gate, u.dtype, idx.src[0] in stored), "val")
             elif op is Ops.STORE:
                 idx = u.src[0]
-                body.append(pad + self.render_store(names[idx.src[0]], names[idx.src[1]], names[u.src[1]], idx.dtype))
+                buf, i, value = names[idx.src[0]], names[idx.src[1]], names[u.src[1]]
+                line = f"{buf}[{i}] = {value};" if idx.src[0].op is Ops.DEFINE_LOCAL else \
+                    self.render_store(buf, i, value, idx.dtype)
+                # a third source gates the store (only lane 0 of a GROUP writes the result)
+                body.append(pad + (f"if ({names[u.src[2]]}) {{ {line} }}" if len(u.src) > 2 else line))
             elif op is Ops.DEFINE_ACC:
                 names[u] = fresh("acc")
                 body.append(f"{pad}var {names[u]}: {value_type(u.dtype)} = {names[u.src[0]]};")
@@ -447,19 +520,73 @@ class WGSLRenderer(Renderer):
             else:
                 raise NotImplementedError(f"{type(self).__name__} cannot render {op}")
 
+        def walk(start: int, stop: int) -> None:
+            i = start
+            while i < stop:
+                u = program[i]
+                if i not in unrolled:
+                    render_uop(u)
+                    i += 1
+                    continue
+                # an unrolled loop: `unroll` guarded copies of the body per iteration, in order, so that the
+                # accumulation order (and so the result) is that of the plain loop
+                end, pad, bound = unrolled[i], "  " * depth_of[u], names[u.src[0]]
+                # a constant trip count that the factor divides needs no guards
+                whole = u.src[0].op is Ops.CONST and int(u.src[0].arg) % unroll == 0
+                loop = fresh("ridx")
+                body.append(f"{pad}for (var {loop}: i32 = 0i; {loop} < {bound}; {loop} += {unroll}i) {{")
+                for copy in range(unroll):
+                    names[u] = fresh("ridx")
+                    at = f"{loop} + {copy}i" if copy else loop
+                    guard = f"if ({at} < {bound}) " if copy and not whole else ""  # the loop condition covers copy 0
+                    body.append(f"{pad}  {guard}{{ let {names[u]}: i32 = {at};")
+                    walk(i + 1, end)
+                    body.append(f"{pad}  }}")
+                body.append(pad + "}")
+                i = end + 1
+
+        walk(0, len(program))
+
         decls = [self.render_param(i, names[p], p.dtype, p in stored) for i, p in enumerate(params)]
         if variables:
             fields = ", ".join(f"v{i}: i32" for i in range(len(variables)))
             decls.append(f"struct TgVars {{ {fields} }}")
             decls.append(f"@group(0) @binding({len(params)}) var<uniform> tg_vars: TgVars;")
+        decls += local_decls
         uses_f16 = any(u.dtype.scalar == dtypes.float16 for u in program)
         head = ("enable f16;\n" if uses_f16 else "") + "\n".join(decls) + "\n" + helper_source(self._helpers)
-        size = WORKGROUP_SIZE if work_items else 1
-        entry = (f"@compute @workgroup_size({size})\nfn {name}(@builtin(global_invocation_id) tg_gid: vec3<u32>, "
-                 f"@builtin(num_workgroups) tg_nwg: vec3<u32>) {{\n")
         # 0 at run time (a launch has far fewer than 2^31 workgroups), unknown to the shader compiler
         opaque = "  let tg_opaque: u32 = tg_nwg.x >> 31u;\n"
-        if work_items:
-            lin = f"tg_gid.x + {WORKGROUP_SIZE}u * tg_nwg.x * (tg_gid.y + tg_nwg.y * tg_gid.z)"
-            opaque += f"  let tg_lin: u32 = {lin};\n"
-        return head + entry + opaque + "\n".join(body) + "\n}\n"
+        if not work_ranges:
+            entry = f"@compute @workgroup_size(1)\nfn {name}(@builtin(num_workgroups) tg_nwg: vec3<u32>) {{\n"
+            return head + entry + opaque + "\n".join(body) + "\n}\n"
+        return head + self._work_item_entry(name, work_ranges) + opaque + self._work_item_ids(work_ranges) + \
+            "\n".join(body) + "\n}\n"
+
+    @staticmethod
+    def _work_item_entry(name: str, work_ranges: list[UOp]) -> str:
+        overrides = "".join(f"override tg_local_{d}: u32 = 1u;\n" for d in range(len(work_ranges)))
+        return (f"{overrides}override tg_workgroup_size: u32 = 1u;\n"
+                f"@compute @workgroup_size(tg_workgroup_size)\nfn {name}(@builtin(workgroup_id) tg_wid: vec3<u32>, "
+                f"@builtin(local_invocation_index) tg_lid: u32, @builtin(num_workgroups) tg_nwg: vec3<u32>) {{\n")
+
+    @staticmethod
+    def _work_item_ids(work_ranges: list[UOp]) -> str:
+        """The block (tg_b<d>) and local (tg_l<d>) coordinate of this invocation in every launch dimension,
+        dimension 0 varying fastest in both, from the linear workgroup id and the local invocation index."""
+        dims = range(len(work_ranges))
+        lines = ["  let tg_group: u32 = tg_wid.x + tg_nwg.x * (tg_wid.y + tg_nwg.y * tg_wid.z);"]
+        lines += [f"  let tg_nb{d}: u32 = ({int(r.src[0].vmax)}u + tg_local_{d} - 1u) / tg_local_{d};"
+                  for d, r in enumerate(work_ranges)]
+        # the grid is rounded up to whole rows and planes of workgroups: the spare ones have nothing to do (the
+        # condition is the same for the whole workgroup, so a GROUP barrier after it stays in uniform control flow)
+        lines.append(f"  if (tg_group >= {' * '.join(f'tg_nb{d}' for d in dims)}) {{ return; }}")
+        for d in dims:
+            blocks_before = " * ".join(f"tg_nb{e}" for e in range(d))
+            locals_before = " * ".join(f"tg_local_{e}" for e in range(d))
+            block = f"(tg_group / ({blocks_before}))" if d else "tg_group"
+            local = f"(tg_lid / ({locals_before}))" if d else "tg_lid"
+            last = d == len(work_ranges) - 1  # below the product of all sizes: no modulo needed
+            lines.append(f"  let tg_b{d}: u32 = {block if last else f'{block} % tg_nb{d}'};")
+            lines.append(f"  let tg_l{d}: u32 = {local if last else f'{local} % tg_local_{d}'};")
+        return "\n".join(lines) + "\n"

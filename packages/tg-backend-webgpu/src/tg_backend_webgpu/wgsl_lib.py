@@ -99,6 +99,11 @@ HELPERS: dict[str, str] = {
     "tg_f32_to_u32": """fn tg_f32_to_u32(x: f32) -> u32 {
   return select(bitcast<u32>(i32(x)), u32(x), x >= 2147483648.0f);
 }""",
+    # f32 -> u64 at and past 2^63: i64(x) saturates there (naga clamps float -> int conversions to the target's
+    # range), so such values need the unsigned conversion; below it the i64 route wraps negatives like the reference
+    "tg_f32_to_u64": """fn tg_f32_to_u64(x: f32) -> u64 {
+  return select(bitcast<u64>(i64(x)), u64(x), x >= 9223372036854775808.0f);
+}""",
     # exact fmod: the remainder of the significands, shifted 8 bits at a time (|x| / |y| can be 2^277 in f32);
     # at most 35 iterations, which count against lavapipe's loop cap like the kernel's own loops
     "tg_fmod_f32": """fn tg_fmod_f32(x: f32, y: f32) -> f32 {
