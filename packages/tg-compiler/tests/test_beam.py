@@ -39,7 +39,8 @@ def test_candidates_cover_every_kind_of_opt_for_a_gpu() -> None:
     state = OptState.from_lowered(lower_kernel(matmul_ast(8, 16, 12)))
     kinds = {o.op for o in candidate_actions(state, has_local=True)}
     assert kinds == {OptOps.UPCAST, OptOps.UNROLL, OptOps.LOCAL, OptOps.GROUP, OptOps.SWAP}
-    assert {o.op for o in candidate_actions(state, has_local=False)} == {OptOps.UPCAST, OptOps.UNROLL, OptOps.SWAP}
+    assert {o.op for o in candidate_actions(state, has_local=False)} == {OptOps.UPCAST, OptOps.UNROLL, OptOps.SWAP,
+                                                                         OptOps.TILE}
 
 
 def test_cache_entries_round_trip_and_stale_or_corrupt_ones_are_ignored() -> None:

@@ -100,6 +100,35 @@ def test_swap_exchanges_the_loop_order() -> None:
     assert loops == [12, 8, 16]  # the n loop now runs outside the m loop, the reduce stays innermost
 
 
+def test_tile_splits_a_global_axis_into_two_loops_and_swap_moves_the_outer_one_out() -> None:
+    s = state_of(matmul_ast(8, 16, 12), Opt(OptOps.TILE, 1, 4))
+    assert sizes(s, "global") == [8, 3, 4] and not s.ranges("upcast")
+    loops = [int(u.src[0].arg) for u in linearize(expand_kernel(s)) if u.op is Ops.RANGE]
+    assert loops == [8, 3, 4, 16]  # the inner part opens inside every other global loop, the reduce stays inside
+    s = state_of(matmul_ast(8, 16, 12), Opt(OptOps.TILE, 1, 4), Opt(OptOps.SWAP, 0, 1))
+    assert [int(u.src[0].arg) for u in linearize(expand_kernel(s)) if u.op is Ops.RANGE] == [3, 8, 4, 16]
+
+
+@pytest.mark.parametrize("opt, renderer, message", [
+    (Opt(OptOps.TILE, 1, 5), CStyleRenderer(), "must divide"),
+    (Opt(OptOps.TILE, 1, 12), CStyleRenderer(), "leave an outer loop"),
+    (Opt(OptOps.TILE, 2, 4), CStyleRenderer(), "applies to global"),
+    (Opt(OptOps.TILE, 1, 4), GPURenderer(), "loop targets"),
+])
+def test_tile_that_does_not_apply_says_why(opt: Opt, renderer: CStyleRenderer, message: str) -> None:
+    with pytest.raises(OptError, match=message):
+        state_of(matmul_ast(8, 16, 12), opt, renderer=renderer)
+
+
+def test_cpu_heuristics_block_a_big_matmul_for_l2_and_leave_a_small_one() -> None:
+    big = optimize(lower_kernel(matmul_ast(1024, 1024, 1024)), CStyleRenderer())
+    assert [o.op for o in big.applied] == [OptOps.UPCAST, OptOps.UPCAST, OptOps.TILE, OptOps.SWAP]
+    # the outermost loop now walks blocks of column tiles; a strip of B per tile is 1024 * 32 floats (128 KiB)
+    assert sizes(big, "global") == [8, 128, 4]
+    small = optimize(lower_kernel(matmul_ast(64, 64, 64)), CStyleRenderer())
+    assert OptOps.TILE not in [o.op for o in small.applied] and small.applied
+
+
 def test_upcast_copies_stores_and_their_reductions_share_one_loop() -> None:
     s = state_of(matmul_ast(8, 16, 12), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 2))
     program = linearize(expand_kernel(s))

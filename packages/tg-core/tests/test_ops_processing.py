@@ -476,3 +476,31 @@ def test_matmul_and_newton_schulz_bad_input() -> None:
         Tensor.zeros(2, 2, 3) @ Tensor.zeros(3, 3, 2)
     with pytest.raises(ValueError, match="needs a matrix"):
         Tensor.zeros(3).newton_schulz(1, MUON)
+
+
+@pytest.mark.parametrize("shapes,transposed", [
+    (((3, 256), (256, 1024)), False),      # a right operand of 1 MiB: read from a panel-packed copy
+    (((2, 5, 64), (2, 64, 4096)), False),  # batched
+    (((4, 512), (512, 512)), True),        # a transposed (non-contiguous) right operand
+    (((3, 256), (256, 1000)), False),      # 1000 columns are not whole panels: not packed
+])
+def test_matmul_with_a_panel_packed_right_operand(shapes: tuple[tuple[int, ...], ...], transposed: bool) -> None:
+    from tinygrad.mixin.linalg import PACK_MIN_BYTES, PANEL
+    from tinygrad.uop.ops import Ops
+    rng = np.random.default_rng(0)
+    an = rng.standard_normal(shapes[0]).astype(np.float32)
+    bn = rng.standard_normal(shapes[1][:-2] + shapes[1][-2:][::-1] if transposed else shapes[1]).astype(np.float32)
+    a, b = Tensor(an, requires_grad=True), Tensor(bn, requires_grad=True)
+    rhs, rhs_n = (b.transpose(-1, -2), bn.swapaxes(-1, -2)) if transposed else (b, bn)
+    packed = rhs.shape[-1] % PANEL == 0 and rhs.numel() * 4 >= PACK_MIN_BYTES
+    out = a @ rhs
+    assert (sum(1 for u in out.uop.toposort() if u.op is Ops.CONTIGUOUS) >= 1) == packed
+    g = rng.standard_normal(out.shape).astype(np.float32)
+    (out * Tensor(g)).sum().backward()
+    np.testing.assert_allclose(out.numpy(), an @ rhs_n, rtol=1e-4, atol=1e-3)
+    grad_a = g @ rhs_n.swapaxes(-1, -2)
+    grad_rhs = (an.swapaxes(-1, -2) @ g)
+    grad_b = grad_rhs.swapaxes(-1, -2) if transposed else grad_rhs
+    assert a.grad is not None and b.grad is not None
+    np.testing.assert_allclose(a.grad.numpy(), grad_a, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(b.grad.numpy(), grad_b.reshape(bn.shape), rtol=1e-4, atol=1e-3)

@@ -17,6 +17,10 @@ An optimisation never changes *what* is computed, only how the iteration space i
   ceil(n/k) (indices past n contribute the reduction's identity). Each work-item reduces its share, writes the
   partial result to local memory, waits at a barrier, and reads all k partials back to combine them.
 
+* ``TILE axis k``    (loop targets only) split a global axis r (size n, k divides n) into two loops: the outer
+  one (n/k, keeps r's axis id and place) and an inner global loop of k that opens inside every other global
+  loop. With SWAP this blocks a loop nest for the caches: TILE the column-tile axis of a big matmul, then SWAP
+  its outer part outermost, and one block of B's columns is reused from L2 by every row of A.
 * ``SWAP axis b``    exchange the loop order of global axes `axis` and `b` (`amount` names the other axis). Loops
   open in axis-id order, so this swaps the two ranges' ids. For a big matmul it puts the loop over column
   tiles outside the loop over row tiles: one strip of B then stays in cache while all of A streams past.
@@ -46,6 +50,7 @@ class OptOps(enum.Enum):
     LOCAL = enum.auto()
     GROUP = enum.auto()
     SWAP = enum.auto()
+    TILE = enum.auto()
 
 
 @dataclass(frozen=True)
@@ -181,6 +186,8 @@ def apply_opt(state: OptState, opt: Opt, renderer: Renderer) -> OptState:
             raise OptError(f"{opt}: axis {opt.axis} already runs in work-groups; upcast before LOCAL")
         new, _, _ = split_range(state, r, opt.amount, "upcast" if opt.op is OptOps.UPCAST else "unroll")
         return replace(new, applied=(*state.applied, opt))
+    if opt.op is OptOps.TILE:
+        return _tile(state, opt, r, n, renderer)
     if not renderer.has_local:
         raise OptError(f"{opt}: {type(renderer).__name__} has no work-groups")
     if opt.op is OptOps.LOCAL:
@@ -247,6 +254,17 @@ def _swap(state: OptState, opt: Opt, axes: list[UOp]) -> OptState:
         raise OptError(f"{opt}: swap loops before choosing work-groups")
     sink = state.sink.substitute({a: a.replace(arg=(b.arg[0], "global")), b: b.replace(arg=(a.arg[0], "global"))})
     return replace(state, sink=sink, applied=(*state.applied, opt))
+
+
+def _tile(state: OptState, opt: Opt, r: UOp, n: int, renderer: Renderer) -> OptState:
+    if renderer.has_local:
+        raise OptError(f"{opt}: TILE is for loop targets; on {type(renderer).__name__} global axes are work-items")
+    if r.arg[1] != "global":
+        raise OptError(f"{opt}: TILE applies to global axes")
+    if n % opt.amount or not 1 < opt.amount < n:
+        raise OptError(f"{opt}: {opt.amount} must divide the axis size {n} and leave an outer loop")
+    new, _, _ = split_range(state, r, opt.amount, "global")
+    return replace(new, applied=(*state.applied, opt))
 
 
 def _check_group_limits(state: OptState, renderer: Renderer, opt: Opt, wg: int, r_dim_size: int,

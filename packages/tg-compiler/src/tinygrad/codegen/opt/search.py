@@ -1,7 +1,7 @@
 """BEAM search: pick a kernel's opts by timing candidates on the device (`BEAM=n`, n the beam width).
 
 Starting from no opts, every step extends each of the n best opt lists so far by one action (every UPCAST,
-UNROLL, LOCAL, GROUP and SWAP the kernel accepts), compiles and times every candidate on the device with
+UNROLL, LOCAL, GROUP, SWAP and TILE the kernel accepts), compiles and times every candidate on the device with
 scratch buffers, and keeps the n fastest. The search stops when a step finds nothing faster (by more than
 the timing noise) or after `MAX_STEPS` steps.
 
@@ -41,6 +41,7 @@ UPCAST_AMOUNTS = (2, 3, 4, 8, 16, 32)
 UNROLL_AMOUNTS = (2, 4, 8, 16)
 LOCAL_AMOUNTS = (2, 4, 8, 16, 32, 64, 128, 256)
 GROUP_AMOUNTS = (16, 32, 64, 128, 256)
+TILE_AMOUNTS = (2, 4, 8)
 
 
 def candidate_actions(state: OptState, has_local: bool) -> list[Opt]:
@@ -53,6 +54,8 @@ def candidate_actions(state: OptState, has_local: bool) -> list[Opt]:
             out += [Opt(OptOps.SWAP, i, j) for j in range(i + 1, len(axes)) if axes[j].arg[1] == "global"]
             if has_local:
                 out += [Opt(OptOps.LOCAL, i, a) for a in LOCAL_AMOUNTS]
+            else:
+                out += [Opt(OptOps.TILE, i, a) for a in TILE_AMOUNTS]
         else:
             out += [Opt(OptOps.UNROLL, i, a) for a in UNROLL_AMOUNTS]
             if has_local:
