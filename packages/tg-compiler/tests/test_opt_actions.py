@@ -217,3 +217,17 @@ def test_gpu_renderers_keep_32_bit_address_math() -> None:
     cl = pytest.importorskip("tg_backend_opencl.renderer", reason="the OpenCL backend is not installed")
     src = get_program(matmul_ast(8, 16, 12), cl.OpenCLRenderer(), (Opt(OptOps.UPCAST, 1, 4),)).src
     assert "long alu" not in src and "int alu" in src
+
+
+def test_cpu_heuristics_tile_convolutions_by_whole_rows_and_a_second_reuse_axis() -> None:
+    from tinygrad import Tensor
+    # the shapes of the MNIST example's second convolution (the batch does not change the choice)
+    x, w = Tensor.empty(8, 32, 24, 24, requires_grad=True), Tensor.empty(32, 32, 5, 5, requires_grad=True)
+    out = x.conv2d(w)
+    fwd = optimize(lower_kernel(out.schedule()[-1].ast), CStyleRenderer())
+    # a whole output row (20, not a multiple of a vector) as the SIMD axis, 8 output channels reusing each load
+    assert fwd.applied == (Opt(OptOps.UPCAST, 3, 20), Opt(OptOps.UPCAST, 1, 8))
+    (grad_w,) = (out * Tensor.empty(8, 32, 20, 20)).sum().gradient(w)
+    wgrad = optimize(lower_kernel(grad_w.schedule()[-1].ast), CStyleRenderer())
+    # the 5-wide kernel row times 8 output channels is a small tile: it grows along the input channels
+    assert wgrad.applied == (Opt(OptOps.UPCAST, 3, 5), Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 4))

@@ -287,3 +287,30 @@ def test_sgd_steps_match_torch_and_history_stays_bounded(torch: Any) -> None:
     assert w.requires_grad and len(w.uop.toposort()) <= 3, "a parameter is a buffer after its update"
     # four more steps realize several values each; a small slack absorbs garbage from other tests in this worker
     assert remembered[1] <= remembered[0] + 2, "realized values must not keep every earlier step's graph alive"
+
+
+# ---- gradients defined by a function --------------------------------------------------------------------------
+
+def test_a_defined_gradient_replaces_the_chain_rule_through_the_node() -> None:
+    from tinygrad.gradient import define_gradient
+    a = Tensor(randn(3), requires_grad=True)
+    b = a * 2
+    define_gradient(b.uop, (a.uop,), lambda g: (g * g.const_like(5.0),))  # deliberately not the true 2
+    (b * 3).sum().backward()
+    assert a.grad is not None
+    assert_close(a.grad.numpy(), np.full(3, 15.0, np.float32))
+
+
+def test_conv_backward_runs_as_convolutions_without_the_window_intermediate() -> None:
+    torch = pytest.importorskip("torch")
+    xn, wn, gn = randn(4, 3, 9, 9), randn(5, 3, 3, 3), randn(4, 5, 9, 9)
+    x, w = Tensor(xn, requires_grad=True), Tensor(wn, requires_grad=True)
+    out = x.conv2d(w, padding=1)
+    gx, gw = (out * Tensor(gn)).sum().gradient(x, w)
+    schedule = gx.schedule(gw)
+    # the chain rule through the window view would store every window's gradient (4*3*9*9*3*3 values) first
+    assert max(si.bufs[0].size for si in schedule) < 4 * 3 * 9 * 9 * 3 * 3
+    xt, wt = torch.tensor(xn, requires_grad=True), torch.tensor(wn, requires_grad=True)
+    (torch.nn.functional.conv2d(xt, wt, padding=1) * torch.tensor(gn)).sum().backward()
+    assert_close(gx.numpy(), xt.grad.numpy(), 1e-4)
+    assert_close(gw.numpy(), wt.grad.numpy(), 1e-4)

@@ -7,11 +7,27 @@ a source gets no gradient). `compute_gradient` walks the graph from the root bac
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable
 
 from tinygrad.uop.ops import GroupOp, Ops, UOp, inverse_permutation
 
 GradRule = Callable[[UOp, UOp], tuple[UOp | None, ...]]
+#: a gradient a Tensor function defines for the node it returns: (its inputs, g -> one gradient per input)
+CustomGradient = tuple[tuple[UOp, ...], Callable[[UOp], tuple[UOp | None, ...]]]
+
+#: Nodes whose gradient replaces the chain rule through the ops they are built from. A convolution registers
+#: one: the chain rule through its sliding-window view would scatter the gradient through an intermediate of
+#: batch x channels x positions x kernel taps, where the gradient for its input is one transposed convolution.
+#: Weak keys: an entry lives as long as the graph that holds its node. UOps are hash-consed, so a graph built the
+#: same way anywhere else is the same node with the same (mathematically equal) gradient.
+CUSTOM_GRADIENTS: weakref.WeakKeyDictionary[UOp, CustomGradient] = weakref.WeakKeyDictionary()
+
+
+def define_gradient(node: UOp, inputs: tuple[UOp, ...], rule: Callable[[UOp], tuple[UOp | None, ...]]) -> None:
+    """Backpropagate through `node` by `rule(g)` (one gradient per input) instead of through its sources.
+    The inputs must lie in node's graph; every node between them and `node` then gets no gradient from it."""
+    CUSTOM_GRADIENTS[node] = (inputs, rule)
 
 
 def _cos(x: UOp) -> UOp:
@@ -122,12 +138,15 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, 
         g = grads.get(node)
         if g is None or (node in targets and not any(s in leads_to_target for s in node.src)):
             continue
-        if node.op in NO_GRAD or not node.src:
+        if (custom := CUSTOM_GRADIENTS.get(node)) is not None:
+            srcs, src_grads = custom[0], custom[1](g)
+        elif node.op in NO_GRAD or not node.src:
             continue
-        rule = GRAD_RULES.get(node.op)
-        if rule is None:
+        elif (rule := GRAD_RULES.get(node.op)) is None:
             raise NotImplementedError(f"no gradient rule for {node.op}")
-        for src, sg in zip(node.src, rule(g, node)):
+        else:
+            srcs, src_grads = node.src, rule(g, node)
+        for src, sg in zip(srcs, src_grads):
             if sg is None or src not in leads_to_target:
                 continue
             grads[src] = grads[src] + sg if src in grads else sg

@@ -420,6 +420,34 @@ def _check_groups(name: str, groups: int, channels: int, what: str) -> None:
         raise ValueError(f"{name}: groups={groups} must divide the {channels} {what}")
 
 
+def _define_conv_gradient(out: Tensor, xp: Tensor, w: Tensor, win: Tensor) -> None:
+    """Backpropagate through a stride-1 convolution `out` of the padded input `xp` (bs, cin, i...) with `w`
+    (cout, cin, k...) by convolutions, as PyTorch does, instead of by the chain rule through the window view:
+    that one scatters the input's gradient through an intermediate of every window (bs x cin x positions x
+    taps, 650 MB for one layer of the MNIST example) and a second kernel that sums the overlaps.
+
+    * input: the full convolution of the output gradient with the kernel flipped and its channel axes
+      swapped, dx[b, c, i] = sum_{o, t} g[b, o, i - t] w[o, c, t];
+    * weight: every window of the input times the output gradient, summed over the batch and the positions,
+      dw[o, c, t] = sum_{b, p} xp[b, c, p + t] g[b, o, p] (what the chain rule gives, written out)."""
+    from tinygrad.gradient import define_gradient
+    n = w.ndim - 2
+    kernel, outs = w.shape[2:], out.shape[2:]
+    bs, cout, cin = out.shape[0], w.shape[0], w.shape[1]
+
+    def rule(g_uop: Any) -> tuple[Any, ...]:
+        # realized once: both convolutions read every element of g many times, and the ops that made it (the
+        # backward of a pool, a norm, a relu) would otherwise be fused into, and redone in, every one of those reads
+        g = Tensor(g_uop, device=out.device).contiguous()
+        full = _pad_spatial(g, [(k - 1, k - 1) for k in kernel])
+        flipped = w.flip(tuple(range(2, n + 2))).transpose(0, 1)
+        dx = _conv(full, flipped, None, 1, (1,) * n, (1,) * n, [(0, 0)] * n, None, "conv2d (gradient)")
+        taps = win.reshape((bs, 1, cin) + outs + kernel)
+        dw = (taps * g.reshape((bs, cout, 1) + outs + (1,) * n)).sum((0,) + tuple(range(3, 3 + n)), dtype=g.dtype)
+        return dx.uop, dw.uop
+    define_gradient(out.uop, (xp.uop, w.uop), rule)
+
+
 def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, stride: tuple[int, ...],
           dilation: tuple[int, ...], pads: Pads, dtype: DTypeLike | None, name: str) -> Tensor:
     n = weight.ndim - 2
@@ -445,11 +473,13 @@ def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, stride: t
                          f"larger than the padded input")
     outs = tuple((p - d * (k - 1) - 1) // s + 1 for p, d, k, s in zip(padded, dilation, kernel, stride))
     acc, out_dtype = acc_dtype(least_upper_dtype(x.dtype, weight.dtype), dtype)
-    win = _windows(_pad_spatial(x.cast(acc), pads), kernel, stride, dilation, outs)
-    win = win.reshape((bs, groups, 1, cin_g) + outs + kernel)
-    w = weight.cast(acc).reshape((1, groups, cout // groups, cin_g) + (1,) * n + kernel)
-    out = (win * w).sum((3,) + tuple(range(4 + n, 4 + 2 * n)), dtype=acc)
-    out = out.reshape((bs, cout) + outs).cast(out_dtype)
+    xp, wa = _pad_spatial(x.cast(acc), pads), weight.cast(acc)
+    win = _windows(xp, kernel, stride, dilation, outs).reshape((bs, groups, 1, cin_g) + outs + kernel)
+    w = wa.reshape((1, groups, cout // groups, cin_g) + (1,) * n + kernel)
+    out = (win * w).sum((3,) + tuple(range(4 + n, 4 + 2 * n)), dtype=acc).reshape((bs, cout) + outs)
+    if groups == 1 and all(s == 1 for s in stride) and all(d == 1 for d in dilation) and acc.is_float:
+        _define_conv_gradient(out, xp, wa, win)
+    out = out.cast(out_dtype)
     if bias is not None:
         out = out + bias.reshape((1, cout) + (1,) * n)
     return out.squeeze(0) if unbatched else out
