@@ -436,10 +436,12 @@ def _define_conv_gradient(out: Tensor, xp: Tensor, w: Tensor, win: Tensor) -> No
     bs, cout, cin = out.shape[0], w.shape[0], w.shape[1]
 
     def rule(g_uop: Any) -> tuple[Any, ...]:
-        # realized once: both convolutions read every element of g many times, and the ops that made it (the
-        # backward of a pool, a norm, a relu) would otherwise be fused into, and redone in, every one of those reads
-        g = Tensor(g_uop, device=out.device).contiguous()
-        full = _pad_spatial(g, [(k - 1, k - 1) for k in kernel])
+        # g realized once, with the full convolution's zero border: both convolutions read every element of g
+        # many times, and the ops that made it (the backward of a pool, a norm, a relu) would otherwise be fused
+        # into, and redone in, every one of those reads, each read also testing whether it falls in the border
+        border = [(k - 1, k - 1) for k in kernel]
+        full = _pad_spatial(Tensor(g_uop, device=out.device), border).contiguous()
+        g = full.shrink([None, None] + [(k - 1, k - 1 + o) for k, o in zip(kernel, outs)])
         flipped = w.flip(tuple(range(2, n + 2))).transpose(0, 1)
         dx = _conv(full, flipped, None, 1, (1,) * n, (1,) * n, [(0, 0)] * n, None, "conv2d (gradient)")
         taps = win.reshape((bs, 1, cin) + outs + kernel)

@@ -183,7 +183,9 @@ def _second_reuse_axis(state: OptState, renderer: Renderer, outer_id: int, reuse
         n = _const(g) or 1
         if g is first or (g.arg[0] == outer_id and n < 32) or score(g) == 0:
             continue
-        amt = next((c for c in CPU_REUSE if n % c == 0 and c <= n and tile * c <= CPU_MAX_TILE), None)
+        # a short axis whole (the 5 rows of a 5x5 kernel), a long one by a divisor
+        amounts = (n,) if n <= max(CPU_REUSE) else CPU_REUSE
+        amt = next((c for c in amounts if n % c == 0 and c <= n and tile * c <= CPU_MAX_TILE), None)
         if amt is not None and (best is None or (score(g), amt) > best[:2]):
             best = (score(g), amt, g)
     if best is None:
