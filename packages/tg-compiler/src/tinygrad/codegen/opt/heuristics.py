@@ -155,8 +155,13 @@ def _cpu_opts(state: OptState, renderer: Renderer, globals_: list[UOp], reduces:
             amt = _largest_divisor(n, CPU_REUSE) if r is not globals_[0] or n >= 32 else None
             if amt is not None:
                 state, reuse_amt = _try(state, Opt(OptOps.UPCAST, ax, amt), renderer), amt
-        if simd_amt * reuse_amt < CPU_MIN_TILE:
-            state = _second_reuse_axis(state, renderer, globals_[0].arg[0], reuse_id, simd_amt * reuse_amt)
+        tile = simd_amt * reuse_amt
+        while tile < CPU_MIN_TILE:  # grow a small tile along more reuse axes while one fits
+            grown = _second_reuse_axis(state, renderer, globals_[0].arg[0], reuse_id, tile)
+            if grown is state:
+                break
+            tile *= grown.upcast_size() // max(state.upcast_size(), 1)
+            state = grown
         if state.applied:
             return _block_for_l2(state, renderer, simd_id, simd_amt, red_size)
     # few outputs (or nothing to tile): independent accumulators for the innermost reduce axis
@@ -178,7 +183,7 @@ def _second_reuse_axis(state: OptState, renderer: Renderer, outer_id: int, reuse
         strides = access_strides(state, g)
         return sum(1 for i, st in enumerate(strides) if st == 0 and (not_reused is None or not_reused[i]))
 
-    best: tuple[int, int, UOp] | None = None
+    best: tuple[tuple[int, bool, int], int, UOp] | None = None
     for g in globals_:
         n = _const(g) or 1
         if g is first or (g.arg[0] == outer_id and n < 32) or score(g) == 0:
@@ -186,8 +191,11 @@ def _second_reuse_axis(state: OptState, renderer: Renderer, outer_id: int, reuse
         # a short axis whole (the 5 rows of a 5x5 kernel), a long one by a divisor
         amounts = (n,) if n <= max(CPU_REUSE) else CPU_REUSE
         amt = next((c for c in amounts if n % c == 0 and c <= n and tile * c <= CPU_MAX_TILE), None)
-        if amt is not None and (best is None or (score(g), amt) > best[:2]):
-            best = (score(g), amt, g)
+        # ties go to a short axis taken whole: a convolution's kernel rows, whose loads overlap from one output
+        # row to the next (measured: 2-3x faster weight gradients than tiles grown along the channels)
+        rank = (score(g), amt == n, amt)
+        if amt is not None and (best is None or rank > best[0]):
+            best = (rank, amt, g)
     if best is None:
         return state
     return _try(state, Opt(OptOps.UPCAST, state.axes.index(best[2]), best[1]), renderer)
