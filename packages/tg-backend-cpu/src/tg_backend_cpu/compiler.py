@@ -60,6 +60,24 @@ def _cpu_signature() -> str:
     return platform.machine() + hashlib.sha256(flags.encode()).hexdigest()[:16]
 
 
+def _accepted(path: str, flags: list[str]) -> list[str]:
+    """The flags this compiler accepts (older clangs and gcc reject feature names they do not know)."""
+    ok = []
+    for flag in flags:
+        proc = subprocess.run([path, flag, "-Werror", "-x", "c", "-fsyntax-only", "-"], input="", capture_output=True,
+                              text=True)
+        if proc.returncode == 0:
+            ok.append(flag)
+    return ok
+
+
+def _runtime_library(path: str) -> str | None:
+    """The archive of compiler support routines the driver links into every binary, if it names one."""
+    proc = subprocess.run([path, "-print-libgcc-file-name"], capture_output=True, text=True)
+    lib = proc.stdout.strip()
+    return lib if proc.returncode == 0 and os.path.isfile(lib) else None
+
+
 class CCompiler(Compiler):
     def __init__(self) -> None:
         path, reason = find_c_compiler()
@@ -83,17 +101,40 @@ class CCompiler(Compiler):
         # -mprefer-vector-width=512: clang's -march=native on AVX-512 CPUs (Sapphire Rapids, Zen 4) vectorises
         # to 256-bit registers, which halves a register tile's width and makes the 8x32 matmul tile spill
         # (measured: 1024 matmul 56 -> 100 GFLOP/s on 2 cores); CPUs without AVX-512 ignore it
-        x86 = ["-mno-avx512fp16", "-mprefer-vector-width=512"] if platform.machine() in ("x86_64", "AMD64") else []
+        # clang 18+ also turns on AVX10.1 with -march=native on such CPUs, which implies AVX512-FP16 again: the
+        # AVX10.1 feature goes off too, where the compiler knows it
+        x86 = ["-mno-avx512fp16", *_accepted(path, ["-mno-avx10.1-256"]), "-mprefer-vector-width=512"] \
+            if platform.machine() in ("x86_64", "AMD64") else []
         self.flags = [opt, *workaround, "-march=native", *x86, "-fPIC", "-shared", "-pthread", "-fwrapv",
                       "-fno-math-errno", "-ffp-contract=fast", "-x", "c", "-std=gnu11", "-w"]
-        self.cache_key = f"cpu|{self.version}|{' '.join(self.flags)}|{_cpu_signature()}"
+        # Linking through the compiler driver costs as much as compiling a small kernel (it finds and runs the
+        # system linker with the C runtime's startup files, ~55 ms of a ~95 ms build); a kernel needs none of
+        # that, so on Linux the object goes straight to `ld -shared` (first-step compile of the MNIST example:
+        # 100 kernels). Elsewhere, or without ld, the driver links.
+        # The compiler's runtime library (libgcc: float16 <-> float64 conversions and such) is linked in, as the
+        # driver would.
+        self.linker = shutil.which("ld") if platform.system() == "Linux" else None
+        self.runtime_lib = _runtime_library(path) if self.linker else None
+        if self.runtime_lib is None:
+            self.linker = None
+        link = "ld" if self.linker else "driver"
+        self.cache_key = f"cpu|{self.version}|{' '.join(self.flags)}|{link}|{_cpu_signature()}"
+
+    def _run(self, cmd: list[str], src: str, what: str, stdin: str | None = None) -> None:
+        proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CompileError(f"{cmd[0]} failed to {what} a kernel:\n{proc.stderr}\n--- source ---\n{src}")
 
     def compile(self, src: str) -> bytes:
         with tempfile.TemporaryDirectory(prefix="tg-cc-") as tmp:
             out = os.path.join(tmp, "kernel.so")
-            proc = subprocess.run([self.path, *self.flags, "-", "-o", out, "-lm"], input=src, capture_output=True,
-                                  text=True)
-            if proc.returncode != 0:
-                raise CompileError(f"{self.path} failed to compile a kernel:\n{proc.stderr}\n--- source ---\n{src}")
+            if self.linker is not None:
+                obj = os.path.join(tmp, "kernel.o")
+                self._run([self.path, *self.flags, "-c", "-", "-o", obj], src, "compile", stdin=src)
+                # -lpthread: the thread pool is built here too, and glibc before 2.34 keeps pthreads apart
+                self._run([self.linker, "-shared", "-o", out, obj, "-lm", "-lpthread", str(self.runtime_lib)], src,
+                          "link")
+            else:
+                self._run([self.path, *self.flags, "-", "-o", out, "-lm"], src, "compile", stdin=src)
             with open(out, "rb") as f:
                 return f.read()
