@@ -23,17 +23,44 @@ __all__ = ["ALIGN", "CPUDevice", "CPUProgram", "CPURenderer", "HostAllocator"]
 ALIGN = 64  # a cache line, and what AVX-512 loads like
 
 
+#: freed buffers kept for reuse, at most this many bytes in all
+REUSE_LIMIT = 1 << 30
+
+
 class HostAllocator(Allocator):
-    """Buffers are aligned numpy byte arrays; the opaque handle is (array, address)."""
+    """Buffers are aligned numpy byte arrays; the opaque handle is (array, address).
+
+    Freed buffers are kept, by size, and handed out again: a big array from the C allocator is fresh memory from
+    the kernel, and its first touch page-faults every page (a 64 MB result of an eager `a * b + c` spent as long
+    in page faults as in the kernel). Reused memory holds stale bytes, which is what a new buffer may hold."""
+
+    def __init__(self) -> None:
+        self._free: dict[int, list[tuple[np.ndarray, int]]] = {}
+        self._free_bytes = 0
 
     def alloc(self, nbytes: int) -> tuple[np.ndarray, int]:
-        raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
+        if (kept := self._free.get(nbytes)):
+            self._free_bytes -= nbytes
+            return kept.pop()
+        try:
+            raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
+        except MemoryError:
+            self.release()  # give back what is kept, then try once more
+            raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
         offset = (-raw.ctypes.data) % ALIGN
         view = raw[offset:offset + nbytes]
         return view, view.ctypes.data
 
     def free(self, opaque: Any, nbytes: int) -> None:
-        pass  # numpy frees the memory with the array
+        if self._free_bytes + nbytes <= REUSE_LIMIT:
+            self._free.setdefault(nbytes, []).append(opaque)
+            self._free_bytes += nbytes
+        # else numpy frees the memory with the array
+
+    def release(self) -> None:
+        """Return every kept buffer to the C allocator."""
+        self._free.clear()
+        self._free_bytes = 0
 
     def copyin(self, dest: tuple[np.ndarray, int], src: memoryview) -> None:
         # the destination may be a larger planner slot than the data: write only the bytes given

@@ -1,0 +1,41 @@
+"""The CPU device's host allocator: aligned buffers, and freed ones reused by size."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tg_backend_cpu import device as cpu_device
+from tinygrad import Tensor
+
+
+def test_freed_host_buffers_are_reused_by_size() -> None:
+    allocator = cpu_device.HostAllocator()
+    a = allocator.alloc(4096)
+    allocator.free(a, 4096)
+    b = allocator.alloc(4096)
+    assert b[1] == a[1] and b[1] % cpu_device.ALIGN == 0  # the same memory again, still aligned
+    assert allocator.alloc(4096)[1] != b[1]  # nothing of that size is kept any more: fresh memory
+    assert allocator.alloc(4000)[1] % cpu_device.ALIGN == 0
+    allocator.copyin(b, memoryview(bytes(range(16)) * 256))
+    out = bytearray(4096)
+    allocator.copyout(memoryview(out), b)
+    assert bytes(out) == bytes(range(16)) * 256
+
+
+def test_kept_buffers_stay_under_the_limit_and_can_be_released(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cpu_device, "REUSE_LIMIT", 8192)
+    allocator = cpu_device.HostAllocator()
+    small, big = allocator.alloc(4096), allocator.alloc(16384)
+    allocator.free(big, 16384)  # over the limit: left to numpy to free, not kept
+    allocator.free(small, 4096)
+    assert allocator._free_bytes == 4096 and list(allocator._free) == [4096]
+    allocator.release()
+    assert allocator._free_bytes == 0 and not allocator._free
+
+
+def test_results_are_right_in_reused_memory() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(3):  # each round's result is freed and its memory serves the next one
+        a, b = rng.standard_normal(70000).astype(np.float32), rng.standard_normal(70000).astype(np.float32)
+        np.testing.assert_allclose((Tensor(a, device="CPU") * Tensor(b, device="CPU") + 1).numpy(), a * b + 1,
+                                   rtol=1e-5, atol=1e-6)
