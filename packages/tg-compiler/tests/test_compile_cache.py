@@ -171,3 +171,44 @@ def test_cache_dir_follows_the_environment(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.delenv("TINYGRAD_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert cache_dir() == tmp_path / "xdg" / "tinygrad"
+
+
+def test_precompile_builds_a_schedules_kernels_concurrently(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+    import time
+
+    import numpy as np
+    from tinygrad import Device, Tensor
+    from tinygrad.codegen import compiled
+
+    dev = Device["CPU"]
+    if not dev.compiler.parallel:
+        pytest.skip("the CPU compiler here does not compile in parallel")
+    monkeypatch.setattr(compiled, "COMPILE_WORKERS", 2)
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((5, 7)).astype(np.float32), rng.standard_normal((5, 7)).astype(np.float32)
+    # constants no other test uses: kernels that are neither compiled in this process nor in the (new) cache
+    outs = [(Tensor(a) * 3.25 + Tensor(b)).exp(), (Tensor(a) - 1.75).relu().sum(axis=1), (Tensor(b) * 0.625).max()]
+    asts = [si.ast for si in outs[0].schedule(*outs[1:])]
+    assert len(asts) == 3 and not any(ast in dev._runners for ast in asts)
+    inside, most = 0, 0
+    real = type(dev.compiler).compile
+
+    def slow_compile(self: Compiler, src: str) -> bytes:  # counts compiles in flight at once
+        nonlocal inside, most
+        with lock:
+            inside += 1
+            most = max(most, inside)
+        time.sleep(0.2)
+        try:
+            return real(self, src)  # type: ignore[arg-type]
+        finally:
+            with lock:
+                inside -= 1
+    lock = threading.Lock()
+    monkeypatch.setattr(type(dev.compiler), "compile", slow_compile)
+    dev.precompile(asts)
+    assert all(ast in dev._runners for ast in asts) and most == 2
+    np.testing.assert_allclose(outs[0].numpy(), np.exp(a * 3.25 + b), rtol=1e-5)
+    np.testing.assert_allclose(outs[1].numpy(), np.maximum(a - 1.75, 0).sum(axis=1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(outs[2].numpy(), (b * 0.625).max(), rtol=1e-6)

@@ -79,6 +79,8 @@ def _runtime_library(path: str) -> str | None:
 
 
 class CCompiler(Compiler):
+    parallel = True  # each compile is its own subprocess in its own temporary directory
+
     def __init__(self) -> None:
         path, reason = find_c_compiler()
         if path is None:

@@ -5,6 +5,7 @@ launcher into. Core asks a device for a runner (`get_runner(ast)`); this turns t
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import functools
 import hashlib
@@ -30,10 +31,17 @@ class CompileError(RuntimeError):
     pass
 
 
+#: compiler threads of `Compiled.precompile`: the cores this process may run on
+COMPILE_WORKERS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 class Compiler:
     """`compile(src) -> bytes`. `cache_key` must change whenever the output for the same source could."""
 
     cache_key: str = ""
+    #: whether compile() may run in several threads at once (a compiler run as a subprocess, which also leaves
+    #: the GIL); `Compiled.precompile` then builds the kernels of a schedule concurrently
+    parallel: bool = False
 
     def compile(self, src: str) -> bytes:
         raise NotImplementedError
@@ -129,17 +137,33 @@ class Compiled:
     def get_runner(self, ast: UOp) -> CompiledRunner:
         if (hit := self._runners.get(ast)) is not None:
             return hit
+        spec = self._program(ast)
+        runner = CompiledRunner(self, spec, self.compiler.compile_cached(spec.src))
+        self._runners[ast] = runner
+        return runner
+
+    def precompile(self, asts: list[UOp]) -> None:
+        """Build the runners of kernels about to run, compiling concurrently where the compiler allows it: the
+        first step of a training loop compiles about a hundred kernels, each mostly a compiler process that
+        waits on nothing but a core. Rendering stays sequential (it is Python); errors surface as in get_runner."""
+        todo = [ast for ast in dict.fromkeys(asts) if ast not in self._runners]
+        workers = min(len(todo), COMPILE_WORKERS)
+        if not self.compiler.parallel or workers < 2:
+            return
+        specs = [self._program(ast) for ast in todo]
+        with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="tg-compile") as pool:
+            libs = list(pool.map(lambda spec: self.compiler.compile_cached(spec.src), specs))
+        for ast, spec, lib in zip(todo, specs, libs):
+            self._runners.setdefault(ast, CompiledRunner(self, spec, lib))
+
+    def _program(self, ast: UOp) -> ProgramSpec:
         unsupported = sorted({u.dtype.scalar.name for u in ast.toposort()
                               if u.dtype.kind != "void" and not self.renderer.supports_dtype(u.dtype)})
         if unsupported:
             ok = [d.name for d in dtypes.all() if self.renderer.supports_dtype(d)]
             raise TypeError(f"device {self.name} cannot compute with {', '.join(unsupported)}; it supports {ok}. "
                             f"Cast to a supported dtype first, or use a device that has {unsupported[0]}")
-        spec = get_program(ast, self.renderer, self._searched_opts(ast) if BEAM and not NOOPT else None)
-        lib = self.compiler.compile_cached(spec.src)
-        runner = CompiledRunner(self, spec, lib)
-        self._runners[ast] = runner
-        return runner
+        return get_program(ast, self.renderer, self._searched_opts(ast) if BEAM and not NOOPT else None)
 
     def _searched_opts(self, ast: UOp) -> tuple[Opt, ...]:
         """BEAM=n: the opts the search picks for this kernel on this device (cached on disk). An entry that no
