@@ -88,9 +88,11 @@ def test_group_needs_local_memory_and_fits_the_work_group() -> None:
         state_of(reduce_ast(2, 1000), Opt(OptOps.GROUP, 1, 256), renderer=GPURenderer())
 
 
-def test_group_is_refused_with_upcast_outputs() -> None:
+def test_group_is_refused_with_upcast_outputs_or_an_unrolled_reduction() -> None:
     with pytest.raises(OptError, match="upcast"):
         state_of(reduce_ast(8, 1000), Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.GROUP, 1, 16), renderer=GPURenderer())
+    with pytest.raises(OptError, match="unrolled"):
+        state_of(reduce_ast(1, 4096), Opt(OptOps.UNROLL, 0, 4), Opt(OptOps.GROUP, 0, 256), renderer=GPURenderer())
 
 
 def test_swap_exchanges_the_loop_order() -> None:
@@ -231,3 +233,13 @@ def test_cpu_heuristics_tile_convolutions_by_whole_rows_and_a_second_reuse_axis(
     wgrad = optimize(lower_kernel(grad_w.schedule()[-1].ast), CStyleRenderer())
     # the 5-wide kernel row times 8 output channels is a small tile: it grows along the kernel's 5 rows
     assert wgrad.applied == (Opt(OptOps.UPCAST, 3, 5), Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 2, 5))
+
+
+def test_gpu_heuristics_give_a_flat_launch_big_work_groups() -> None:
+    class Flat32(GPURenderer):
+        flat_work_group = 32
+
+    flat = get_program(elementwise_ast((4096,)), GPURenderer())
+    assert flat.local_size == (64,)  # the renderer's 256 capped by its limit of 64 in dimension 0
+    assert get_program(elementwise_ast((4096,)), Flat32()).local_size == (32,)
+    assert get_program(elementwise_ast((64, 64)), GPURenderer()).local_size == (16, 8)  # 2-D: 16 per dim

@@ -23,6 +23,8 @@ class Renderer:
     global_max: tuple[int, ...] | None = None
     local_max: tuple[int, ...] | None = None
     max_work_group_size: int = 0
+    #: the work-group size the heuristics give a launch of one dimension (within max_work_group_size)
+    flat_work_group: int = 256
     #: bytes of local (work-group shared) memory; 0: no local memory, so the compiler never emits DEFINE_LOCAL,
     #: BARRIER or the GROUP optimisation for this target
     local_mem_max: int = 0

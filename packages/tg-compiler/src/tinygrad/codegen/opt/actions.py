@@ -210,6 +210,10 @@ def apply_opt(state: OptState, opt: Opt, renderer: Renderer) -> OptState:
         raise OptError(f"{opt}: only one GROUP per kernel")
     if state.ranges("upcast"):
         raise OptError(f"{opt}: GROUP with upcast outputs is not supported")
+    if state.ranges("unroll"):
+        # the partials of unrolled accumulators would be combined before the group's, which is not implemented
+        # (it summed wrongly when tried)
+        raise OptError(f"{opt}: GROUP of an unrolled reduction is not supported")
     reduces = [u for u in state.sink.toposort() if u.op is Ops.REDUCE]
     if len(reduces) != 1 or len(state.sink.src) != 1:
         raise OptError(f"{opt}: GROUP needs a kernel with one store and one reduction")
