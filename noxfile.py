@@ -75,9 +75,10 @@ def examples(session: nox.Session) -> None:
     """Run the examples end to end."""
     _install_framework(session)
     session.run("python", "examples/train_tiny.py")
-    # the README's first command, shortened: the same script into this session's venv, 3 steps, 1000 test images
+    # the README's first command, whole (70 steps, about two minutes), into this session's venv; it fails below 80%
+    # test accuracy (it reaches about 83%: see the README)
     session.run("bash", "examples/train_mnist.sh", external=True,
-                env={"VENV": session.virtualenv.location, "STEPS": "3", "EVAL_SAMPLES": "1000"})
+                env={"VENV": session.virtualenv.location, "TARGET_EVAL_ACC_PCT": "80"})
 
 
 def _backend_session(session: nox.Session, device: str, packages: list[str]) -> None:

@@ -108,3 +108,15 @@ def test_dtype_properties() -> None:
             assert from_numpy(to_numpy(d)) == d
     assert to_numpy(dtypes.bfloat16) == np.uint16  # carried as raw bits
     assert dtypes.float32.vec(4).scalar == dtypes.float32 and dtypes.float32.vec(4).itemsize == 16
+
+
+def test_dtypes_are_interned() -> None:
+    import copy
+    import pickle
+
+    f4 = dtypes.float32.vec(4)
+    assert DType("float32", 4, "float", "f") is dtypes.float32
+    assert dtypes.float32.vec(4) is f4 and f4.scalar is dtypes.float32
+    assert pickle.loads(pickle.dumps(f4)) is f4 and copy.deepcopy(dtypes.int8) is dtypes.int8
+    assert dtypes.float32 == DType("float32", 4, "float", "f") and dtypes.float32 != dtypes.int32
+    assert len({dtypes.float32, DType("float32", 4, "float", "f"), dtypes.float}) == 1

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from tinygrad import Context, Device, Tensor
 from tinygrad.engine import realize as engine_realize
+from tinygrad.uop.ops import Ops
 
 
 def kernels(*ts: Tensor) -> int:
@@ -76,6 +77,22 @@ def test_reduce_then_elementwise_is_one_kernel() -> None:
     out = (a.sum(axis=1) * 2 + b).abs().sqrt()
     assert kernels(out) == 1
     np.testing.assert_allclose(out.numpy(), np.sqrt(np.abs(na.sum(axis=1) * 2 + nb)), rtol=1e-5)
+
+
+def test_a_reduction_read_by_two_kernels_runs_once() -> None:
+    # a weight's gradient (a reduction, then a reshape) read by both of Adam's moments: computed once, read twice
+    (a, na), (m, nm), (v, nv) = rand(6, 4, seed=1), rand(2, 2, seed=2), rand(2, 2, seed=3)
+    g = a.sum(axis=0).reshape(2, 2)
+    m2, v2 = m * 0.9 + g * 0.1, v * 0.99 + (g * g) * 0.01
+    schedule = m2.schedule(v2)
+    reducing = [si for si in schedule if any(u.op is Ops.REDUCE_AXIS for u in si.ast.toposort())]
+    assert len(reducing) == 1 and len(schedule) == 3
+    ng = na.sum(axis=0).reshape(2, 2)
+    Tensor.realize(m2, v2)
+    np.testing.assert_allclose(m2.numpy(), nm * 0.9 + ng * 0.1, rtol=1e-5)
+    np.testing.assert_allclose(v2.numpy(), nv * 0.99 + ng * ng * 0.01, rtol=1e-5)
+    # one consumer kernel that reads it twice still fuses the reduction
+    assert kernels(g * 2 + g.exp()) == 1
 
 
 def test_softmax_like_is_two_kernels() -> None:

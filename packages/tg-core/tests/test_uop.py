@@ -73,6 +73,44 @@ def test_unreferenced_nodes_leave_the_cache() -> None:
     assert len(UOpMeta.cache) < before + 1000
 
 
+def test_a_node_made_again_after_its_twin_died_is_cached_again() -> None:
+    key = (Ops.DEFINE_VAR, I32, (), (tuple, ("again", 0, 3)))
+    first = var("again", 0, 3)
+    assert UOpMeta.cache[key]() is first
+    del first
+    assert key not in UOpMeta.cache  # the dead node's reference removed its entry
+    second = var("again", 0, 3)
+    assert UOpMeta.cache[key]() is second and var("again", 0, 3) is second
+    del second
+    assert key not in UOpMeta.cache
+
+
+def test_a_stale_reference_never_removes_a_newer_entry() -> None:
+    import weakref
+
+    from tinygrad.uop.ops import _forget_node
+
+    node = var("stale", 0, 1)
+    key = (Ops.DEFINE_VAR, I32, (), (tuple, ("stale", 0, 1)))
+    _forget_node(key, weakref.ref(node))  # as a dead twin's reference would, arriving late
+    assert UOpMeta.cache[key]() is node
+
+
+def test_realized_views_live_as_long_as_their_node() -> None:
+    from tinygrad.engine.schedule import realized_views
+
+    node = var("realized", 0, 1) + 1
+    view = var("view", 0, 1)
+    gc.collect()
+    before = len(realized_views)
+    assert node not in realized_views and realized_views.get(node) is None
+    realized_views[node] = view
+    assert realized_views[node] is view and node in realized_views and len(realized_views) == before + 1
+    del node
+    gc.collect()
+    assert len(realized_views) == before and (var("realized", 0, 1) + 1) not in realized_views
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # graph walking
 

@@ -17,15 +17,29 @@ from typing import Final, Literal
 import numpy as np
 
 Kind = Literal["bool", "int", "uint", "float", "void"]
+_INTERNED: dict[tuple, DType] = {}
 
 
-@dataclass(frozen=True, eq=True)
+@dataclass(frozen=True, eq=False)
 class DType:
+    """A scalar or vector element type. Interned: equal fields make the same object, so `==` and hashing are by
+    identity, which keeps them cheap in the dictionaries every UOp passes through."""
+
     name: str
     itemsize: int
     kind: Kind
     fmt: str | None  # struct format character, None where struct has none (bfloat16)
     vcount: int = 1  # >1 for vector types used inside kernels
+
+    def __new__(cls, name: str, itemsize: int, kind: Kind, fmt: str | None, vcount: int = 1) -> DType:
+        key = (name, itemsize, kind, fmt, vcount)
+        if (hit := _INTERNED.get(key)) is None:
+            hit = _INTERNED[key] = super().__new__(cls)
+        return hit
+
+    def __reduce__(self) -> tuple:
+        # unpickling and copying go through __new__ too, so they give back the interned object
+        return (DType, (self.name, self.itemsize, self.kind, self.fmt, self.vcount))
 
     def __repr__(self) -> str:
         return f"dtypes.{self.name}" if self.vcount == 1 else f"dtypes.{self.name}.vec({self.vcount})"
@@ -242,28 +256,27 @@ def from_numpy(nd: np.dtype) -> DType:
 
 def truncate(value: float | int | bool, d: DType) -> float | int | bool:
     """Convert a Python number into what a `d` variable holds (wrap-around ints, rounded floats)."""
-    if d.is_bool:
+    kind = d.kind
+    if kind == "float":
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 1 << 53:
+            value = _round_int(value, _MANTISSA_BITS[d.name])  # avoid rounding twice (int -> float64 -> d)
+        value = float(value)
+        if d is dtypes.float64:
+            return value
+        if d is dtypes.bfloat16:
+            return bf16_bits_to_float(float_to_bf16_bits(value))
+        return _round_float(value, d.fmt)  # type: ignore[arg-type]
+    if kind == "bool":
         return bool(value)
-    if d.is_int:
+    if kind == "int" or kind == "uint":
         if isinstance(value, float):
             if math.isnan(value) or math.isinf(value):
                 return 0
             value = int(value)
         v = int(value) & ((1 << d.bits) - 1)
-        if not d.is_unsigned and v >= 1 << (d.bits - 1):
+        if kind == "int" and v >= 1 << (d.bits - 1):
             v -= 1 << d.bits
         return v
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 1 << 53:
-        value = _round_int(value, _MANTISSA_BITS[d.name])  # avoid rounding twice (int -> float64 -> d)
-    value = float(value)
-    if d == dtypes.float64:
-        return value
-    if d == dtypes.float32:
-        return _round_float(value, "f")
-    if d == dtypes.float16:
-        return _round_float(value, "e")
-    if d == dtypes.bfloat16:
-        return bf16_bits_to_float(float_to_bf16_bits(value))
     raise TypeError(f"cannot truncate to {d}")
 
 

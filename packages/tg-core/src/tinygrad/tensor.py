@@ -49,7 +49,11 @@ from tinygrad.mixin.processing import ProcessingMixin
 from tinygrad.mixin.reduce import ReduceMixin
 from tinygrad.mixin.unary import UnaryMixin
 from tinygrad.mixin.utility import UtilityMixin
-from tinygrad.uop.ops import Ops, UOp, resolve_size
+from tinygrad.uop.ops import Ops, UOp, _arg_key, resolve_size
+
+#: (dtype, scalar, shape) -> the broadcast constant that `x + scalar` reads. Hash-consing would return the same node;
+#: remembering it skips the rounding of the scalar and three lookups on every eager op. Cleared when full.
+_scalar_operands: dict[tuple, UOp] = {}
 
 
 class _CastShortcuts:
@@ -210,7 +214,7 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         # the hot path of every op: skip __init__'s argument parsing, the device is already canonical
         out = Tensor.__new__(Tensor)
         out.uop, out.device, out.grad = uop, self.device, None
-        out._requires_grad = self._requires_grad or any(o._requires_grad for o in others)
+        out._requires_grad = self._requires_grad or (bool(others) and any(o._requires_grad for o in others))
         return out
 
     # ---- realization ----
@@ -221,12 +225,16 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         return items
 
     def realize(self, *others: Tensor) -> Tensor:
-        tensors = [self, *others]
-        items, views, out_views = create_schedule([t.uop for t in tensors], [t.device for t in tensors])
+        tensors = (self, *others)
+        if others:
+            items, views, out_views = create_schedule([t.uop for t in tensors], [t.device for t in tensors])
+        else:  # one tensor, as in every eager step
+            items, views, out_views = create_schedule([self.uop], [self.device])
         run_schedule(items)
-        realized_views.update(views)
+        for node, view in views.items():
+            realized_views[node] = view
         for t, view in zip(tensors, out_views):
-            if view is not t.uop and views.get(t.uop) is not view:  # each weak-dictionary entry costs a weakref
+            if view is not t.uop and views.get(t.uop) is not view:  # an output the schedule did not remember
                 realized_views[t.uop] = view
             # A tensor with gradient history keeps its graph, so that backward() still reaches the leaves after
             # realize() (PyTorch users print loss.item() before loss.backward()); the scheduler reads the
@@ -304,17 +312,32 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
             d = px
         return Tensor(UOp.const(d, x), device=self.device)
 
+    def _scalar_operand(self, y: Tensor | Scalar) -> UOp | None:
+        """The fast path for `x + 1`: a Python scalar that x's dtype holds is a broadcast constant of x's shape.
+        None when the general path (promotion, gradients) must decide."""
+        if self._requires_grad or type(y) not in (int, float, bool):
+            return None
+        uop = self.uop
+        key = (uop.dtype, _arg_key(y), uop.shape)
+        if (hit := _scalar_operands.get(key)) is not None:
+            return hit
+        d = uop.dtype
+        px = dtypes.from_py(y)
+        if (px.is_float and not d.is_float) or (px.is_int and d.is_bool):
+            return None
+        c = UOp.const(d, y)
+        shape = uop.shape
+        out = c.reshape((1,) * len(shape)).expand(shape) if shape else c
+        if len(_scalar_operands) >= 1024:
+            _scalar_operands.clear()
+        _scalar_operands[key] = out
+        return out
+
     def _broadcasted(self, y: Tensor | Scalar, reverse: bool = False) -> tuple[Tensor, Tensor]:
         x: Tensor = self
-        if not isinstance(y, Tensor) and not self._requires_grad and type(y) in (int, float, bool):
-            # fast path for `x + 1`: a scalar of x's dtype is a broadcast constant of x's shape
-            d = self.dtype
-            px = dtypes.from_py(y)
-            if not ((px.is_float and not d.is_float) or (px.is_int and d.is_bool)):
-                c = UOp.const(d, y)
-                shape = self.shape
-                const = self._derive(c.reshape((1,) * len(shape)).expand(shape) if shape else c)
-                return (const, self) if reverse else (self, const)
+        if (c := self._scalar_operand(y)) is not None:
+            const = self._derive(c)
+            return (const, self) if reverse else (self, const)
         other = y if isinstance(y, Tensor) else x._const_operand(y)
         if other.device != x.device:
             raise RuntimeError(f"an operation mixes tensors on {x.device} and {other.device}; "
@@ -335,6 +358,8 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         return self._derive(self.uop.reshape(padded).expand(shape))
 
     def _binop(self, op: Ops, y: Tensor | Scalar, reverse: bool = False) -> Tensor:
+        if (c := self._scalar_operand(y)) is not None:  # no Tensor for the constant: this runs for every `x + 1`
+            return self._derive(c.alu(op, self.uop) if reverse else self.uop.alu(op, c))
         a, b = self._broadcasted(y, reverse)
         return a._derive(a.uop.alu(op, b.uop), b)
 

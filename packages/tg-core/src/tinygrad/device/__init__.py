@@ -11,6 +11,8 @@ Run `python -m tinygrad.device` to list what was found.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import importlib.metadata
 import os
 import sys
@@ -141,13 +143,15 @@ class Buffer:
         if self._opaque is None:
             self._allocator = Device[self.device].allocator
             # zero-sized buffers still get a 1-byte allocation so that every kernel argument is a valid pointer
-            self._opaque = self._allocator.alloc(max(self.nbytes, 1))
-            weakref.finalize(self, self._allocator.free, self._opaque, max(self.nbytes, 1))
+            nbytes = max(self.nbytes, 1)
+            self._opaque = self._allocator.alloc(nbytes)
+            _own_memory(self, self._allocator, self._opaque, nbytes)
         return self
 
     @property
     def opaque(self) -> Any:
-        return self.ensure_allocated()._opaque
+        opaque = self._opaque  # read on every launch: no call when the memory is there
+        return opaque if opaque is not None else self.ensure_allocated()._opaque
 
     def copyin(self, data: memoryview) -> Buffer:
         if data.nbytes != self.nbytes:
@@ -172,6 +176,35 @@ class Buffer:
         out = np.empty(self.size, dtype=to_numpy(self.dtype))
         self.copyout(out.data.cast("B"))
         return out
+
+
+#: the memory each live Buffer allocated: its weak reference -> (allocator, opaque, nbytes). The reference's callback
+#: frees the memory when the buffer dies, and whatever is left at interpreter exit is freed then, newest first: what
+#: weakref.finalize does, with a fraction of its Python per buffer (an eager op allocates one)
+_owned_memory: dict[weakref.ref[Buffer], tuple[Allocator, Any, int]] = {}
+
+
+def _own_memory(buf: Buffer, allocator: Allocator, opaque: Any, nbytes: int) -> None:
+    if not _owned_memory:
+        _register_exit_once()
+    _owned_memory[weakref.ref(buf, _free_owned)] = (allocator, opaque, nbytes)
+
+
+def _free_owned(ref: weakref.ref[Buffer]) -> None:
+    allocator, opaque, nbytes = _owned_memory.pop(ref)
+    allocator.free(opaque, nbytes)
+
+
+@functools.cache
+def _register_exit_once() -> None:
+    # registered with the first allocation, as weakref.finalize registers itself with its first use: exit handlers
+    # run last-registered first, so backends opened before that are still usable when their memory is freed
+    atexit.register(_free_all_owned)
+
+
+def _free_all_owned() -> None:
+    while _owned_memory:
+        _free_owned(next(reversed(_owned_memory)))
 
 
 # ---- the registry ----
@@ -312,6 +345,8 @@ class _DeviceRegistry:
         return name if not num or num == "0" else f"{name}:{num}"
 
     def __getitem__(self, device: str) -> DeviceRuntime:
+        if (dev := self._state.opened.get(device)) is not None:  # an open device by its canonical name: every launch
+            return dev
         key = self.canonicalize(device)
         if (dev := self._state.opened.get(key)) is not None:
             return dev

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from tinygrad.device import Buffer, Device, Runner
 from tinygrad.engine.schedule import ScheduleItem
 from tinygrad.helpers import DEBUG, colored
+from tinygrad.uop.ops import UOp
 
 kernel_count = 0  # total kernels launched by this process; tests use it to count kernels
 
@@ -28,34 +29,51 @@ def copy_between(dest: Buffer, src: Buffer) -> None:
     dest.copyin(host.data.cast("B"))
 
 
+def _precompile(schedule: list[ScheduleItem]) -> None:
+    """Let each device build the runners of a schedule's kernels together (in parallel, where it can) before the
+    first one runs, instead of one compile at a time as the loop below reaches them."""
+    asts: dict[str, list[UOp]] = {}
+    for si in schedule:
+        if not si.is_copy and si.bufs[0].size:
+            asts.setdefault(si.device, []).append(si.ast)
+    for device, kernels in asts.items():
+        if len(kernels) > 1 and (precompile := getattr(Device[device], "precompile", None)) is not None:
+            precompile(kernels)
+
+
 def run_schedule(schedule: list[ScheduleItem]) -> None:
     global kernel_count
-    if DEBUG >= 1 and schedule:
+    debug = DEBUG.value  # read once: an eager step runs this for every op
+    if debug >= 1 and schedule:
         kernels = sum(1 for si in schedule if not si.is_copy)
         print(f"scheduled {kernels} kernel{'s' if kernels != 1 else ''}, {len(schedule) - kernels} copies",
               file=sys.stderr)
+    if len(schedule) > 1:
+        _precompile(schedule)
     for si in schedule:
-        for b in si.bufs:
+        bufs = si.bufs
+        for b in bufs:
             b.ensure_allocated()
         if si.is_copy:
-            copy_between(si.bufs[0], si.bufs[1])
+            copy_between(bufs[0], bufs[1])
             if capture_hooks:
                 capture_hooks[-1](si, None)
-            if DEBUG >= 2:
-                print(f"  copy {si.bufs[1].device} -> {si.bufs[0].device}: {si.bufs[0].nbytes} bytes", file=sys.stderr)
+            if debug >= 2:
+                print(f"  copy {bufs[1].device} -> {bufs[0].device}: {bufs[0].nbytes} bytes", file=sys.stderr)
             continue
-        if si.bufs[0].size == 0:
+        if bufs[0].size == 0:
             continue  # nothing to compute for an empty output
-        # the registry's table of opened devices first: Device[...] validates the name on every call
-        dev = Device._state.opened.get(si.device) or Device[si.device]
-        runner = dev.get_runner(si.ast)
-        st = time.perf_counter()
-        et = runner(si.bufs, si.var_vals, wait=DEBUG >= 2)
+        runner = Device[si.device].get_runner(si.ast)
+        if debug < 2:
+            runner(bufs, si.var_vals)
+        else:
+            st = time.perf_counter()
+            et = runner(bufs, si.var_vals, wait=True)
+            elapsed = et if et is not None else time.perf_counter() - st
         kernel_count += 1
         if capture_hooks:
             capture_hooks[-1](si, runner)
-        if DEBUG >= 2:
-            elapsed = et if et is not None else time.perf_counter() - st
+        if debug >= 2:
             gflops = runner.estimated_ops / max(elapsed, 1e-9) / 1e9
             gbs = runner.estimated_bytes / max(elapsed, 1e-9) / 1e9
             print(f"  {colored(si.device, 'yellow')} {runner.display_name:<40} {elapsed * 1e6:9.2f} us  "

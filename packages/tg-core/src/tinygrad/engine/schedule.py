@@ -4,8 +4,9 @@ Rules (DESIGN.md section 3):
   * every requested tensor, every CONTIGUOUS and every COPY is realized into its own buffer;
   * elementwise ops fuse into whatever consumes them, including reductions;
   * a reduction fuses into its consumer only when each of its values is used once there: no EXPAND
-    (broadcast) and no enclosing reduction between them, and one consumer - otherwise it would be
-    recomputed for every output element that reads it, so it becomes its own kernel. Other movement
+    (broadcast) and no enclosing reduction between them, and one consumer kernel (also through elementwise
+    and movement ops) - otherwise it would be recomputed for every output element or kernel that reads it,
+    so it becomes its own kernel. Other movement
     ops (reshape, permute, pad, shrink, flip) only re-map indices and do not stop fusion.
 
 Each kernel becomes an AST: `SINK(STORE(PARAM(0), value))`, where the value is the fused tensor-level
@@ -15,7 +16,6 @@ so equal kernels over different data share one compiled program.
 
 from __future__ import annotations
 
-import weakref
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -24,10 +24,35 @@ from tinygrad.dtype import DType
 from tinygrad.engine.memory import plan_memory
 from tinygrad.engine.schedule_cache import SCHEDULE_CACHE, Template, graph_key, schedule_cache
 from tinygrad.engine.schedule_item import ScheduleItem, buffer_view
-from tinygrad.uop.ops import Ops, UOp, sint, sym_prod, unbind
+from tinygrad.uop.ops import Ops, UOp, UOpMeta, sint, sym_prod, unbind
 
-# realized graph nodes -> the buffer view that now holds their value; weak so graphs can be freed
-realized_views: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+
+class RealizedViews:
+    """Realized graph nodes -> the buffer view that now holds their value, like a weak-key dictionary: an entry lives
+    as long as its node. Stored on the node (`UOp._realized`), because every eager op adds one and walks the graph
+    looking for them, and a weakref per entry costs several times the attribute."""
+
+    def get(self, node: UOp, default: UOp | None = None) -> UOp | None:
+        view = node._realized
+        return default if view is None else view
+
+    def __getitem__(self, node: UOp) -> UOp:
+        if (view := node._realized) is None:
+            raise KeyError(node)
+        return view
+
+    def __setitem__(self, node: UOp, view: UOp) -> None:
+        node._realized = view
+
+    def __contains__(self, node: UOp) -> bool:
+        return node._realized is not None
+
+    def __len__(self) -> int:
+        """How many live nodes have a view (a walk over every live node: for tests and debugging)."""
+        return sum(1 for ref in UOpMeta.cache.values() if (u := ref()) is not None and u._realized is not None)
+
+
+realized_views = RealizedViews()
 
 
 def base_buffer(u: UOp) -> UOp | None:
@@ -37,13 +62,12 @@ def base_buffer(u: UOp) -> UOp | None:
     return u if u.op is Ops.BUFFER else None
 
 
-def _substitute_realized(roots: list[UOp]) -> tuple[list[UOp], UOp]:
+def _substitute_realized(roots: list[UOp]) -> list[UOp]:
+    """`roots` with every node realized before replaced by the buffer view holding its value."""
     sink = UOp(Ops.SINK, src=tuple(roots))
-    # leaves are never replaced (a buffer is its own value): skipping them saves weak-dictionary lookups
-    mapping = {u: v for u in sink.toposort() if u.src and (v := realized_views.get(u)) is not None}
-    if mapping:
-        sink = sink.substitute(mapping)
-    return list(sink.src), sink
+    # leaves keep their place: a buffer is its own value, and a constant is cheaper inline than read from memory
+    mapping = {u: v for u in sink.toposort() if u.src and (v := u._realized) is not None}
+    return list(sink.substitute(mapping).src) if mapping else roots
 
 
 def _find_realize_points(sink: UOp, outputs: list[UOp]) -> set[UOp]:
@@ -68,7 +92,26 @@ def _find_realize_points(sink: UOp, outputs: list[UOp]) -> set[UOp]:
         flag = node.op in (Ops.EXPAND, Ops.REDUCE_AXIS) or (node not in points and inside[node])
         for s in node.src:
             inside[s] = inside[s] or flag
+    while shared := _reductions_in_several_kernels(topo, points):
+        points |= shared
     return points
+
+
+def _reductions_in_several_kernels(topo: list[UOp], points: set[UOp]) -> set[UOp]:
+    """Reductions that the kernels of more than one realize point would each compute: a reduction's value that
+    reaches two kernels through elementwise and movement ops (a weight's gradient, reshaped, read by both of
+    Adam's moments). Each would run the whole reduction again; realized once, they read its buffer."""
+    owners: dict[UOp, frozenset[UOp]] = {}  # node -> the realize points whose kernels contain it
+    for node in reversed(topo):  # consumers before their sources
+        if node.op is Ops.SINK:
+            continue
+        mine = frozenset((node,)) if node in points else owners.get(node)
+        if mine is None:
+            continue
+        for s in node.src:
+            have = owners.get(s)
+            owners[s] = mine if have is None or have == mine else have | mine
+    return {u for u, o in owners.items() if u.op is Ops.REDUCE_AXIS and u not in points and len(o) > 1}
 
 
 class _KernelBuilder:
@@ -167,20 +210,23 @@ class _Kernel:
 def create_schedule(outputs: list[UOp], devices: list[str]) -> tuple[list[ScheduleItem], dict[UOp, UOp], list[UOp]]:
     """Kernels (in execution order) that compute `outputs`, the buffer view each realized node becomes,
     and the buffer view of each output (valid once the kernels ran)."""
-    outputs, sink = _substitute_realized(outputs)
-    if not SCHEDULE_CACHE:
-        return _schedule_graph(sink, outputs, devices)
-    topo = list(sink.toposort())
-    key, inputs = graph_key(topo, devices)
+    if not SCHEDULE_CACHE.value:
+        return _schedule_graph(_substitute_realized(outputs), devices)
+    walked = graph_key(outputs, devices, stop_at_realized=True)
+    if walked is None:  # part of the graph was realized before: schedule the graph that reads those buffers instead
+        outputs = _substitute_realized(outputs)
+        walked = graph_key(outputs, devices)
+        assert walked is not None, "graph_key gives up only at realized nodes when asked to"
+    key, topo, inputs = walked
     if (template := schedule_cache.get(key)) is not None:
         return template.instantiate(topo, inputs)
-    items, views, out_views = _schedule_graph(sink, outputs, devices)
+    items, views, out_views = _schedule_graph(outputs, devices)
     schedule_cache.put(key, Template.record(topo, inputs, items, views, out_views))
     return items, views, out_views
 
 
-def _schedule_graph(sink: UOp, outputs: list[UOp], devices: list[str]) -> tuple[list[ScheduleItem], dict[UOp, UOp],
-                                                                                 list[UOp]]:
+def _schedule_graph(outputs: list[UOp], devices: list[str]) -> tuple[list[ScheduleItem], dict[UOp, UOp], list[UOp]]:
+    sink = UOp(Ops.SINK, src=tuple(outputs))
     points = _find_realize_points(sink, outputs)
     device_of = _assign_devices(sink, outputs, devices)
     kernels: list[_Kernel] = []

@@ -5,6 +5,9 @@ answer depends only on the structure (ops, dtypes, args, and each input buffer's
 remembered as a template: the kernel ASTs, which buffers each kernel reads (input number k, or new buffer j), how the
 memory planner grouped the new buffers, and which graph nodes become which buffers. A later graph with the same key
 gets fresh buffers poured into the template instead of being scheduled again.
+
+A hit is the whole cost of an eager op's realize() besides the launch, so it is kept to one walk over the graph
+(`graph_key`, which builds no UOps) and one pass over the template (`Template.instantiate`).
 """
 
 from __future__ import annotations
@@ -24,20 +27,48 @@ SCHEDULE_CACHE = ContextVar("SCHEDULE_CACHE", 1)
 MAX_ENTRIES = 4096
 
 
-def graph_key(topo: list[UOp], devices: list[str]) -> tuple[tuple, list[Buffer]]:
-    """The structure of a graph (sources as positions in `topo`) and its input buffers in order of appearance."""
+def graph_key(outputs: list[UOp], devices: list[str], stop_at_realized: bool = False
+              ) -> tuple[tuple, list[UOp], list[Buffer]] | None:
+    """The structure of the graph under `outputs`, its nodes (sources before users) and its input buffers in order
+    of appearance. With `stop_at_realized`, None if a node was realized before (its value should be read, not
+    recomputed: the caller substitutes its buffer and asks again).
+
+    In the key every node is (op, dtype, arg, positions of its sources), a buffer (dtype, size, device, input number)
+    instead of its identity. One walk that builds no UOps: on an eager step it is most of what a cache hit costs."""
     index: dict[UOp, int] = {}
+    topo: list[UOp] = []
     inputs: list[Buffer] = []
     parts: list[Any] = [tuple(devices), MEMORY_PLANNER.value]
-    for i, node in enumerate(topo):
-        index[node] = i
-        if node.op is Ops.BUFFER:
-            buf = node.arg
-            parts.append((Ops.BUFFER, node.dtype, buf.size, buf.device, len(inputs)))
-            inputs.append(buf)
-        else:
-            parts.append((node.op, node.dtype, _arg_key(node.arg), tuple(index[s] for s in node.src)))
-    return tuple(parts), inputs
+    position = index.__getitem__
+    for root in outputs:
+        # depth first without recursion (graphs can be thousands of nodes deep): each frame is a node and an iterator
+        # over the sources it has not looked at yet; a node is placed once all its sources are
+        stack = [(root, iter(root.src))]
+        while stack:
+            node, pending = stack[-1]
+            for s in pending:
+                if s not in index:
+                    stack.append((s, iter(s.src)))
+                    break
+            else:
+                stack.pop()
+                if node in index:  # a root that an earlier root's graph contains
+                    continue
+                if src := node.src:
+                    if stop_at_realized and node._realized is not None:
+                        return None
+                    arg = None if node.arg is None else _arg_key(node.arg)
+                    parts.append((node.op, node.dtype, arg, tuple(map(position, src))))
+                elif node.op is Ops.BUFFER:
+                    buf = node.arg
+                    parts.append((Ops.BUFFER, node.dtype, buf.size, buf.device, len(inputs)))
+                    inputs.append(buf)
+                else:
+                    parts.append((node.op, node.dtype, None if node.arg is None else _arg_key(node.arg), ()))
+                index[node] = len(topo)
+                topo.append(node)
+    parts.append(tuple(map(position, outputs)))  # which nodes are the outputs, in order
+    return tuple(parts), topo, inputs
 
 
 @dataclass(frozen=True)
@@ -105,14 +136,24 @@ class Template:
 
     def instantiate(self, topo: list[UOp], inputs: list[Buffer]) -> tuple[list[ScheduleItem], dict[UOp, UOp],
                                                                           list[UOp]]:
-        slots = [Buffer(dev, nbytes, dtypes.uint8) for dev, nbytes in self.slots]
-        new = [Buffer(n.device, n.size, n.dtype, base=slots[n.slot] if n.slot is not None else None)
-               for n in self.new]
-        items = [ScheduleItem(ast, [new[r] if r >= 0 else inputs[-1 - r] for r in refs], dev,
-                              [topo[p] for p in outs], dict(var_vals))
-                 for ast, refs, dev, outs, var_vals in self.items]
-        views = {topo[p]: buffer_view(new[j], shape) for p, j, shape in self.views}
-        outputs = [views[topo[p]] if is_view else topo[p] for is_view, p in self.outputs]
+        # loops and map() over bound lookups instead of comprehensions, which are function calls on Python 3.11: an
+        # eager step runs this once per op
+        slots = [Buffer(dev, nbytes, dtypes.uint8) for dev, nbytes in self.slots] if self.slots else []
+        new = []
+        for n in self.new:
+            new.append(Buffer(n.device, n.size, n.dtype, base=slots[n.slot] if n.slot is not None else None))
+        # one list that buffer references index directly: ref k >= 0 is new[k], ref -1-k counts from the end, where
+        # the inputs are in reverse order, so it lands on inputs[k]
+        buffer, node = (new + inputs[::-1]).__getitem__, topo.__getitem__
+        items = []
+        for ast, refs, dev, outs, var_vals in self.items:
+            items.append(ScheduleItem(ast, list(map(buffer, refs)), dev, list(map(node, outs)), dict(var_vals)))
+        views = {}
+        for p, j, shape in self.views:
+            views[topo[p]] = buffer_view(new[j], shape)
+        outputs = []
+        for is_view, p in self.outputs:
+            outputs.append(views[topo[p]] if is_view else topo[p])
         return items, views, outputs
 
 

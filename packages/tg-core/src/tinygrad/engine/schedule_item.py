@@ -8,7 +8,7 @@ from tinygrad.device import Buffer
 from tinygrad.uop.ops import Ops, UOp
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class ScheduleItem:
     ast: UOp  # SINK(STORE(...)) for a kernel, or COPY(PARAM 0, PARAM 1) for a transfer
     bufs: list[Buffer]  # output first, then inputs in PARAM order
@@ -27,4 +27,5 @@ class ScheduleItem:
 
 
 def buffer_view(buf: Buffer, shape: tuple[int, ...]) -> UOp:
-    return UOp(Ops.BUFFER, buf.dtype, (), buf).reshape(shape)
+    node = UOp(Ops.BUFFER, buf.dtype, (), buf)
+    return node if shape == (buf.size,) else node.reshape(shape)

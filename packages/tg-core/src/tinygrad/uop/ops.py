@@ -9,13 +9,14 @@ The same node type describes three stages:
 from __future__ import annotations
 
 import enum
+import functools
 import math
 import struct
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from tinygrad.dtype import DType, dtypes
+from tinygrad.dtype import DType, dtypes, truncate
 from tinygrad.helpers import argsort, prod
 
 
@@ -60,6 +61,10 @@ class Ops(enum.Enum):
     NOOP = enum.auto()
     DEFINE_LOCAL = enum.auto()  # arg: (id, element count): a work-group's shared scratch buffer (GPU local memory)
 
+    # members are singletons, so identity is their hash; Enum's own __hash__ is Python code, and every UOp made or
+    # looked up hashes its op
+    __hash__ = object.__hash__
+
 
 class GroupOp:
     Unary = frozenset({Ops.NEG, Ops.RECIPROCAL, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC})
@@ -82,27 +87,40 @@ def _arg_key(arg: Any) -> Any:
 
 
 class UOpMeta(type):
-    cache: weakref.WeakValueDictionary[tuple, UOp] = weakref.WeakValueDictionary()
+    #: structure -> a weak reference to the one live node with it. Every Tensor op passes through here, so this is a
+    #: plain dict whose references remove their own entry when their node dies: a WeakValueDictionary does the same
+    #: in Python code and costs several times more per node.
+    cache: dict[tuple, weakref.ref[UOp]] = {}
 
     def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
-        key = (op, dtype, src, _arg_key(arg))
-        if (hit := UOpMeta.cache.get(key)) is not None:
+        key = (op, dtype, src, None if arg is None else _arg_key(arg))
+        ref = UOpMeta.cache.get(key)
+        if ref is not None and (hit := ref()) is not None:
             return hit
-        node = super().__call__(op, dtype, src, arg)
-        UOpMeta.cache[key] = node
+        node = type.__call__(cls, op, dtype, src, arg)
+        UOpMeta.cache[key] = weakref.ref(node, functools.partial(_forget_node, key))
         return node
+
+
+def _forget_node(key: tuple, ref: weakref.ref[UOp], cache: dict[tuple, weakref.ref[UOp]] = UOpMeta.cache) -> None:
+    # the entry may already belong to a newer node of the same structure: only drop our own reference
+    if cache.get(key) is ref:
+        del cache[key]
 
 
 class UOp(metaclass=UOpMeta):
     """A node of the IR. Equal structure is the same object, so `is` compares graphs in O(1)."""
 
-    __slots__ = ("__weakref__", "_ranges", "_shape", "_toposort", "arg", "dtype", "op", "src")
+    __slots__ = ("__weakref__", "_ranges", "_realized", "_shape", "_toposort", "arg", "dtype", "op", "src")
 
     def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None):
         self.op, self.dtype, self.src, self.arg = op, dtype, src, arg
         self._shape: tuple[int, ...] | bool | None = False
         self._toposort: dict[UOp, None] | None = None
         self._ranges: tuple[int | float, int | float] | None = None
+        #: in the tensor graph: the buffer view holding this node's value once a realize() computed it (the engine's
+        #: `realized_views` reads and writes it); kept on the node so that it lives exactly as long as the node
+        self._realized: UOp | None = None
 
     def __repr__(self) -> str:
         return self.pretty()
@@ -178,17 +196,24 @@ class UOp(metaclass=UOpMeta):
     def shape(self) -> tuple[int, ...]:
         s = self._shape
         if s is False:
-            _fill_sources_first(self, lambda n: n._shape is not False, _cache_shape)
-            s = self._shape
+            s = self._fill_shape()
         if s is None:
             raise ValueError(f"{self.op} has no shape")
         return s  # type: ignore[return-value]
 
     @property
     def has_shape(self) -> bool:
-        if self._shape is False:
+        s = self._shape
+        if s is False:
+            s = self._fill_shape()
+        return s is not None
+
+    def _fill_shape(self) -> tuple[int, ...] | None:
+        if not self.src or all(x._shape is not False for x in self.src):  # usual in eager code: sources are known
+            self._shape = _infer_shape(self)
+        else:
             _fill_sources_first(self, lambda n: n._shape is not False, _cache_shape)
-        return self._shape is not None
+        return self._shape  # type: ignore[return-value]
 
     @property
     def size(self) -> int:
@@ -197,8 +222,6 @@ class UOp(metaclass=UOpMeta):
     # ---- constructors used everywhere ----
     @staticmethod
     def const(dtype: DType, value: Any) -> UOp:
-        from tinygrad.dtype import truncate
-
         return UOp(Ops.CONST, dtype, (), truncate(value, dtype.scalar))
 
     def const_like(self, value: Any) -> UOp:

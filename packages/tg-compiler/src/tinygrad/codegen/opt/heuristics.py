@@ -194,8 +194,10 @@ def _second_reuse_axis(state: OptState, renderer: Renderer, outer_id: int, reuse
         amt = next((c for c in amounts if n % c == 0 and c <= n and tile * c <= CPU_MAX_TILE), None)
         # ties go to a short axis taken whole: a convolution's kernel rows, whose loads overlap from one output
         # row to the next (measured: 2-3x faster weight gradients than tiles grown along the channels)
+        if amt is None:
+            continue
         rank = (score(g), amt == n, amt)
-        if amt is not None and (best is None or rank > best[0]):
+        if best is None or rank > best[0]:
             best = (rank, amt, g)
     if best is None:
         return state
