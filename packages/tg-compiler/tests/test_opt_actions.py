@@ -243,3 +243,15 @@ def test_gpu_heuristics_give_a_flat_launch_big_work_groups() -> None:
     assert flat.local_size == (64,)  # the renderer's 256 capped by its limit of 64 in dimension 0
     assert get_program(elementwise_ast((4096,)), Flat32()).local_size == (32,)
     assert get_program(elementwise_ast((64, 64)), GPURenderer()).local_size == (16, 8)  # 2-D: 16 per dim
+
+
+def test_cpu_heuristics_ignore_loads_outside_the_reduce_loop_when_choosing_the_simd_axis() -> None:
+    from tinygrad import Tensor
+    # the input of a convolution carries the previous layer's bias, read per input channel: contiguous along the
+    # channels, but loaded once per output, outside the reduction; the SIMD axis stays the kernel row
+    raw, bias = Tensor.empty(8, 64, 8, 8), Tensor.empty(64)
+    w = Tensor.empty(64, 64, 3, 3, requires_grad=True)
+    out = (raw + bias.reshape(1, 64, 1, 1)).relu().conv2d(w)
+    (grad_w,) = (out * Tensor.empty(8, 64, 6, 6)).sum().gradient(w)
+    applied = optimize(lower_kernel(grad_w.schedule()[-1].ast), CStyleRenderer()).applied
+    assert applied[0] == Opt(OptOps.UPCAST, 3, 3) and Opt(OptOps.UPCAST, 1, 32) not in applied

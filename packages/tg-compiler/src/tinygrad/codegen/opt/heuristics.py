@@ -60,6 +60,20 @@ def access_strides(state: OptState, r: UOp) -> list[int | None]:
     return out
 
 
+def _accesses_in_the_loop(state: OptState) -> list[bool]:
+    """For every access `access_strides` lists: whether its layout matters to the reduce loop. A load that no reduce
+    range moves (a convolution's bias, fused into its input) is read once per output, outside the loop; that it is
+    contiguous along some output axis must not make that axis the SIMD direction. Stores always count."""
+    reduce_ranges = set(state.ranges("reduce"))
+    stored = {u.src[0] for u in state.sink.toposort() if u.op is Ops.STORE}
+    out: list[bool] = []
+    for u in state.sink.toposort():
+        if u.op is not Ops.INDEX or u.src[0].op is not Ops.PARAM:
+            continue
+        out.append(u in stored or not reduce_ranges or any(r in reduce_ranges for r in u.src[1].toposort()))
+    return out
+
+
 def _largest_divisor(n: int, choices: tuple[int, ...]) -> int | None:
     return next((c for c in choices if n % c == 0 and c <= n), None)
 
@@ -97,12 +111,13 @@ def _tile_axes(state: OptState, globals_: list[UOp], simd_amounts: tuple[int, ..
     serves a whole row of the tile; then the one along which the most accesses do not move. Ties go inner."""
     axes = state.axes
     strides = {g: access_strides(state, g) for g in globals_}
+    counted = _accesses_in_the_loop(state)
 
     def fits(g: UOp, amounts: tuple[int, ...]) -> bool:
         return _largest_divisor(_const(g) or 1, amounts) is not None
 
     def contiguous(g: UOp) -> int:
-        return sum(1 for s in strides[g] if s == 1)
+        return sum(1 for s, c in zip(strides[g], counted) if s == 1 and c)
 
     def simd_fits(g: UOp) -> bool:
         return simd_amount(_const(g) or 1) is not None if simd_amount is not None else fits(g, simd_amounts)
