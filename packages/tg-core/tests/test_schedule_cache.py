@@ -157,16 +157,18 @@ def test_a_freed_input_buffer_whose_memory_and_id_are_reused_reads_the_new_value
 
 
 def test_every_cache_hit_gets_its_own_memory() -> None:
-    a = Tensor(np.arange(1000, dtype=np.float32)).realize()
+    # three equal inputs in buffers of their own: the same cache key, but graphs that hash-consing keeps apart (the
+    # same graph over the same buffer would be the same node, whose realized value may be reused while it lives)
+    a, b, c = (Tensor(np.arange(1000, dtype=np.float32)).realize() for _ in range(3))
 
-    def graph() -> Tensor:  # private intermediates, so the template carries the memory planner's slots
-        return ((((a * 2).contiguous() + 1).contiguous() * 3).contiguous() - 4).sum()
+    def graph(x: Tensor) -> Tensor:  # private intermediates, so the template carries the memory planner's slots
+        return ((((x * 2).contiguous() + 1).contiguous() * 3).contiguous() - 4).sum()
 
-    first = graph()
+    first = graph(a)
     first.realize()
-    second = graph()
-    second.realize()
-    assert hits(lambda: graph().realize()) == 1
+    second = graph(b)
+    assert hits(second.realize) == 1
+    assert hits(lambda: graph(c).realize()) == 1
     want = float(((np.arange(1000, dtype=np.float64) * 2 + 1) * 3 - 4).sum())
     np.testing.assert_allclose([first.item(), second.item()], [want, want], rtol=1e-5)
     assert first._buffer() is not second._buffer()
