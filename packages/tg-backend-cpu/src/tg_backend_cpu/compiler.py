@@ -122,8 +122,8 @@ class CCompiler(Compiler):
         link = "ld" if self.linker else "driver"
         self.cache_key = f"cpu|{self.version}|{' '.join(self.flags)}|{link}|{_cpu_signature()}"
 
-    def _run(self, cmd: list[str], src: str, what: str, stdin: str | None = None) -> None:
-        proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True)
+    def _run(self, cmd: list[str], src: str, what: str, feed_source: bool = True) -> None:
+        proc = subprocess.run(cmd, input=src if feed_source else None, capture_output=True, text=True)
         if proc.returncode != 0:
             raise CompileError(f"{cmd[0]} failed to {what} a kernel:\n{proc.stderr}\n--- source ---\n{src}")
 
@@ -132,11 +132,11 @@ class CCompiler(Compiler):
             out = os.path.join(tmp, "kernel.so")
             if self.linker is not None:
                 obj = os.path.join(tmp, "kernel.o")
-                self._run([self.path, *self.flags, "-c", "-", "-o", obj], src, "compile", stdin=src)
+                self._run([self.path, *self.flags, "-c", "-", "-o", obj], src, "compile")
                 # -lpthread: the thread pool is built here too, and glibc before 2.34 keeps pthreads apart
                 self._run([self.linker, "-shared", "-o", out, obj, "-lm", "-lpthread", str(self.runtime_lib)], src,
-                          "link")
+                          "link", feed_source=False)
             else:
-                self._run([self.path, *self.flags, "-", "-o", out, "-lm"], src, "compile", stdin=src)
+                self._run([self.path, *self.flags, "-", "-o", out, "-lm"], src, "compile")
             with open(out, "rb") as f:
                 return f.read()

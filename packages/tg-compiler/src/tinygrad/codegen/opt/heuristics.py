@@ -32,7 +32,7 @@ from tinygrad.uop.symbolic import simplify
 #: CPU register tile: 32 floats along the SIMD axis are two AVX-512 registers; 8 rows make 16 accumulators
 CPU_SIMD = (32, 16, 8)
 CPU_REUSE = (8, 6, 4, 3, 2)
-#: register tiles smaller than this many accumulators grow along a second reuse axis, up to CPU_MAX_TILE
+#: register tiles smaller than this many accumulators grow along more reuse axes, up to CPU_MAX_TILE
 CPU_MIN_TILE, CPU_MAX_TILE = 128, 256
 #: bytes of the vector operand a cache-blocked CPU kernel keeps in L2 (half of a 1 MiB L2: Zen 4 has 1 MiB per
 #: core, Sapphire Rapids 2 MiB; the other half holds A's rows and the output tiles)
@@ -157,7 +157,7 @@ def _cpu_opts(state: OptState, renderer: Renderer, globals_: list[UOp], reduces:
         simd, reuse = _tile_axes(state, globals_, CPU_SIMD, CPU_REUSE, _simd_amount)
         simd_id = state.axes[simd].arg[0] if simd is not None else None
         reuse_id = state.axes[reuse].arg[0] if reuse is not None else None
-        simd_amt = reuse_amt = 1
+        simd_amt = 1
         if simd is not None:
             r = state.axes[simd]
             # keep the outermost global axis a loop of more than one iteration: a threaded backend splits it
@@ -170,13 +170,11 @@ def _cpu_opts(state: OptState, renderer: Renderer, globals_: list[UOp], reduces:
             n = _const(r) or 1
             amt = _largest_divisor(n, CPU_REUSE) if r is not globals_[0] or n >= 32 else None
             if amt is not None:
-                state, reuse_amt = _try(state, Opt(OptOps.UPCAST, ax, amt), renderer), amt
-        tile = simd_amt * reuse_amt
-        while tile < CPU_MIN_TILE:  # grow a small tile along more reuse axes while one fits
-            grown = _second_reuse_axis(state, renderer, globals_[0].arg[0], reuse_id, tile)
+                state = _try(state, Opt(OptOps.UPCAST, ax, amt), renderer)
+        while state.upcast_size() < CPU_MIN_TILE:  # grow a small tile along more reuse axes while one fits
+            grown = _grow_tile(state, renderer, globals_[0].arg[0], reuse_id)
             if grown is state:
                 break
-            tile *= grown.upcast_size() // max(state.upcast_size(), 1)
             state = grown
         if state.applied:
             return _block_for_l2(state, renderer, simd_id, simd_amt, red_size)
@@ -186,11 +184,11 @@ def _cpu_opts(state: OptState, renderer: Renderer, globals_: list[UOp], reduces:
     return _try(state, Opt(OptOps.UNROLL, last, amt), renderer) if amt else state
 
 
-def _second_reuse_axis(state: OptState, renderer: Renderer, outer_id: int, reuse_id: int | None,
-                       tile: int) -> OptState:
+def _grow_tile(state: OptState, renderer: Renderer, outer_id: int, reuse_id: int | None) -> OptState:
     """A small register tile (a 5-wide kernel row times 8 channels in a convolution's weight gradient) grows
-    along a second axis, one along which the loads that the first reuse axis does not reuse stay put: then
+    along one more axis, one along which the loads that the first reuse axis does not reuse stay put: then
     every load of the reduce loop serves several accumulators."""
+    tile = state.upcast_size()
     globals_ = state.ranges("global")
     first = next((g for g in globals_ if g.arg[0] == reuse_id), None)
     not_reused = [s != 0 for s in access_strides(state, first)] if first is not None else None
@@ -202,16 +200,16 @@ def _second_reuse_axis(state: OptState, renderer: Renderer, outer_id: int, reuse
     best: tuple[tuple[int, bool, int], int, UOp] | None = None
     for g in globals_:
         n = _const(g) or 1
-        if g is first or (g.arg[0] == outer_id and n < 32) or score(g) == 0:
+        if g is first or (g.arg[0] == outer_id and n < 32) or (reused := score(g)) == 0:
             continue
         # a short axis whole (the 5 rows of a 5x5 kernel), a long one by a divisor
         amounts = (n,) if n <= max(CPU_REUSE) else CPU_REUSE
         amt = next((c for c in amounts if n % c == 0 and c <= n and tile * c <= CPU_MAX_TILE), None)
-        # ties go to a short axis taken whole: a convolution's kernel rows, whose loads overlap from one output
-        # row to the next (measured: 2-3x faster weight gradients than tiles grown along the channels)
         if amt is None:
             continue
-        rank = (score(g), amt == n, amt)
+        # ties go to a short axis taken whole: a convolution's kernel rows, whose loads overlap from one output
+        # row to the next (measured: 2-3x faster weight gradients than tiles grown along the channels)
+        rank = (reused, amt == n, amt)
         if best is None or rank > best[0]:
             best = (rank, amt, g)
     if best is None:
@@ -241,7 +239,8 @@ def _block_for_l2(state: OptState, renderer: Renderer, simd_id: int | None, simd
     tiled = _try(state, Opt(OptOps.TILE, axis, block), renderer)
     if tiled is state:
         return state
-    blocks = next(i for i, g in enumerate(tiled.axes) if g.arg[0] == simd_id)
+    blocks = _axis_index(tiled, simd_id)
+    assert blocks is not None  # TILE keeps the outer part's id
     return _try(tiled, Opt(OptOps.SWAP, 0, blocks), renderer)
 
 
