@@ -47,14 +47,15 @@ def read_idx(path: Path) -> np.ndarray:
 
 
 def load() -> dict[str, np.ndarray]:
-    """Images as float32 in [0, 1] shaped (N, 1, 28, 28), labels as int32."""
+    """Images as float32 pixel values 0..255 shaped (N, 1, 28, 28), as examples/beautiful_mnist.py feeds them (not
+    scaled: see the note there), labels as int32."""
     if (why := missing_reason()) is not None:
         raise FileNotFoundError(why)
     folder, out = data_dir(), {}
     for key, name in FILES.items():
         path = folder / name if (folder / name).exists() else folder / f"{name}.gz"
         array = read_idx(path)
-        out[key] = (array.reshape(-1, 1, 28, 28).astype(np.float32) / 255.0 if key.endswith("_x")
+        out[key] = (array.reshape(-1, 1, 28, 28).astype(np.float32) if key.endswith("_x")
                     else array.astype(np.int32))
     return out
 

@@ -221,6 +221,12 @@ def test_gpu_renderers_keep_32_bit_address_math() -> None:
     assert "long alu" not in src and "int alu" in src
 
 
+def _heaviest_kernel(t: object) -> object:
+    """The schedule item of t with the most estimated operations (a gradient also schedules small copies)."""
+    items = t.schedule()  # type: ignore[attr-defined]
+    return max(items, key=lambda si: get_program(si.ast, CStyleRenderer()).estimated_ops).ast
+
+
 def test_cpu_heuristics_tile_convolutions_by_whole_rows_and_a_second_reuse_axis() -> None:
     from tinygrad import Tensor
     # the shapes of the MNIST example's second convolution (the batch does not change the choice)
@@ -230,9 +236,25 @@ def test_cpu_heuristics_tile_convolutions_by_whole_rows_and_a_second_reuse_axis(
     # a whole output row (20, not a multiple of a vector) as the SIMD axis, 8 output channels reusing each load
     assert fwd.applied == (Opt(OptOps.UPCAST, 3, 20), Opt(OptOps.UPCAST, 1, 8))
     (grad_w,) = (out * Tensor.empty(8, 32, 20, 20)).sum().gradient(w)
-    wgrad = optimize(lower_kernel(grad_w.schedule()[-1].ast), CStyleRenderer())
-    # the 5-wide kernel row times 8 output channels is a small tile: it grows along the kernel's 5 rows
-    assert wgrad.applied == (Opt(OptOps.UPCAST, 3, 5), Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 2, 5))
+    wgrad = optimize(lower_kernel(_heaviest_kernel(grad_w)), CStyleRenderer())  # type: ignore[arg-type]
+    # partial sums over chunks of 4 images (axis 0) of windows read from a channels-last copy: the 32 input
+    # channels (axis 2) are the SIMD axis, contiguous in the loads of the loop though not in the store; 8 output
+    # channels (axis 1) reuse each vector
+    assert wgrad.applied == (Opt(OptOps.UPCAST, 2, 32), Opt(OptOps.UPCAST, 1, 8))
+
+
+def test_cpu_heuristics_grow_a_small_convolutions_tile_along_its_output_rows() -> None:
+    from tinygrad import Tensor
+    # the MNIST example's last convolution: rows of 8 are short vectors; 8 output channels times 8 columns is a
+    # small tile, and it grows along the output rows (axis 2), whose input rows the 3 kernel rows share, not
+    # along the batch
+    ast = Tensor.empty(8, 64, 10, 10).conv2d(Tensor.empty(64, 64, 3, 3)).schedule()[-1].ast
+    assert optimize(lower_kernel(ast), CStyleRenderer()).applied == (
+        Opt(OptOps.UPCAST, 3, 8), Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 2, 4))
+    # 6-wide rows: the 6 rows whole would make 288 accumulators, past the tile limit; 3 of them fit
+    ast = Tensor.empty(8, 64, 8, 8).conv2d(Tensor.empty(64, 64, 3, 3)).schedule()[-1].ast
+    assert optimize(lower_kernel(ast), CStyleRenderer()).applied == (
+        Opt(OptOps.UPCAST, 3, 6), Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 2, 3))
 
 
 def test_gpu_heuristics_give_a_flat_launch_big_work_groups() -> None:
@@ -247,11 +269,21 @@ def test_gpu_heuristics_give_a_flat_launch_big_work_groups() -> None:
 
 def test_cpu_heuristics_ignore_loads_outside_the_reduce_loop_when_choosing_the_simd_axis() -> None:
     from tinygrad import Tensor
-    # the input of a convolution carries the previous layer's bias, read per input channel: contiguous along the
-    # channels, but loaded once per output, outside the reduction; the SIMD axis stays the kernel row
-    raw, bias = Tensor.empty(8, 64, 8, 8), Tensor.empty(64)
-    w = Tensor.empty(64, 64, 3, 3, requires_grad=True)
-    out = (raw + bias.reshape(1, 64, 1, 1)).relu().conv2d(w)
+    from tinygrad.codegen.opt.heuristics import _accesses_in_the_loop, access_strides
+    # a convolution's input with the previous layer's bias fused in: the bias is contiguous along the input
+    # channels but loaded once per output, outside the reduction, so it must not make them the SIMD direction
+    # (4 channels: with 8 or more the weight gradient reads a channels-last copy, where the bias is computed)
+    raw, bias = Tensor.empty(8, 4, 8, 8), Tensor.empty(4)
+    w = Tensor.empty(64, 4, 3, 3, requires_grad=True)
+    out = (raw + bias.reshape(1, 4, 1, 1)).relu().conv2d(w)
     (grad_w,) = (out * Tensor.empty(8, 64, 6, 6)).sum().gradient(w)
-    applied = optimize(lower_kernel(grad_w.schedule()[-1].ast), CStyleRenderer()).applied
-    assert applied[0] == Opt(OptOps.UPCAST, 3, 3) and Opt(OptOps.UPCAST, 1, 32) not in applied
+    state = OptState.from_lowered(lower_kernel(_heaviest_kernel(grad_w)))  # type: ignore[arg-type]
+    channels = state.ranges("global")[-3]  # (chunks,) out channels, in channels, kernel rows, kernel columns
+    along = access_strides(state, channels)
+    in_loop = _accesses_in_the_loop(state)
+    # the bias: contiguous along the channels and outside the loop; the windows and g: inside it
+    assert [(s, inside) for s, inside in zip(along, in_loop) if s == 1] == [(1, False)]
+    assert in_loop.count(True) >= 3  # the store, the windows, g
+    applied = optimize(lower_kernel(_heaviest_kernel(grad_w)), CStyleRenderer()).applied  # type: ignore[arg-type]
+    # the SIMD direction (the first UPCAST) is the kernel's columns, not the input channels (axis 1)
+    assert applied[0] == Opt(OptOps.UPCAST, 3, 3) and state.axes.index(channels) == 1

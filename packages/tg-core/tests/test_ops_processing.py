@@ -60,6 +60,8 @@ X4, W4 = (1, 2, 5, 5), (3, 2, 3, 3)
 CONV_SHAPES: list[tuple[Spec, ...]] = [
     (X4, W4), ((2, 1, 4, 3), (1, 1, 1, 1)), ((0, 2, 4, 4), (3, 2, 3, 3)), ((1, 2, 3, 3), (2, 2, 3, 3)),
     (P(1, 2, 5, 4), S(3, 2, 2, 3)), (M(1, 2, 4, 4), F(2, 2, 3, 2)),
+    # 8 input channels and more: the weight gradient reads channels-last copies of the input and of g
+    ((3, 8, 6, 5), (4, 8, 3, 2)), (P(2, 9, 4, 4), (3, 9, 2, 2)),
 ]
 
 CONV_CASES = [
@@ -504,3 +506,31 @@ def test_matmul_with_a_panel_packed_right_operand(shapes: tuple[tuple[int, ...],
     assert a.grad is not None and b.grad is not None
     np.testing.assert_allclose(a.grad.numpy(), grad_a, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(b.grad.numpy(), grad_b.reshape(bn.shape), rtol=1e-4, atol=1e-3)
+
+
+def test_batch_chunk_of_a_weight_gradient_divides_the_batch_and_fits_the_budget() -> None:
+    from tinygrad.mixin import processing
+    budget = processing.WEIGHT_GRAD_CHUNK_BYTES
+    assert processing._batch_chunk(512, 125_000) == 4  # the MNIST example's second layer: 500 KB per chunk
+    assert processing._batch_chunk(512, 1) == 512  # all of it fits: one sum
+    assert processing._batch_chunk(7, budget // 3) == 7  # a prime batch: only single images would divide it
+    assert processing._batch_chunk(0, 1000) == 0
+    for bs, per_image in ((512, 70_000), (96, 40_000), (64, budget)):
+        chunk = processing._batch_chunk(bs, per_image)
+        assert bs % chunk == 0 and (chunk == bs or chunk * per_image <= budget)
+
+
+def test_conv2d_weight_gradient_summed_in_batch_chunks_matches_torch(torch: Any, monkeypatch: Any) -> None:
+    """With a small budget the weight gradient is summed per chunk of images, then over the chunks."""
+    from tinygrad.mixin import processing
+    monkeypatch.setattr(processing, "WEIGHT_GRAD_CHUNK_BYTES", 8000)
+    assert processing._batch_chunk(6, (8 * 81 + 5 * 49) * 4) == 2  # the shapes below: three chunks of two
+    rng = np.random.default_rng(7)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((6, 8, 7, 7), (5, 8, 3, 3), (5,)))
+    up = rng.standard_normal((6, 5, 7, 7)).astype(np.float32)
+    tx, tw, tb = (Tensor(a, requires_grad=True) for a in (x, w, b))
+    (tx.conv2d(tw, tb, padding=1).relu() * Tensor(up)).sum().backward()
+    hx, hw, hb = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
+    (torch.nn.functional.conv2d(hx, hw, hb, padding=1).relu() * torch.tensor(up)).sum().backward()
+    for ours, theirs in ((tx, hx), (tw, hw), (tb, hb)):
+        np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=1e-4, atol=1e-4)
