@@ -5,9 +5,11 @@ stride of the index along that axis (0: the buffer is reused along the axis, 1: 
 
 * CPU-style targets (loops, SIMD by the C compiler):
   - a reduction with outputs to tile (matmul, conv): UPCAST the axis that is contiguous in the most loads
-    (the SIMD direction; 32 floats are two AVX-512 registers) and a second axis along which some input is
-    reused (8 rows). The tile of 8x32 accumulators stays in registers over the whole reduce loop, and each
-    loaded value is used 8 or 32 times: a register-tiled matmul.
+    of the reduce loop (the SIMD direction; 32 floats are two AVX-512 registers; the store breaks ties) and a
+    second axis along which some input is reused (8 rows). The tile of 8x32 accumulators stays in registers
+    over the whole reduce loop, and each loaded value is used 8 or 32 times: a register-tiled matmul. A tile
+    still small grows along one more axis, first one whose loads slide along a reduce axis (a small
+    convolution's output rows, which share input rows with the kernel rows).
   - a reduction to few outputs (sum of a big vector): UNROLL the reduce axis by 8, eight accumulators in one
     loop, which the compiler keeps in one SIMD register.
   - elementwise kernels: nothing; the C compiler vectorises the innermost loop already.
