@@ -75,10 +75,11 @@ def examples(session: nox.Session) -> None:
     """Run the examples end to end."""
     _install_framework(session)
     session.run("python", "examples/train_tiny.py")
-    # the README's first command, whole (70 steps, about two minutes), into this session's venv; it fails below 80%
-    # test accuracy (it reaches about 83%: see the README)
+    # the README's first command, whole (70 steps, about a minute), into this session's venv; it fails below 83%
+    # test accuracy (it reaches 84.3% here, 84.3-84.7% over seeds 0-2: see the README; the point of margin allows
+    # for another processor's rounding, which -march=native code differs in, and the batches' noise)
     session.run("bash", "examples/train_mnist.sh", external=True,
-                env={"VENV": session.virtualenv.location, "TARGET_EVAL_ACC_PCT": "80"})
+                env={"VENV": session.virtualenv.location, "TARGET_EVAL_ACC_PCT": "83"})
 
 
 def _backend_session(session: nox.Session, device: str, packages: list[str]) -> None:

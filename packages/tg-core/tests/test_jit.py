@@ -169,6 +169,24 @@ def test_state_tensor_reads_after_replays_see_the_newest_value() -> None:
     assert seen == [(float(i), float(i), 10.0 * i) for i in range(1, 6)]
 
 
+def test_state_assigned_outside_between_replays_reaches_the_next_replay() -> None:
+    """A counter the function advances, set from outside after the capture (as load_state_dict sets weights): the
+    next replay starts from the value set, not from the buffer's old contents."""
+    counter = Tensor([0.0]).contiguous().realize()
+
+    @TinyJit
+    def tick() -> Tensor:
+        counter.assign(counter + 1)
+        return counter * 1
+
+    assert [tick().item() for _ in range(4)] == [1.0, 2.0, 3.0, 4.0]  # eager, capture, two replays
+    counter.assign(Tensor([100.0]))  # lazy, and a new buffer once realized
+    assert tick().item() == 101.0
+    assert tick().item() == 102.0 and counter.item() == 102.0
+    counter.assign(Tensor([-5.0]).contiguous().realize())
+    assert tick().item() == -4.0
+
+
 def test_random_numbers_advance_on_every_replay_as_eager() -> None:
     def noisy(x: Tensor) -> Tensor:
         return x + Tensor.rand(8) + Tensor.randn(8) * 0 + Tensor.rand(8, dtype=dtypes.float16).float()

@@ -18,7 +18,11 @@ What this asks of the function (the usual tinygrad rules):
     call; replays write into the same memory, so a result that must outlive the next call should be copied
     (`.numpy()` or `.clone().realize()`).
   * State updates use `assign` (optimizers do): the new value is written into the tensor's buffer in place, and
-    assigns made inside the function are realized with its outputs.
+    assigns made inside the function are realized with its outputs. State the function assigns may also be
+    assigned outside it between calls (load_state_dict of a checkpoint): the next replay copies the new value into
+    the buffer its kernels read. A tensor the function only reads (a learning rate, a frozen weight) is read from
+    the buffer it had at capture: change it in place (`tinygrad.nn.training.write_in_place`, which the
+    learning-rate schedules use), not by assign, which gives it a new buffer the replays do not see.
   * No reading of values on the host (`.numpy()`, `.item()`, `.tolist()`) inside it: a replay could not repeat
     that. Random numbers are fine: the generator's state lives in device buffers that the replay advances.
   * One capture at a time: calling a TinyJit function while another capture is in progress raises JitError.
@@ -87,7 +91,9 @@ class TinyJit(Generic[R]):
         self._dynamic: list[int] = []  # launches rebuilt on every replay: they take inputs or variables
         self._outputs: Any = None  # the structure returned, with _OutputSlot in place of each tensor
         self._var_vals: dict[str, int] = {}
-        self._state: list[tuple[weakref.ref[Tensor], Buffer]] = []  # assigned tensors and the buffer they live in
+        # assigned tensors, the buffer they live in, and the node a replay last gave them (another one means they
+        # were assigned outside the function since: load_state_dict, a manual assign)
+        self._state: list[tuple[weakref.ref[Tensor], Buffer, list[UOp]]] = []
 
     @property
     def captured_kernels(self) -> int:
@@ -138,7 +144,7 @@ class TinyJit(Generic[R]):
                 engine_realize.capture_hooks.pop()
         if capturing:
             records += _write_back_state(state)
-            self._state = [(weakref.ref(t), buf) for t, buf in _state_tensors(state)]
+            self._state = [(weakref.ref(t), buf, [t.uop]) for t, buf in _state_tensors(state)]
             self._finish_capture(records, buffers, var_vals, out)
         self.cnt += 1
         return out
@@ -184,6 +190,11 @@ class TinyJit(Generic[R]):
 
     # ---- replay ----
     def _replay(self, inputs: list[Buffer], var_vals: dict[str, int]) -> R:
+        for ref, buf, last in self._state:
+            if (t := ref()) is not None and t.uop is not last[0]:
+                # assigned a new value outside the function (a checkpoint loaded, say): the kernels read the state
+                # from the captured buffer, so the new value goes there
+                _copy_into(buf, _buffer_of(t), t.device)
         values = {**self._var_vals, **var_vals}
         launches = self._launches
         for i in self._dynamic:
@@ -205,9 +216,9 @@ class TinyJit(Generic[R]):
             for launch in launches:
                 launch()
         engine_realize.kernel_count += len(launches)
-        for ref, buf in self._state:
+        for ref, buf, last in self._state:
             if (t := ref()) is not None:  # a new name for the new contents, as realize() gives
-                t.uop = buffer_view(Buffer(buf.device, buf.size, buf.dtype, base=buf), t.shape)
+                t.uop = last[0] = buffer_view(Buffer(buf.device, buf.size, buf.dtype, base=buf), t.shape)
         return _fill(self._outputs, inputs, values)  # type: ignore[no-any-return]
 
 
@@ -237,13 +248,18 @@ def _write_back_state(state: RunningJit) -> list[tuple[ScheduleItem, Runner | No
         new = _buffer_of(t)
         if new.storage is old.storage:
             continue
-        si = ScheduleItem(copy_kernel_ast(old.dtype, old.size), [old, new], t.device)
-        runner = Device[t.device].get_runner(si.ast)
-        runner(si.bufs, {})
-        engine_realize.kernel_count += 1
-        records.append((si, runner))
+        records.append(_copy_into(old, new, t.device))
         t.uop = buffer_view(Buffer(old.device, old.size, old.dtype, base=old), t.shape)
     return records
+
+
+def _copy_into(dst: Buffer, src: Buffer, device: str) -> tuple[ScheduleItem, Runner]:
+    """Copy src into dst now, with a copy kernel; returns it, for a capture to replay."""
+    si = ScheduleItem(copy_kernel_ast(dst.dtype, dst.size), [dst, src], device)
+    runner = Device[device].get_runner(si.ast)
+    runner(si.bufs, {})
+    engine_realize.kernel_count += 1
+    return si, runner
 
 
 # ---- inputs and outputs ----

@@ -444,7 +444,7 @@ def _channels_last(x: Tensor) -> Tensor:
     return x.permute((0,) + tuple(range(2, n + 2)) + (1,)).contiguous().permute((0, n + 1) + tuple(range(1, n + 1)))
 
 
-def _define_conv_gradient(out: Tensor, xp: Tensor, w: Tensor, win: Tensor) -> None:
+def _define_conv_gradient(out: Tensor, xp: Tensor, w: Tensor) -> None:
     """Backpropagate through a stride-1 convolution `out` of the padded input `xp` (bs, cin, i...) with `w`
     (cout, cin, k...) by convolutions, as PyTorch does, instead of by the chain rule through the window view:
     that one scatters the input's gradient through an intermediate of every window (bs x cin x positions x
@@ -460,13 +460,12 @@ def _define_conv_gradient(out: Tensor, xp: Tensor, w: Tensor, win: Tensor) -> No
     bs, cout, cin = out.shape[0], w.shape[0], w.shape[1]
 
     def rule(g_uop: Any) -> tuple[Any, ...]:
-        # g realized once, with the full convolution's zero border: both convolutions read every element of g
-        # many times, and the ops that made it (the backward of a pool, a norm, a relu) would otherwise be fused
-        # into, and redone in, every one of those reads, each read also testing whether it falls in the border
-        # (realized first without the border: the index arithmetic of the ops that made it, a pool's backward
-        # among them, only simplifies where no border offset makes an index negative; the copy into the
-        # bordered buffer is then a plain copy. Measured: 42 ms for the MNIST example's second layer in one
-        # kernel, 9 in two)
+        # g realized once: both convolutions read every element of g many times, and the ops that made it (the
+        # backward of a pool, a norm, a relu) would otherwise be fused into, and redone in, every one of those
+        # reads. Then a copy with the full convolution's zero border, which the input's gradient reads without
+        # testing for the border. (In one kernel with the border, the index arithmetic of a pool's backward does
+        # not simplify, as the border offset can make an index negative: 42 ms for the MNIST example's second
+        # layer, against 9 in two kernels.)
         border = [(k - 1, k - 1) for k in kernel]
         g = Tensor(g_uop, device=out.device).contiguous()
         full = _pad_spatial(g, border).contiguous()
@@ -525,7 +524,7 @@ def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, stride: t
     w = wa.reshape((1, groups, cout // groups, cin_g) + (1,) * n + kernel)
     out = (win * w).sum((3,) + tuple(range(4 + n, 4 + 2 * n)), dtype=acc).reshape((bs, cout) + outs)
     if groups == 1 and all(s == 1 for s in stride) and all(d == 1 for d in dilation) and acc.is_float:
-        _define_conv_gradient(out, xp, wa, win)
+        _define_conv_gradient(out, xp, wa)
     out = out.cast(out_dtype)
     if bias is not None:
         out = out + bias.reshape((1, cout) + (1,) * n)

@@ -11,9 +11,8 @@ import bisect
 import math
 from collections.abc import Callable, Sequence
 
-import numpy as np
-from tinygrad import Tensor
 from tinygrad.nn.optim import Optimizer, OptimizerGroup
+from tinygrad.nn.training import write_in_place
 
 
 def _leaf_optimizers(opt: Optimizer) -> list[Optimizer]:
@@ -44,8 +43,9 @@ class LRScheduler:
         self._apply()
 
     def _apply(self) -> None:
+        # in place: a TinyJit train step captured before reads the rate from this buffer
         for o, lr in zip(self.optimizers, self.get_lr()):
-            o.lr.assign(Tensor(np.array(lr, dtype=np.float32), device=o.lr.device)).realize()
+            write_in_place(o.lr, lr)
 
 
 class LambdaLR(LRScheduler):
@@ -117,20 +117,47 @@ class CosineAnnealingLR(LRScheduler):
 class OneCycleLR(LRScheduler):
     """The one-cycle policy (Smith 2018), PyTorch's two-phase form: from max_lr/div_factor up to max_lr over the
     first pct_start of total_steps, then down to max_lr/div_factor/final_div_factor, by cosine or linear annealing.
-    Only the rate is scheduled (PyTorch also cycles momentum unless cycle_momentum=False)."""
+    With cycle_momentum (the default, as in PyTorch) the momentum (SGD's momentum, Adam's b1: the optimizer's
+    `beta`) moves the other way, from max_momentum down to base_momentum and back."""
 
     def __init__(self, optimizer: Optimizer, max_lr: float, total_steps: int, pct_start: float = 0.3,
-                 anneal_strategy: str = "cos", div_factor: float = 25.0, final_div_factor: float = 1e4):
+                 anneal_strategy: str = "cos", div_factor: float = 25.0, final_div_factor: float = 1e4,
+                 cycle_momentum: bool = True, base_momentum: float = 0.85, max_momentum: float = 0.95):
         if total_steps < 1 or not 0 < pct_start < 1:
             raise ValueError(f"OneCycleLR: needs total_steps >= 1 and 0 < pct_start < 1, got {total_steps}, "
                              f"{pct_start}")
         if anneal_strategy not in ("cos", "linear"):
             raise ValueError(f"OneCycleLR: anneal_strategy is 'cos' or 'linear', got {anneal_strategy!r}")
+        if cycle_momentum and (without := [type(o).__name__ for o in _leaf_optimizers(optimizer) if o.beta is None]):
+            raise ValueError(f"OneCycleLR: cycle_momentum needs an optimizer with a momentum, but {without} has none "
+                             f"(SGD with momentum=0?); give it a momentum or pass cycle_momentum=False")
         self.max_lr, self.total_steps, self.anneal_strategy = max_lr, total_steps, anneal_strategy
         self.initial_lr = max_lr / div_factor
         self.min_lr = self.initial_lr / final_div_factor
         self.peak_step = float(pct_start * total_steps) - 1
+        self.cycle_momentum, self.base_momentum, self.max_momentum = cycle_momentum, base_momentum, max_momentum
         super().__init__(optimizer)
+
+    def _apply(self) -> None:
+        super()._apply()
+        if self.cycle_momentum:
+            beta = self.momentum_at(self.epoch_counter)
+            for o in self.optimizers:
+                assert o.beta is not None
+                write_in_place(o.beta, beta)
+
+    def _phase(self, t: int) -> tuple[bool, float]:
+        """(whether step t is in the warm-up phase, how far into its phase it is, 0..1)."""
+        if t <= self.peak_step:
+            return True, t / self.peak_step if self.peak_step > 0 else 1.0
+        span = (self.total_steps - 1) - self.peak_step
+        return False, (t - self.peak_step) / span if span > 0 else 1.0
+
+    def momentum_at(self, t: int) -> float:
+        warm, pct = self._phase(t)
+        if warm:
+            return self._anneal(self.max_momentum, self.base_momentum, pct)
+        return self._anneal(self.base_momentum, self.max_momentum, pct)
 
     def _anneal(self, start: float, end: float, pct: float) -> float:
         if self.anneal_strategy == "cos":
@@ -142,9 +169,6 @@ class OneCycleLR(LRScheduler):
         if t > self.total_steps:
             raise ValueError(f"OneCycleLR stepped {t} times, past total_steps={self.total_steps}; make total_steps "
                              f"the number of step() calls of the whole run")
-        if t <= self.peak_step:
-            lr = self._anneal(self.initial_lr, self.max_lr, t / self.peak_step if self.peak_step > 0 else 1.0)
-        else:
-            span = (self.total_steps - 1) - self.peak_step
-            lr = self._anneal(self.max_lr, self.min_lr, (t - self.peak_step) / span if span > 0 else 1.0)
+        warm, pct = self._phase(t)
+        lr = self._anneal(self.initial_lr, self.max_lr, pct) if warm else self._anneal(self.max_lr, self.min_lr, pct)
         return [lr] * len(self.base_lrs)

@@ -45,6 +45,9 @@ class Optimizer:
                              "(nn.state.get_parameters(model)) or set requires_grad on them")
         self.device = device or self.params[0].device
         self.lr = _scalar(lr, self.device)
+        # the momentum coefficient a schedule may cycle (SGD's momentum, Adam's b1; None: the optimizer has none),
+        # a tensor like lr so that a TinyJit replay reads its current value
+        self.beta: Tensor | None = None
 
     def zero_grad(self) -> None:
         for p in self.params:
@@ -150,6 +153,7 @@ class LARS(Optimizer):
         self.pre_wd, self.tcoef = pre_wd, tcoef
         self.b = [fresh_buffer(0.0, p.shape, dtypes.float32, p.device)
                   for p in self.params] if momentum else []
+        self.beta = _scalar(momentum, self.device) if momentum else None
 
     def _updates(self, grads: list[Tensor]) -> list[Tensor]:
         out = []
@@ -165,9 +169,10 @@ class LARS(Optimizer):
             lr = self.lr.to(p.device)
             if self.classic:
                 g = g * lr
-            if self.momentum:
-                self.b[i].assign(self.b[i] * self.momentum + g)
-                g = g + self.b[i] * self.momentum if self.nesterov else self.b[i]
+            if self.beta is not None:
+                m = self.beta.to(p.device)
+                self.b[i].assign(self.b[i] * m + g)
+                g = g + self.b[i] * m if self.nesterov else self.b[i]
             if not self.classic:
                 g = g * lr
             if self.wd and not self.pre_wd:
@@ -194,23 +199,27 @@ class LAMB(Optimizer):
         super().__init__(params, lr, device)
         if not (0 <= b1 < 1 and 0 <= b2 < 1):
             raise ValueError(f"betas must be in [0, 1), got b1={b1}, b2={b2}")
-        self.b1, self.b2, self.eps, self.wd, self.adam = b1, b2, eps, weight_decay, adam
-        # b1**t and b2**t, for the bias corrections
-        self.b1_t, self.b2_t = _scalar(1.0, self.device), _scalar(1.0, self.device)
+        self.b2, self.eps, self.wd, self.adam = b2, eps, weight_decay, adam
+        self.beta = _scalar(b1, self.device)
+        # the step count and b2**t, for the bias corrections: 1 - b1**t takes b1 as it is now, as PyTorch does,
+        # which is what a schedule that cycles b1 (OneCycleLR) expects
+        self.t, self.b2_t = _scalar(0.0, self.device), _scalar(1.0, self.device)
         self.m = [fresh_buffer(0.0, p.shape, dtypes.float32, p.device)
                   for p in self.params]
         self.v = [fresh_buffer(0.0, p.shape, dtypes.float32, p.device)
                   for p in self.params]
 
     def _updates(self, grads: list[Tensor]) -> list[Tensor]:
-        self.b1_t.assign(self.b1_t * self.b1)
+        self.t.assign(self.t + 1)
         self.b2_t.assign(self.b2_t * self.b2)
+        assert self.beta is not None
+        b1, b1_t = self.beta, self.beta ** self.t
         out = []
         for i, (p, g) in enumerate(zip(self.params, grads)):
             w = p.float()
-            self.m[i].assign(self.m[i] * self.b1 + g * (1 - self.b1))
+            self.m[i].assign(self.m[i] * b1.to(p.device) + g * (1 - b1.to(p.device)))
             self.v[i].assign(self.v[i] * self.b2 + g.square() * (1 - self.b2))
-            m_hat = self.m[i] / (1 - self.b1_t.to(p.device))
+            m_hat = self.m[i] / (1 - b1_t.to(p.device))
             v_hat = self.v[i] / (1 - self.b2_t.to(p.device))
             up = m_hat / (v_hat.sqrt() + self.eps)
             if self.wd:
@@ -222,7 +231,7 @@ class LAMB(Optimizer):
         return out
 
     def _state(self) -> list[Tensor]:
-        return [self.b1_t, self.b2_t, *self.m, *self.v]
+        return [self.t, self.b2_t, *self.m, *self.v]
 
 
 def Adam(params: Sequence[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
@@ -256,13 +265,16 @@ class Muon(Optimizer):
         self.nesterov, self.eps, self.adjust_lr = nesterov, eps, adjust_lr
         self.b = [fresh_buffer(0.0, p.shape, dtypes.float32, p.device)
                   for p in self.params]
+        self.beta = _scalar(momentum, self.device)
 
     def _updates(self, grads: list[Tensor]) -> list[Tensor]:
+        assert self.beta is not None
         out = []
         for i, (p, g) in enumerate(zip(self.params, grads)):
             w = p.float()
-            self.b[i].assign(self.b[i] + (g - self.b[i]) * (1 - self.momentum))
-            u = g + (self.b[i] - g) * self.momentum if self.nesterov else self.b[i]
+            m = self.beta.to(p.device)
+            self.b[i].assign(self.b[i] + (g - self.b[i]) * (1 - m))
+            u = g + (self.b[i] - g) * m if self.nesterov else self.b[i]
             rows, cols = p.shape[0], math.prod(p.shape[1:])
             if self.ns_steps:
                 u = u.reshape(rows, cols).newton_schulz(self.ns_steps, self.ns_coefficients, self.eps).reshape(p.shape)
