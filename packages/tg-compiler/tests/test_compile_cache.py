@@ -194,11 +194,22 @@ def test_precompile_builds_a_schedules_kernels_concurrently(cache: Path, monkeyp
     inside, most = 0, 0
     real = type(dev.compiler).compile
 
+    events: list[str] = []
+    render = dev._program
+
+    def slow_render(ast: object) -> object:  # the order of renders and compile starts
+        time.sleep(0.05)
+        spec = render(ast)  # type: ignore[arg-type]
+        events.append("render")
+        return spec
+    monkeypatch.setattr(dev, "_program", slow_render)
+
     def slow_compile(self: Compiler, src: str) -> bytes:  # counts compiles in flight at once
         nonlocal inside, most
         with lock:
             inside += 1
             most = max(most, inside)
+            events.append("compile")
         time.sleep(0.2)
         try:
             return real(self, src)  # type: ignore[arg-type]
@@ -209,6 +220,8 @@ def test_precompile_builds_a_schedules_kernels_concurrently(cache: Path, monkeyp
     monkeypatch.setattr(type(dev.compiler), "compile", slow_compile)
     dev.precompile(asts)
     assert all(ast in dev._runners for ast in asts) and most == 2
+    # the first kernel compiles while the others render
+    assert events.index("compile") < len(events) - 1 - events[::-1].index("render")
     np.testing.assert_allclose(outs[0].numpy(), np.exp(a * 3.25 + b), rtol=1e-5)
     np.testing.assert_allclose(outs[1].numpy(), np.maximum(a - 1.75, 0).sum(axis=1), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(outs[2].numpy(), (b * 0.625).max(), rtol=1e-6)

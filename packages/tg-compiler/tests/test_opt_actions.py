@@ -287,3 +287,14 @@ def test_cpu_heuristics_ignore_loads_outside_the_reduce_loop_when_choosing_the_s
     applied = optimize(lower_kernel(_heaviest_kernel(grad_w)), CStyleRenderer()).applied  # type: ignore[arg-type]
     # the SIMD direction (the first UPCAST) is the kernel's columns, not the input channels (axis 1)
     assert applied[0] == Opt(OptOps.UPCAST, 3, 3) and state.axes.index(channels) == 1
+
+
+def test_cpu_heuristics_unroll_a_short_reduce_row_whole_for_few_outputs() -> None:
+    from tinygrad import Tensor
+    # a BatchNorm's statistics: 32 outputs, each a sum over the batch and 20x20 positions. The row of 20 is
+    # unrolled whole (the C compiler makes vectors of it) and two rows at a time
+    ast = Tensor.empty(8, 32, 20, 20).sum((0, 2, 3)).schedule()[-1].ast
+    applied = optimize(lower_kernel(ast), CStyleRenderer()).applied
+    assert applied == (Opt(OptOps.UNROLL, 3, 20), Opt(OptOps.UNROLL, 2, 2))
+    # a long vector's sum (its one output has no axis): 16 accumulators, one AVX-512 register of floats
+    assert optimize(lower_kernel(reduce_ast(1, 4096)), CStyleRenderer()).applied == (Opt(OptOps.UNROLL, 0, 16),)

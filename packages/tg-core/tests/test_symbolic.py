@@ -295,3 +295,19 @@ def test_simplify_is_a_fixed_point() -> None:
     for e in ((r1 + r0 * 6) // 3, ((r0 * 6 + r1) % 12) // 2, (r0 + 1) * 3 + r1 % 7):
         once = simplify(e)
         assert simplify(once) is once
+
+
+@pytest.mark.parametrize("lo", [0, -7])
+def test_mod_plus_div_times_divisor_is_the_value(lo: int) -> None:
+    """x%c + (x//c)*c puts a split dimension back together: x, in either order and for negative x too."""
+    x = var("x", lo, 19)
+    for e in ((x % c(2)) + (x // c(2)) * c(2), (x // c(3)) * c(3) + (x % c(3))):
+        assert simplify(e) is x
+        assert_same_values(e, x, [x])
+    # inside a longer index: ((x%2 + (x//2)*2) + y*20) is x + y*20
+    y = var("y", 0, 9)
+    e = ((x % c(2)) + (x // c(2)) * c(2)) + y * c(20)
+    assert simplify(e) is simplify(x + y * c(20))
+    # not an identity with another divisor: left alone
+    e = (x % c(2)) + (x // c(3)) * c(3)
+    assert simplify(e) is not x

@@ -145,16 +145,20 @@ class Compiled:
     def precompile(self, asts: list[UOp]) -> None:
         """Build the runners of kernels about to run, compiling concurrently where the compiler allows it: the
         first step of a training loop compiles about a hundred kernels, each mostly a compiler process that
-        waits on nothing but a core. Rendering stays sequential (it is Python); errors surface as in get_runner."""
+        waits on nothing but a core. Rendering stays sequential (it is Python), and each kernel's compile starts as
+        soon as it is rendered, so the compilers work while the next kernels render; errors surface as in
+        get_runner."""
         todo = [ast for ast in dict.fromkeys(asts) if ast not in self._runners]
         workers = min(len(todo), COMPILE_WORKERS)
         if not self.compiler.parallel or workers < 2:
             return
-        specs = [self._program(ast) for ast in todo]
         with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="tg-compile") as pool:
-            libs = list(pool.map(lambda spec: self.compiler.compile_cached(spec.src), specs))
-        for ast, spec, lib in zip(todo, specs, libs):
-            self._runners.setdefault(ast, CompiledRunner(self, spec, lib))
+            pending = []
+            for ast in todo:
+                spec = self._program(ast)
+                pending.append((ast, spec, pool.submit(self.compiler.compile_cached, spec.src)))
+            for ast, spec, lib in pending:
+                self._runners.setdefault(ast, CompiledRunner(self, spec, lib.result()))
 
     def _program(self, ast: UOp) -> ProgramSpec:
         unsupported = sorted({u.dtype.scalar.name for u in ast.toposort()

@@ -206,6 +206,12 @@ symbolic = PatternMatcher([
     (UPat(Ops.IDIV, src=(x, UPat.cvar("c"))), lambda x, c: _div_by_const(x, c) if _is_int(x) else None),
     (UPat(Ops.MOD, src=(x, UPat.cvar("c"))), lambda x, c: _mod_by_const(x, c) if _is_int(x) else None),
     (UPat(Ops.CMPLT, src=(x, UPat.cvar("c"))), _cmp_bounds),
+    # x%c + (x//c)*c -> x, in either order: a split dimension put back together (a pool's window view read through
+    # a reshape). An identity for truncating and for flooring division alike, whatever the sign of x
+    (UPat(Ops.ADD, src=(UPat(Ops.MOD, src=(x, c1)), UPat(Ops.MUL, src=(UPat(Ops.IDIV, src=(x, c1)), c1)))),
+     lambda x, c1: x if _is_int(x) and c1.arg != 0 else None),
+    (UPat(Ops.ADD, src=(UPat(Ops.MUL, src=(UPat(Ops.IDIV, src=(x, c1)), c1)), UPat(Ops.MOD, src=(x, c1)))),
+     lambda x, c1: x if _is_int(x) and c1.arg != 0 else None),
     (UPat(Ops.MAX, src=(x, x)), lambda x: x),
     (UPat(Ops.MAX, src=(x, UPat.cvar("c"))), lambda x, c: x if _is_int(x) and x.vmin >= c.arg else None),
 ])

@@ -36,6 +36,8 @@ CPU_SIMD = (32, 16, 8)
 CPU_REUSE = (8, 6, 4, 3, 2)
 #: register tiles smaller than this many accumulators grow along more reuse axes, up to CPU_MAX_TILE
 CPU_MIN_TILE, CPU_MAX_TILE = 128, 256
+#: a reduce axis up to this long is unrolled whole in a reduction to few outputs
+CPU_REDUCE_WHOLE = 32
 #: bytes of the vector operand a cache-blocked CPU kernel keeps in L2 (half of a 1 MiB L2: Zen 4 has 1 MiB per
 #: core, Sapphire Rapids 2 MiB; the other half holds A's rows and the output tiles)
 CPU_L2_BUDGET = 512 * 1024
@@ -189,10 +191,20 @@ def _cpu_opts(state: OptState, renderer: Renderer, globals_: list[UOp], reduces:
             state = grown
         if state.applied:
             return _block_for_l2(state, renderer, simd_id, simd_amt, red_size)
-    # few outputs (or nothing to tile): independent accumulators for the innermost reduce axis
+    # few outputs (or nothing to tile): independent accumulators for the innermost reduce axis; a short one (a row of
+    # 20 or 24 in a BatchNorm's statistics) whole, which the C compiler turns into vectors, and then two of the
+    # next axis's rows (measured on the MNIST example's statistics: 46 ms -> 31 ms for the 8 of them)
     last = len(state.axes) - 1
-    amt = _largest_divisor(_const(state.axes[last]) or 1, (8, 4, 2))
-    return _try(state, Opt(OptOps.UNROLL, last, amt), renderer) if amt else state
+    n = _const(state.axes[last]) or 1
+    amt = n if 2 <= n <= CPU_REDUCE_WHOLE else _largest_divisor(n, (16, 8, 4, 2))
+    if not amt:
+        return state
+    unrolled = _try(state, Opt(OptOps.UNROLL, last, amt), renderer)
+    if unrolled is not state and amt == n and unrolled.ranges("reduce"):
+        nxt = len(unrolled.axes) - 1
+        if (_const(unrolled.axes[nxt]) or 1) % 2 == 0:
+            unrolled = _try(unrolled, Opt(OptOps.UNROLL, nxt, 2), renderer)
+    return unrolled
 
 
 def _grow_tile(state: OptState, renderer: Renderer, outer_id: int, reuse_id: int | None) -> OptState:
