@@ -121,8 +121,9 @@ class TinygradTrainer(Trainer):
     def _step(self, x: Any, y: Any) -> Any:
         self.opt.zero_grad()
         loss = x.sequential(self.layers).sparse_categorical_crossentropy(y).backward()
-        self.opt.step()
-        return loss.realize()
+        # the loss and the update in one schedule, as both tinygrad's and this project's examples step (a separate
+        # opt.step() and loss.realize() compute the forward pass twice)
+        return loss.realize(*self.opt.schedule_step())
 
     def train_step(self, x: np.ndarray, y: np.ndarray) -> float:
         inputs = self.Tensor(x).realize(), self.Tensor(y).realize()

@@ -130,3 +130,14 @@ def test_the_chosen_flags_do_not_miscompile_selects_in_reductions(name: str, fre
     out = np.zeros(4, np.float32)
     program(*[(a, a.ctypes.data) for a in (out, w, g, z)])
     np.testing.assert_array_equal(out.reshape(2, 2), g @ w.T)
+
+
+def test_kernels_use_compiler_builtins_instead_of_math_h() -> None:
+    """The CPU prelude replaces <math.h> by builtins (a tenth of a small kernel's compile time): every libm
+    function the C renderer can call must be among them, or kernels that call it would not compile."""
+    from tg_backend_cpu.renderer import BUILTIN_MATH, CPURenderer
+    from tinygrad.dtype import dtypes
+    r = CPURenderer()
+    assert "math.h" not in r.prelude
+    called = {r.math_fn(op, d) for op in r.math_fns for d in (dtypes.float32, dtypes.float64)} | {"fmod", "fmodf"}
+    assert called <= set(BUILTIN_MATH), sorted(called - set(BUILTIN_MATH))

@@ -18,8 +18,8 @@ def reduce_ast() -> UOp:
     return UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (out, (x * 3.0).reduce_axis(Ops.ADD, (1,)))),))
 
 
-def debug_output(level: int, capsys: pytest.CaptureFixture[str]) -> tuple[str, str]:
-    with Context(DEBUG=level):
+def debug_output(level: int, capsys: pytest.CaptureFixture[str], noopt: int = 0) -> tuple[str, str]:
+    with Context(DEBUG=level, NOOPT=noopt):
         spec = get_program(reduce_ast(), CStyleRenderer())
     captured = capsys.readouterr()
     assert captured.out == ""  # diagnostics go to stderr, never into a program's output
@@ -49,7 +49,7 @@ def test_debug_5_prints_the_ast(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_debug_6_prints_the_linearized_program(capsys: pytest.CaptureFixture[str]) -> None:
-    src, err = debug_output(6, capsys)
+    src, err = debug_output(6, capsys, noopt=1)  # the program as lowered: its reduce loop (heuristics unroll it)
     program = linearize(lower_kernel(reduce_ast()))
     lines = [line for line in err.splitlines() if line[:4].strip().isdigit()]
     assert len(lines) == len(program)
