@@ -390,3 +390,14 @@ def test_the_pool_has_no_data_races_under_thread_sanitizer(tmp_path: Path) -> No
         run = subprocess.run([str(exe), spin_ns, callers], capture_output=True, text=True, timeout=300)
         assert "ThreadSanitizer" not in run.stderr, run.stderr[-3000:]
         assert run.returncode == 0 and run.stdout.strip() == "ok", (run.stdout, run.stderr[-1000:])
+
+
+def test_the_pool_library_is_a_background_build_until_it_is_loaded() -> None:
+    from tg_backend_cpu.device import CPUDevice
+    from tg_backend_cpu.thread_pool import pool_library
+    dev = CPUDevice(threads=2)
+    if pool_library.cache_info().currsize == 0:
+        assert dev.background_builds() == [pool_library]
+    pool_library()
+    assert dev.background_builds() == []  # loaded: nothing left to build
+    assert CPUDevice(threads=1).background_builds() == []  # one thread: no pool at all

@@ -218,7 +218,10 @@ def test_precompile_builds_a_schedules_kernels_concurrently(cache: Path, monkeyp
                 inside -= 1
     lock = threading.Lock()
     monkeypatch.setattr(type(dev.compiler), "compile", slow_compile)
+    built: list[str] = []  # a one-off build (the CPU pool's library) runs in a compile thread, next to the kernels
+    monkeypatch.setattr(dev, "background_builds", lambda: [lambda: built.append(threading.current_thread().name)])
     dev.precompile(asts)
+    assert len(built) == 1 and built[0].startswith("tg-compile")
     assert all(ast in dev._runners for ast in asts) and most == 2
     # the first kernel compiles while the others render
     assert events.index("compile") < len(events) - 1 - events[::-1].index("render")

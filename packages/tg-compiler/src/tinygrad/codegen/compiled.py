@@ -153,12 +153,20 @@ class Compiled:
         if not self.compiler.parallel or workers < 2:
             return
         with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="tg-compile") as pool:
+            builds = [pool.submit(job) for job in self.background_builds()]
             pending = []
             for ast in todo:
                 spec = self._program(ast)
                 pending.append((ast, spec, pool.submit(self.compiler.compile_cached, spec.src)))
             for ast, spec, lib in pending:
                 self._runners.setdefault(ast, CompiledRunner(self, spec, lib.result()))
+            for build in builds:
+                build.result()
+
+    def background_builds(self) -> list[Callable[[], Any]]:
+        """One-off builds the first launches need besides their kernels (the CPU backend's thread pool library):
+        `precompile` runs them in its compile threads while the kernels render."""
+        return []
 
     def _program(self, ast: UOp) -> ProgramSpec:
         unsupported = sorted({u.dtype.scalar.name for u in ast.toposort()
