@@ -62,4 +62,4 @@ def write_in_place(t: Tensor, value: Any) -> None:
         raise ValueError(f"write_in_place: the tensor of shape {t.shape} is a view into a larger buffer of "
                          f"{buf.size} elements; make it with fresh_buffer so that it has a buffer of its own")
     data = np.ascontiguousarray(np.broadcast_to(np.asarray(value, dtype=to_numpy(t.dtype)), t.shape)).reshape(-1)
-    buf.copyin(memoryview(data).cast("B"))
+    buf.copyin(data.data.cast("B"))
