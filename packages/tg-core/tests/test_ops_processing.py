@@ -61,7 +61,7 @@ CONV_SHAPES: list[tuple[Spec, ...]] = [
     (X4, W4), ((2, 1, 4, 3), (1, 1, 1, 1)), ((0, 2, 4, 4), (3, 2, 3, 3)), ((1, 2, 3, 3), (2, 2, 3, 3)),
     (P(1, 2, 5, 4), S(3, 2, 2, 3)), (M(1, 2, 4, 4), F(2, 2, 3, 2)),
     # 8 input channels and more: the weight gradient reads channels-last copies of the input and of g
-    ((3, 8, 6, 5), (4, 8, 3, 2)), (P(2, 9, 4, 4), (3, 9, 2, 2)),
+    ((3, 8, 6, 5), (4, 8, 3, 2)), (P(2, 9, 4, 4), (3, 9, 2, 2)), ((0, 8, 4, 4), (3, 8, 3, 3)),
 ]
 
 CONV_CASES = [
