@@ -91,9 +91,7 @@ class TinyJit(Generic[R]):
         self._dynamic: list[int] = []  # launches rebuilt on every replay: they take inputs or variables
         self._outputs: Any = None  # the structure returned, with _OutputSlot in place of each tensor
         self._var_vals: dict[str, int] = {}
-        # assigned tensors, the buffer they live in, and the node a replay last gave them (another one means they
-        # were assigned outside the function since: load_state_dict, a manual assign)
-        self._state: list[tuple[weakref.ref[Tensor], Buffer, list[UOp]]] = []
+        self._state: list[_StateSlot] = []  # the tensors the function assigns
 
     @property
     def captured_kernels(self) -> int:
@@ -144,7 +142,7 @@ class TinyJit(Generic[R]):
                 engine_realize.capture_hooks.pop()
         if capturing:
             records += _write_back_state(state)
-            self._state = [(weakref.ref(t), buf, [t.uop]) for t, buf in _state_tensors(state)]
+            self._state = [_StateSlot(weakref.ref(t), buf, t.uop) for t, buf in _state_tensors(state)]
             self._finish_capture(records, buffers, var_vals, out)
         self.cnt += 1
         return out
@@ -190,11 +188,11 @@ class TinyJit(Generic[R]):
 
     # ---- replay ----
     def _replay(self, inputs: list[Buffer], var_vals: dict[str, int]) -> R:
-        for ref, buf, last in self._state:
-            if (t := ref()) is not None and t.uop is not last[0]:
+        for held in self._state:
+            if (t := held.tensor()) is not None and t.uop is not held.node:
                 # assigned a new value outside the function (a checkpoint loaded, say): the kernels read the state
                 # from the captured buffer, so the new value goes there
-                _copy_into(buf, _buffer_of(t), t.device)
+                _copy_into(held.buffer, _buffer_of(t), t.device)
         values = {**self._var_vals, **var_vals}
         launches = self._launches
         for i in self._dynamic:
@@ -216,13 +214,23 @@ class TinyJit(Generic[R]):
             for launch in launches:
                 launch()
         engine_realize.kernel_count += len(launches)
-        for ref, buf, last in self._state:
-            if (t := ref()) is not None:  # a new name for the new contents, as realize() gives
-                t.uop = last[0] = buffer_view(Buffer(buf.device, buf.size, buf.dtype, base=buf), t.shape)
+        for held in self._state:
+            if (t := held.tensor()) is not None:  # a new name for the new contents, as realize() gives
+                buf = held.buffer
+                t.uop = held.node = buffer_view(Buffer(buf.device, buf.size, buf.dtype, base=buf), t.shape)
         return _fill(self._outputs, inputs, values)  # type: ignore[no-any-return]
 
 
 # ---- model state ----
+
+@dataclass(eq=False)
+class _StateSlot:
+    """A tensor the function assigns, the buffer its kernels read it from, and the node a replay last gave it
+    (another node means it was assigned outside the function since: load_state_dict, a manual assign)."""
+    tensor: weakref.ref[Tensor]
+    buffer: Buffer
+    node: UOp
+
 
 def _old_buffer(old: UOp) -> Buffer | None:
     view = realized_views.get(old)

@@ -149,7 +149,7 @@ class LARS(Optimizer):
             raise ValueError(f"momentum and weight_decay must be >= 0, got {momentum} and {weight_decay}")
         if nesterov and momentum == 0:
             raise ValueError("nesterov momentum needs momentum > 0")
-        self.momentum, self.wd, self.nesterov, self.classic = momentum, weight_decay, nesterov, classic
+        self.wd, self.nesterov, self.classic = weight_decay, nesterov, classic
         self.pre_wd, self.tcoef = pre_wd, tcoef
         self.b = [fresh_buffer(0.0, p.shape, dtypes.float32, p.device)
                   for p in self.params] if momentum else []
@@ -261,7 +261,7 @@ class Muon(Optimizer):
         if flat:
             raise ValueError(f"Muon optimises matrices only, got parameters of shapes {flat}; give those to AdamW "
                              f"and combine the two optimizers with OptimizerGroup")
-        self.momentum, self.wd, self.ns_steps, self.ns_coefficients = momentum, weight_decay, ns_steps, ns_coefficients
+        self.wd, self.ns_steps, self.ns_coefficients = weight_decay, ns_steps, ns_coefficients
         self.nesterov, self.eps, self.adjust_lr = nesterov, eps, adjust_lr
         self.b = [fresh_buffer(0.0, p.shape, dtypes.float32, p.device)
                   for p in self.params]

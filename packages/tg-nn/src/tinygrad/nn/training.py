@@ -8,14 +8,11 @@ tinygrad has two switches for this: the class attribute `Tensor.training` and th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tinygrad import Tensor, dtypes
 from tinygrad.dtype import DTypeLike
 from tinygrad.helpers import ContextVar
-
-if TYPE_CHECKING:
-    from tinygrad.device import Buffer
 
 TRAINING: ContextVar = ContextVar.registry.get("TRAINING") or ContextVar("TRAINING", 0)
 
@@ -36,17 +33,6 @@ def fresh_buffer(value: float, shape: tuple[int, ...], dtype: DTypeLike | None =
     return Tensor(np.full(shape, value, dtype=to_numpy(d)), device=device, dtype=d)
 
 
-def own_buffer(t: Tensor) -> Buffer | None:
-    """The buffer t holds, when t is realized into a buffer of its own size (a parameter, a state tensor), else None
-    (t is lazy, or a view into a larger buffer). Nothing is realized."""
-    from tinygrad.engine.schedule import base_buffer, realized_views
-
-    view = realized_views.get(t.uop)
-    base = base_buffer(view if view is not None else t.uop)
-    buf: Buffer | None = base.arg if base is not None else None
-    return buf if buf is not None and buf.size == t.numel() and buf.dtype == t.dtype else None
-
-
 def write_in_place(t: Tensor, value: Any) -> None:
     """Fill a state tensor (a learning rate, a momentum, a parameter) with `value` (a number or an array of t's
     shape) by writing into the buffer it holds. A TinyJit step captured earlier reads that very buffer;
@@ -56,8 +42,7 @@ def write_in_place(t: Tensor, value: Any) -> None:
     import numpy as np
     from tinygrad.dtype import to_numpy
 
-    own = own_buffer(t)
-    buf = own if own is not None else t._buffer()
+    buf = t._buffer()  # the buffer t holds (a lazy t is realized into one first)
     if buf.size != t.numel():
         raise ValueError(f"write_in_place: the tensor of shape {t.shape} is a view into a larger buffer of "
                          f"{buf.size} elements; make it with fresh_buffer so that it has a buffer of its own")

@@ -49,13 +49,17 @@ def _const(r: UOp) -> int | None:
     return int(r.src[0].arg) if r.src[0].op is Ops.CONST else None
 
 
+def _accesses(state: OptState) -> list[UOp]:
+    """The kernel's buffer accesses (INDEX of a PARAM, loads and stores), in the order every per-access list of
+    this module follows."""
+    return [u for u in state.sink.toposort() if u.op is Ops.INDEX and u.src[0].op is Ops.PARAM]
+
+
 def access_strides(state: OptState, r: UOp) -> list[int | None]:
     """For every load of a buffer, the stride of its index along range r (None: not affine/unknown)."""
     out: list[int | None] = []
     others = {u: UOp.const(IDX, 0) for u in state.sink.toposort() if u.op is Ops.RANGE and u is not r}
-    for u in state.sink.toposort():
-        if u.op is not Ops.INDEX or u.src[0].op is not Ops.PARAM:
-            continue
+    for u in _accesses(state):
         idx = u.src[1]
         if r not in idx.toposort():
             out.append(0)
@@ -71,19 +75,14 @@ def _accesses_in_the_loop(state: OptState) -> list[bool]:
     range moves (a convolution's bias, fused into its input) is read once per output, outside the loop; that it is
     contiguous along some output axis must not make that axis the SIMD direction. Stores always count."""
     reduce_ranges = set(state.ranges("reduce"))
-    stored = {u.src[0] for u in state.sink.toposort() if u.op is Ops.STORE}
-    out: list[bool] = []
-    for u in state.sink.toposort():
-        if u.op is not Ops.INDEX or u.src[0].op is not Ops.PARAM:
-            continue
-        out.append(u in stored or not reduce_ranges or any(r in reduce_ranges for r in u.src[1].toposort()))
-    return out
+    return [st or not reduce_ranges or any(r in reduce_ranges for r in u.src[1].toposort())
+            for u, st in zip(_accesses(state), _stores(state))]
 
 
 def _stores(state: OptState) -> list[bool]:
     """For every access `access_strides` lists: whether it is the index of a STORE."""
     stored = {u.src[0] for u in state.sink.toposort() if u.op is Ops.STORE}
-    return [u in stored for u in state.sink.toposort() if u.op is Ops.INDEX and u.src[0].op is Ops.PARAM]
+    return [u in stored for u in _accesses(state)]
 
 
 def _largest_divisor(n: int, choices: tuple[int, ...]) -> int | None:
@@ -229,22 +228,21 @@ def _grow_tile(state: OptState, renderer: Renderer, outer_id: int, reuse_id: int
     first = next((g for g in globals_ if g.arg[0] == reuse_id), None)
     not_reused = [s != 0 for s in access_strides(state, first)] if first is not None else None
 
-    def score(g: UOp) -> int:
-        strides = access_strides(state, g)
-        return sum(1 for i, st in enumerate(strides) if st == 0 and (not_reused is None or not_reused[i]))
-
     # per access, the strides along the reduce axes: a load that moves along an output axis exactly as along a
     # reduce axis is a sliding window (a convolution's input along the output rows and the kernel rows)
     window_strides = [set(col) - {0, None} for col in zip(*(access_strides(state, r) for r in state.ranges("reduce")))]
 
-    def slides(g: UOp) -> bool:
-        return any(st in ws for st, ws in zip(access_strides(state, g), window_strides))
-
     best: tuple[tuple[bool, int, bool, int], int, UOp] | None = None
     for g in globals_:
         n = _const(g) or 1
-        if g is first or (g.arg[0] == outer_id and n < 32) or (reused := score(g)) == 0:
+        if g is first or (g.arg[0] == outer_id and n < 32):
             continue
+        strides = access_strides(state, g)
+        # the loads that stay put along g (among those the first reuse axis does not reuse)
+        reused = sum(1 for i, st in enumerate(strides) if st == 0 and (not_reused is None or not_reused[i]))
+        if reused == 0:
+            continue
+        slides = any(st in ws for st, ws in zip(strides, window_strides))
         # a short axis whole (the 5 rows of a 5x5 kernel) where it fits, else by a divisor
         amounts = ((n,) if n <= max(CPU_REUSE) else ()) + CPU_REUSE
         amt = next((c for c in amounts if n % c == 0 and c <= n and tile * c <= CPU_MAX_TILE), None)
@@ -255,7 +253,7 @@ def _grow_tile(state: OptState, renderer: Renderer, outer_id: int, reuse_id: int
         # than tiles grown along the batch). Then ties go to a short axis taken whole: a convolution's kernel
         # rows, whose loads overlap from one output row to the next (2-3x faster weight gradients than tiles
         # grown along the channels)
-        rank = (slides(g), reused, amt == n, amt)
+        rank = (slides, reused, amt == n, amt)
         if best is None or rank > best[0]:
             best = (rank, amt, g)
     if best is None:
