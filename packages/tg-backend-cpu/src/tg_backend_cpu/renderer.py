@@ -20,6 +20,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from tinygrad.dtype import DType, dtypes
 from tinygrad.renderer.cstyle import CStyleRenderer
 from tinygrad.uop.ops import Ops, UOp
 
@@ -93,15 +94,17 @@ class CPURenderer(CStyleRenderer):
         # thread, so that two threads can render with one renderer
         self._state = threading.local()
 
-    def render_range(self, name: str, bound: str, work_item_dim: int | None) -> str:
+    def render_range(self, name: str, bound: str, work_item_dim: int | None, dtype: DType = dtypes.int32) -> str:
         plan: SplitPlan | None = getattr(self._state, "plan", None)
         k = getattr(self._state, "opened", 0)
         self._state.opened = k + 1
         if plan is None or k >= len(plan.sliced) or not plan.sliced[k]:
-            return super().render_range(name, bound, work_item_dim)
+            return super().render_range(name, bound, work_item_dim, dtype)
         start, end, total = SLICE_PARAMS
-        lo, hi = f"(int)((long long)({bound})*{start}/{total})", f"(int)((long long)({bound})*{end}/{total})"
-        return f"for (int {name} = {lo}, {name}_end = {hi}; {name} < {name}_end; {name}++) {{"
+        t = self.value_type(dtype)
+        # the slice ends are products in 64 bits: bound * tg_end passes 2**63 only past any addressable size
+        lo, hi = f"({t})((long long)({bound})*{start}/{total})", f"({t})((long long)({bound})*{end}/{total})"
+        return f"for ({t} {name} = {lo}, {name}_end = {hi}; {name} < {name}_end; {name}++) {{"
 
     def render_kernel(self, name: str, params: list[str], body: list[str], uses_bf16: bool = False) -> str:
         slice_params = [f"const long long {p}" for p in SLICE_PARAMS]

@@ -183,8 +183,9 @@ class OpenCLRenderer(CStyleRenderer):
     def render_barrier(self) -> str:
         return "barrier(CLK_LOCAL_MEM_FENCE);"
 
-    def render_range(self, name: str, bound: str, work_item_dim: int | None) -> str:
+    def render_range(self, name: str, bound: str, work_item_dim: int | None, dtype: DType = dtypes.int32) -> str:
         if work_item_dim is None:
-            return super().render_range(name, bound, work_item_dim)
+            return super().render_range(name, bound, work_item_dim, dtype)
         # the launch may be larger than the bound (a symbolic bound launches its largest value): guard it
-        return f"int {name} = (int)get_global_id({work_item_dim}); if ({name} < {bound}) {{"
+        t = self.value_type(dtype)
+        return f"{t} {name} = ({t})get_global_id({work_item_dim}); if ({name} < {bound}) {{"

@@ -96,6 +96,10 @@ class WGSLRenderer(Renderer):
     supported_dtypes = frozenset(VALUE_TYPES)
     #: a flat launch in workgroups of 64 (lavapipe, a*b+c over 16M floats: 1.65 GB/s; in groups of 256: 1.16)
     flat_work_group = 64
+    #: WGSL indexes arrays with i32/u32 and its loops count in i32 (64-bit integers are an optional native feature
+    #: that arrays cannot be indexed with): a kernel whose index arithmetic leaves int32's range is refused with an
+    #: IndexRangeError naming the value and the limit, instead of wrapping
+    index_wide_dtype = None
 
     def __init__(self, features: frozenset[str] = frozenset({"shader-f16"}), max_loop_iterations: int | None = None,
                  max_loop_iterations_reason: str = "", max_workgroup_invocations: int = DEFAULT_MAX_INVOCATIONS,

@@ -124,7 +124,10 @@ class dtypes:
 
     default_float: DType = float32
     default_int: DType = int32
-    index: Final = int32  # the dtype of index arithmetic inside kernels
+    #: index arithmetic inside kernels: a mathematical integer (64 bits wide while it is simplified), given a
+    #: concrete type per expression, int32 or int64 from its value bounds, just before rendering
+    #: (`tinygrad.codegen.index_dtype`). Never the dtype of a tensor or a buffer.
+    index: Final = DType("index", 8, "int", None)
 
     @staticmethod
     def all() -> tuple[DType, ...]:

@@ -109,6 +109,9 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         self._requires_grad = False
         want = to_dtype(dtype) if dtype is not None else None
         if isinstance(data, UOp):
+            if want is None and data.dtype == dtypes.index:
+                # a Variable (or a size over Variables) as a value: an int tensor, 64-bit only if its range needs it
+                want = dtypes.int32 if dtypes.int32.min <= data.vmin and data.vmax <= dtypes.int32.max else dtypes.int64
             self.uop = data if want is None else data.cast(want)
         elif isinstance(data, Tensor):
             self.uop = data.uop if want is None else data.uop.cast(want)

@@ -1,7 +1,7 @@
 """From a kernel AST to source code: lower -> linearize -> render.
 
-`get_program(ast, renderer)` is the whole pipeline (lowering, optimisation in `codegen/opt/`, linearizing,
-rendering); DEBUG>=3 prints the chosen optimisations,
+`get_program(ast, renderer)` is the whole pipeline (lowering, optimisation in `codegen/opt/`, typing the index
+arithmetic in `codegen/index_dtype.py`, linearizing, rendering); DEBUG>=3 prints the chosen optimisations,
 >=4 the source, >=5 the AST, >=6 the linearized program.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
+from tinygrad.codegen.index_dtype import type_indices
 from tinygrad.codegen.linearize import linearize
 from tinygrad.codegen.lowerer import lower_kernel
 from tinygrad.codegen.opt import Opt, OptState, expand_kernel, optimize
@@ -60,7 +61,8 @@ def get_program(ast: UOp, renderer: Renderer, opts: tuple[Opt, ...] | None = Non
         print(ast.pretty(), file=sys.stderr)
     lowered = lower_kernel(ast)
     state = optimize(lowered, renderer, opts)
-    program = linearize(expand_kernel(state))
+    program = linearize(type_indices(expand_kernel(state), renderer.index_wide_dtype, renderer.device or
+                                     type(renderer).__name__))
     if DEBUG >= 6:
         for i, u in enumerate(program):
             srcs = [program.index(s) if s in program else "-" for s in u.src]

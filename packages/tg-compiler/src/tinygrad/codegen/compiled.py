@@ -170,7 +170,8 @@ class Compiled:
 
     def _program(self, ast: UOp) -> ProgramSpec:
         unsupported = sorted({u.dtype.scalar.name for u in ast.toposort()
-                              if u.dtype.kind != "void" and not self.renderer.supports_dtype(u.dtype)})
+                              if u.dtype.kind != "void" and u.dtype != dtypes.index
+                              and not self.renderer.supports_dtype(u.dtype)})  # index: typed by the compiler
         if unsupported:
             ok = [d.name for d in dtypes.all() if self.renderer.supports_dtype(d)]
             raise TypeError(f"device {self.name} cannot compute with {', '.join(unsupported)}; it supports {ok}. "

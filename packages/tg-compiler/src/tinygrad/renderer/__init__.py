@@ -31,6 +31,9 @@ class Renderer:
     #: vector widths the target can load and store in one access (e.g. (4,) for float4); () keeps every access
     #: scalar, which every target can render
     vector_widths: tuple[int, ...] = ()
+    #: the integer type of index arithmetic that leaves int32's range (`tinygrad.codegen.index_dtype`); None for a
+    #: target without 64-bit integers, which then refuses such kernels with a clear error
+    index_wide_dtype: DType | None = dtypes.int64
 
     def supports_dtype(self, dtype: DType) -> bool:
         return dtype.scalar in self.supported_dtypes

@@ -125,11 +125,11 @@ class CStyleRenderer(Renderer):
         const = "" if is_output else "const "
         return f"{self.buffer_prefix}{const}{self.memory_type(d)}* {self.restrict} data{index}"
 
-    def render_range(self, name: str, bound: str, work_item_dim: int | None) -> str:
-        """Open a loop over [0, bound). `work_item_dim` is the launch dimension the range runs on for a
-        `has_local` target (None: a loop); a target with work-items opens a guarded block instead. Either
-        way the END closes it with one brace."""
-        return f"for (int {name} = 0; {name} < {bound}; {name}++) {{"
+    def render_range(self, name: str, bound: str, work_item_dim: int | None, dtype: DType = dtypes.int32) -> str:
+        """Open a loop over [0, bound) with a counter of type `dtype` (int32, or int64 for a bound past int32's
+        range). `work_item_dim` is the launch dimension the range runs on for a `has_local` target (None: a loop);
+        a target with work-items opens a guarded block instead. Either way the END closes it with one brace."""
+        return f"for ({self.value_type(dtype)} {name} = 0; {name} < {bound}; {name}++) {{"
 
     def render_define_local(self, name: str, d: DType, size: int) -> str:
         """Declare a work-group's shared scratch array (GROUP reductions). Only targets with `local_mem_max`
@@ -308,7 +308,10 @@ class CStyleRenderer(Renderer):
                 names[u] = u.arg[0]
             elif op is Ops.RANGE:
                 names[u] = fresh("ridx")
-                body.append(pad + self.render_range(names[u], names[u.src[0]], work_items.get(u)))
+                loop = (names[u], names[u.src[0]], work_items.get(u))
+                # an int32 counter is the default: renderers written before 64-bit loops take three arguments
+                body.append(pad + (self.render_range(*loop) if u.dtype == dtypes.int32 else
+                                   self.render_range(*loop, u.dtype)))
             elif op is Ops.END:
                 body.append(pad + "}")
             elif op is Ops.INDEX:

@@ -354,10 +354,17 @@ def _compute_bounds(u: UOp) -> tuple[int | float, int | float]:
             return _clip(min(vals), max(vals), full)
         if u.op is Ops.MAX:
             return (max(a0, b0), max(a1, b1))
-        if u.op is Ops.IDIV and b0 == b1 and b0 > 0 and a0 >= 0:
-            return (a0 // b0, a1 // b0)
-        if u.op is Ops.MOD and b0 == b1 and b0 > 0 and a0 >= 0:
-            return (0, min(a1, b0 - 1)) if a1 >= b0 else (a0, a1)
+        if u.op is Ops.IDIV and b0 == b1 and b0 > 0:
+            # truncating division by a positive constant is monotonic in the dividend
+            return (_trunc_div(a0, b0), _trunc_div(a1, b0))
+        if u.op is Ops.MOD and b0 == b1 and b0 > 0:
+            if a0 >= 0:
+                return (0, min(a1, b0 - 1)) if a1 >= b0 else (a0, a1)
+            # C's remainder takes the dividend's sign and is no larger than it in magnitude
+            return (max(a0, 1 - b0), min(a1, b0 - 1) if a1 >= 0 else 0)
+    if u.op is Ops.NEG and d.is_int:
+        s0, s1 = u.src[0]._bounds()
+        return _clip(-s1, -s0, full)
     if u.op is Ops.WHERE:
         (a0, a1), (b0, b1) = u.src[1]._bounds(), u.src[2]._bounds()
         return (min(a0, b0), max(a1, b1))
@@ -366,6 +373,13 @@ def _compute_bounds(u: UOp) -> tuple[int | float, int | float]:
         if full[0] <= s0 and s1 <= full[1]:
             return (s0, s1)
     return full
+
+
+def _trunc_div(a: int | float, b: int | float) -> int | float:
+    if isinstance(a, float) or isinstance(b, float):  # an unbounded side stays unbounded
+        return a / b
+    q = abs(a) // b
+    return q if a >= 0 else -q
 
 
 def _clip(lo: int | float, hi: int | float, full: tuple[int | float, int | float]) -> tuple[int | float, int | float]:

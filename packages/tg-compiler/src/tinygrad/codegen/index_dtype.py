@@ -1,0 +1,103 @@
+"""Index typing: give every index expression a concrete integer type, int32 where its whole range fits and int64
+where it may not.
+
+Lowering and optimisation compute indices in `dtypes.index`, a mathematical integer: the simplifier may assume that
+`r*500000 + c` never wraps, and value bounds (`vmin`/`vmax`) are exact. This pass runs last, before linearizing, and
+types each index node from those bounds:
+
+* a node is int64 when its bounds leave int32's range, or when one of its operands is int64 (a value computed from a
+  64-bit one is computed in 64 bits, even where it fits again: `(r*500000) // 7`);
+* the int32 operands of an int64 node are widened *before* the operation (a CAST, or a 64-bit constant), so no
+  product is formed in 32 bits and widened after it wrapped;
+* a loop counter is int64 when its bound is past int32's largest value (the last `i++` of an int32 counter would
+  wrap and the loop would never end);
+* a Variable is a 32-bit kernel argument: one whose range is past int32 is refused.
+
+Everything else stays int32, so kernels whose indices fit are rendered exactly as before this pass existed: 64-bit
+arithmetic costs only the kernels that need it. A target without 64-bit integers (`Renderer.index_wide_dtype` is
+None, as on WGSL) refuses a kernel that needs them with an `IndexRangeError` naming the value and the limit.
+"""
+
+from __future__ import annotations
+
+from tinygrad.dtype import DType, dtypes
+from tinygrad.uop.ops import GroupOp, Ops, UOp
+
+NARROW = dtypes.int32
+
+
+class IndexRangeError(ValueError):
+    """A kernel's index arithmetic needs a wider integer than the target has."""
+
+
+def fits_narrow(u: UOp) -> bool:
+    return NARROW.min <= u.vmin and u.vmax <= NARROW.max
+
+
+def type_indices(sink: UOp, wide: DType | None, device: str = "this device") -> UOp:
+    """`sink` with every `dtypes.index` node made int32 or `wide` (see the module docstring)."""
+    typed: dict[UOp, UOp] = {}
+    typer = _IndexTyper(wide, device)
+    for u in sink.toposort():
+        typed[u] = typer.retype(u, tuple(typed[s] for s in u.src))
+    return typed[sink]
+
+
+class _IndexTyper:
+    def __init__(self, wide: DType | None, device: str):
+        self.wide, self.device = wide, device
+
+    def retype(self, u: UOp, src: tuple[UOp, ...]) -> UOp:
+        if u.dtype == dtypes.index:
+            return self._index_node(u, src)
+        if u.op in GroupOp.Comparison and u.src[0].dtype == dtypes.index:
+            return u.replace(src=self._same_width(src, u))
+        return u if src == u.src else u.replace(src=src)
+
+    def _index_node(self, u: UOp, src: tuple[UOp, ...]) -> UOp:
+        if u.op is Ops.CONST:
+            return UOp.const(NARROW if fits_narrow(u) else self._wide_for(u), u.arg)
+        if u.op is Ops.DEFINE_VAR:
+            if not fits_narrow(u):
+                raise IndexRangeError(f"Variable {u.arg[0]} ranges over [{u.arg[1]}, {u.arg[2]}], past the int32 "
+                                      f"kernel argument it is passed as (largest {NARROW.max}); give it a smaller "
+                                      f"max_val")
+            return u.replace(dtype=NARROW)
+        if u.op is Ops.RANGE:
+            if u.src[0].vmax <= NARROW.max:
+                return u.replace(dtype=NARROW, src=src)
+            wide = self._wide_for(u.src[0])
+            return u.replace(dtype=wide, src=(self._widen(src[0], wide),))
+        # arithmetic: WHERE's condition is a bool, its two values are the operands
+        operands = range(1, len(src)) if u.op is Ops.WHERE else range(len(src))
+        need_wide = not fits_narrow(u) or any(src[i].dtype.itemsize > NARROW.itemsize for i in operands)
+        dtype = self._wide_for(u) if need_wide else NARROW
+        new_src = list(src)
+        for i in operands:
+            if need_wide and src[i].dtype.is_int:
+                new_src[i] = self._widen(src[i], dtype)
+        return u.replace(dtype=dtype, src=tuple(new_src))
+
+    def _same_width(self, src: tuple[UOp, ...], node: UOp) -> tuple[UOp, ...]:
+        """Operands of a comparison in one type: the wider of theirs."""
+        if any(s.dtype.itemsize > NARROW.itemsize for s in src):
+            dtype = self._wide_for(node.src[0])
+            return tuple(self._widen(s, dtype) for s in src)
+        return src
+
+    def _wide_for(self, u: UOp) -> DType:
+        if self.wide is None:
+            reach = int(u.vmin) if u.vmin < NARROW.min else int(u.vmax)
+            raise IndexRangeError(f"an index of this kernel reaches {reach}, past the 32-bit integers of "
+                                  f"{self.device} (largest {NARROW.max}); it has no 64-bit integers, so split the "
+                                  f"tensor into parts under 2**31 elements or run it on another device")
+        return self.wide
+
+    @staticmethod
+    def _widen(u: UOp, dtype: DType) -> UOp:
+        if u.dtype == dtype:
+            return u
+        return UOp.const(dtype, u.arg) if u.op is Ops.CONST else UOp(Ops.CAST, dtype, (u,))
+
+
+__all__ = ["IndexRangeError", "fits_narrow", "type_indices"]
