@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import weakref
 from collections.abc import Callable
@@ -28,6 +29,14 @@ ALIGN = 64  # a cache line, and what AVX-512 loads like
 REUSE_LIMIT = 1 << 30
 
 
+def physical_memory() -> int | None:
+    """Bytes of RAM on this machine (None where the OS does not say): no buffer larger than that can be held."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
 class HostAllocator(Allocator):
     """Buffers are aligned numpy byte arrays; the opaque handle is (array, address).
 
@@ -38,6 +47,7 @@ class HostAllocator(Allocator):
     def __init__(self) -> None:
         self._free: dict[int, list[tuple[np.ndarray, int]]] = {}
         self._free_bytes = 0
+        self.max_buffer_bytes = physical_memory()
 
     def alloc(self, nbytes: int) -> tuple[np.ndarray, int]:
         if (kept := self._free.get(nbytes)):

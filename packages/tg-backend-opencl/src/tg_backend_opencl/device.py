@@ -27,6 +27,8 @@ def all_devices() -> list[cl.Device]:
 class CLAllocator(Allocator):
     def __init__(self, context: cl.Context, queue: cl.CommandQueue):
         self.context, self.queue = context, queue
+        # CL_DEVICE_MAX_MEM_ALLOC_SIZE: the largest buffer the device promises to create
+        self.max_buffer_bytes = min(int(d.max_mem_alloc_size) for d in context.devices)
 
     def alloc(self, nbytes: int) -> cl.Buffer:
         # OpenCL refuses 0-byte buffers; core asks for at least 1 byte, this keeps the allocator safe alone

@@ -47,6 +47,7 @@ def _round_up4(n: int) -> int:
 class WebGPUAllocator(Allocator):
     def __init__(self, device: Any, max_binding: int):
         self.device, self.max_binding = device, max_binding
+        self.max_buffer_bytes = max_binding  # a kernel can bind no larger buffer
 
     def alloc(self, nbytes: int) -> Any:
         if nbytes > self.max_binding:

@@ -70,6 +70,10 @@ class BackendInfo:
 class Allocator(ABC):
     """Device memory. `copyin`/`copyout` move bytes between host memoryviews and device buffers."""
 
+    #: the largest single buffer the device can hold, in bytes (None: no known limit). A larger `Buffer` is refused
+    #: when it is made, with a MemoryError that names its size, before any kernel runs.
+    max_buffer_bytes: int | None = None
+
     @abstractmethod
     def alloc(self, nbytes: int) -> Any: ...
 
@@ -103,6 +107,27 @@ class DeviceRuntime(Protocol):
 
 # ---- buffers ----
 
+#: buffers up to this size are not checked against the device's limit (no device is that small): the check opens
+#: the device, and the many small buffers of eager ops should not pay for a lookup
+_LARGEST_CHECKED_FREE = 1 << 24
+
+
+def _check_buffer_fits(device: str, size: int, dtype: DType) -> None:
+    limit = Device[device].allocator.max_buffer_bytes
+    nbytes = size * dtype.itemsize
+    if limit is not None and nbytes > limit:
+        raise MemoryError(f"a buffer of {size} {dtype.name} elements ({_human_bytes(nbytes)}) does not fit on "
+                          f"{device}, whose largest buffer is {_human_bytes(limit)}; split the tensor into smaller "
+                          f"parts, compute a reduction of it without realizing it whole, or use another device")
+
+
+def _human_bytes(n: int) -> str:
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
 class Buffer:
     """`size` elements of `dtype` on `device`. Memory is allocated on first use and freed with the object."""
 
@@ -114,6 +139,8 @@ class Buffer:
         self.dtype: DType = dtype
         if base is not None and (base.device != device or base.nbytes < self.nbytes):
             raise ValueError(f"a buffer of {self.nbytes} bytes on {device} cannot alias {base}")
+        if base is None and self.nbytes > _LARGEST_CHECKED_FREE:
+            _check_buffer_fits(device, size, dtype)
         self._opaque: Any = None
         self._allocator: Allocator | None = None
         # with a base, this buffer is another name for the start of base's memory (the engine's memory planner
