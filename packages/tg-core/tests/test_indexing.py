@@ -7,8 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tinygrad import Tensor, dtypes
-from tinygrad.engine import realize as engine_realize
+from tinygrad import GlobalCounters, Tensor, dtypes
 
 
 def kernels(t: Tensor) -> int:
@@ -16,9 +15,9 @@ def kernels(t: Tensor) -> int:
 
 
 def launched(fn: Any) -> int:
-    before = engine_realize.kernel_count
+    before = GlobalCounters.kernel_count
     fn()
-    return engine_realize.kernel_count - before
+    return GlobalCounters.kernel_count - before
 
 
 A = np.arange(24, dtype=np.float32).reshape(2, 3, 4) - 7

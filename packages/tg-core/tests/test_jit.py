@@ -7,8 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tinygrad import Tensor, TinyJit, Variable, dtypes
-from tinygrad.engine import realize as engine_realize
+from tinygrad import GlobalCounters, Tensor, TinyJit, Variable, dtypes
 from tinygrad.engine.jit import JitError
 
 RNG = np.random.default_rng(7)
@@ -19,9 +18,9 @@ def data(*shape: int) -> np.ndarray:
 
 
 def launched(fn) -> int:  # type: ignore[no-untyped-def]
-    before = engine_realize.kernel_count
+    before = GlobalCounters.kernel_count
     fn()
-    return engine_realize.kernel_count - before
+    return GlobalCounters.kernel_count - before
 
 
 def test_replays_compute_with_the_new_inputs_without_running_python() -> None:

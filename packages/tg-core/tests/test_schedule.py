@@ -10,8 +10,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from tinygrad import Context, Device, Tensor
-from tinygrad.engine import realize as engine_realize
+from tinygrad import Context, Device, GlobalCounters, Tensor
 from tinygrad.uop.ops import Ops
 
 
@@ -20,9 +19,9 @@ def kernels(*ts: Tensor) -> int:
 
 
 def launched(fn) -> int:  # type: ignore[no-untyped-def]
-    before = engine_realize.kernel_count
+    before = GlobalCounters.kernel_count
     fn()
-    return engine_realize.kernel_count - before
+    return GlobalCounters.kernel_count - before
 
 
 def rand(*shape: int, seed: int = 0) -> tuple[Tensor, np.ndarray]:

@@ -1,4 +1,4 @@
-"""Small shared utilities: environment knobs, `Context`, caching paths, iteration helpers."""
+"""Small shared utilities: environment knobs, `Context`, `GlobalCounters`, caching paths, iteration helpers."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import pathlib
 import sys
 from collections.abc import Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 T = TypeVar("T")
 
@@ -79,6 +79,30 @@ class ContextVar:
 
     def __repr__(self) -> str:
         return f"ContextVar({self.key}={self.value})"
+
+
+class GlobalCounters:
+    """What this process has run, as tinygrad counts it: kernels launched (`kernel_count`, JIT replays and copy
+    kernels included), their estimated FLOPs (`global_ops`) and bytes read and written (`global_mem`), the device
+    time of timed launches in seconds (`time_sum_s`, with DEBUG>=2), and the bytes of device memory held now
+    (`mem_used`). `GlobalCounters.reset()` zeroes the first four; memory stays counted until it is freed."""
+
+    global_ops: ClassVar[int] = 0
+    global_mem: ClassVar[int] = 0
+    time_sum_s: ClassVar[float] = 0.0
+    kernel_count: ClassVar[int] = 0
+    mem_used: ClassVar[int] = 0
+
+    @staticmethod
+    def reset() -> None:
+        GlobalCounters.global_ops = GlobalCounters.global_mem = GlobalCounters.kernel_count = 0
+        GlobalCounters.time_sum_s = 0.0
+
+    @staticmethod
+    def count_launches(n: int, ops: int, mem: int) -> None:
+        GlobalCounters.kernel_count += n
+        GlobalCounters.global_ops += ops
+        GlobalCounters.global_mem += mem
 
 
 DEBUG = ContextVar("DEBUG", 0)

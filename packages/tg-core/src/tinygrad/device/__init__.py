@@ -27,7 +27,7 @@ import numpy as np
 import pluggy
 
 from tinygrad.dtype import DType, dtypes, to_numpy
-from tinygrad.helpers import DEBUG
+from tinygrad.helpers import DEBUG, GlobalCounters
 
 if TYPE_CHECKING:
     from tinygrad.uop.ops import UOp
@@ -215,11 +215,13 @@ def _own_memory(buf: Buffer, allocator: Allocator, opaque: Any, nbytes: int) -> 
     if not _owned_memory:
         _register_exit_once()
     _owned_memory[weakref.ref(buf, _free_owned)] = (allocator, opaque, nbytes)
+    GlobalCounters.mem_used += nbytes
 
 
 def _free_owned(ref: weakref.ref[Buffer]) -> None:
     allocator, opaque, nbytes = _owned_memory.pop(ref)
     allocator.free(opaque, nbytes)
+    GlobalCounters.mem_used -= nbytes
 
 
 @functools.cache

@@ -42,7 +42,7 @@ from tinygrad.device import Buffer, Device, Runner
 from tinygrad.engine import realize as engine_realize
 from tinygrad.engine.jit_state import JitError, RunningJit, running
 from tinygrad.engine.schedule import ScheduleItem, base_buffer, buffer_view, copy_kernel_ast, realized_views
-from tinygrad.helpers import DEBUG
+from tinygrad.helpers import DEBUG, GlobalCounters
 from tinygrad.tensor import Tensor
 from tinygrad.uop.ops import Ops, UOp, unbind
 
@@ -92,6 +92,7 @@ class TinyJit(Generic[R]):
         self._outputs: Any = None  # the structure returned, with _OutputSlot in place of each tensor
         self._var_vals: dict[str, int] = {}
         self._state: list[_StateSlot] = []  # the tensors the function assigns
+        self._replay_ops = self._replay_mem = 0  # estimated FLOPs and bytes of one replay (GlobalCounters)
 
     @property
     def captured_kernels(self) -> int:
@@ -171,6 +172,9 @@ class TinyJit(Generic[R]):
         self._outputs = _template(out, slot_of)
         self._launches = [self._prepare(r, r.item.bufs, r.item.var_vals) for r in self._recorded]
         self._dynamic = [i for i, r in enumerate(self._recorded) if r.input_slots or r.takes_vars]
+        runners = [r.runner for r in self._recorded if r.runner is not None]
+        self._replay_ops = sum(r.estimated_ops for r in runners)
+        self._replay_mem = sum(r.estimated_bytes for r in runners)
         if DEBUG >= 1:
             print(f"TinyJit {self._name}: captured {len(self._recorded)} launches "
                   f"({len(self._dynamic)} take inputs or variables)", file=sys.stderr)
@@ -213,7 +217,7 @@ class TinyJit(Generic[R]):
         else:
             for launch in launches:
                 launch()
-        engine_realize.kernel_count += len(launches)
+        GlobalCounters.count_launches(len(launches), self._replay_ops, self._replay_mem)
         for held in self._state:
             if (t := held.tensor()) is not None:  # a new name for the new contents, as realize() gives
                 buf = held.buffer
@@ -266,7 +270,7 @@ def _copy_into(dst: Buffer, src: Buffer, device: str) -> tuple[ScheduleItem, Run
     si = ScheduleItem(copy_kernel_ast(dst.dtype, dst.size), [dst, src], device)
     runner = Device[device].get_runner(si.ast)
     runner(si.bufs, {})
-    engine_realize.kernel_count += 1
+    GlobalCounters.count_launches(1, runner.estimated_ops, runner.estimated_bytes)
     return si, runner
 
 

@@ -8,10 +8,8 @@ from collections.abc import Callable
 
 from tinygrad.device import Buffer, Device, Runner
 from tinygrad.engine.schedule import ScheduleItem
-from tinygrad.helpers import DEBUG, colored
+from tinygrad.helpers import DEBUG, GlobalCounters, colored
 from tinygrad.uop.ops import UOp
-
-kernel_count = 0  # total kernels launched by this process; tests use it to count kernels
 
 #: While TinyJit captures, the callback it registers here sees every launched item with its runner (None for a
 #: host copy). A list, so that a capture in progress is visible to code that must refuse to nest.
@@ -42,7 +40,6 @@ def _precompile(schedule: list[ScheduleItem]) -> None:
 
 
 def run_schedule(schedule: list[ScheduleItem]) -> None:
-    global kernel_count
     debug = DEBUG.value  # read once: an eager step runs this for every op
     if debug >= 1 and schedule:
         kernels = sum(1 for si in schedule if not si.is_copy)
@@ -70,7 +67,9 @@ def run_schedule(schedule: list[ScheduleItem]) -> None:
             st = time.perf_counter()
             et = runner(bufs, si.var_vals, wait=True)
             elapsed = et if et is not None else time.perf_counter() - st
-        kernel_count += 1
+        GlobalCounters.count_launches(1, runner.estimated_ops, runner.estimated_bytes)
+        if debug >= 2:
+            GlobalCounters.time_sum_s += elapsed
         if capture_hooks:
             capture_hooks[-1](si, runner)
         if debug >= 2:
