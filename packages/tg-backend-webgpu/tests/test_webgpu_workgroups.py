@@ -18,6 +18,17 @@ def Tensor(webgpu_device):  # type: ignore[no-untyped-def]
     return Tensor
 
 
+@pytest.fixture
+def whole_reductions():  # type: ignore[no-untyped-def]
+    """The scheduler splits big reductions to few outputs into chunks (tinygrad/engine/split_reduce.py); these tests
+    check what the WGSL target does with a reduction that still runs long in one kernel (GROUP, unrolled loops), so
+    they reduce whole."""
+    from tinygrad.helpers import Context
+
+    with Context(SPLIT_REDUCE=0):
+        yield
+
+
 def _new_runners(device, before: set):  # type: ignore[no-untyped-def]
     return [r for ast, r in device._runners.items() if ast not in before]
 
@@ -29,7 +40,7 @@ def _sum_rows_ast(rows: int, n: int, dtype=dtypes.float32) -> UOp:  # type: igno
     return UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (out, total)),))
 
 
-def test_a_big_reduction_to_few_outputs_is_grouped_and_exact(Tensor, webgpu_device) -> None:  # type: ignore[no-untyped-def]
+def test_a_big_reduction_to_few_outputs_is_grouped_and_exact(Tensor, webgpu_device, whole_reductions) -> None:  # type: ignore[no-untyped-def]
     n = 1_000_003  # 15x lavapipe's loop cap in one invocation; prime, so the last lane's share is partial
     data = np.random.default_rng(0).integers(-3, 4, n).astype(np.float32)
     before = set(webgpu_device._runners)
@@ -44,7 +55,7 @@ def test_a_big_reduction_to_few_outputs_is_grouped_and_exact(Tensor, webgpu_devi
 
 
 @pytest.mark.parametrize("shape,axis", [((3, 65537), 1), ((65537, 3), 0), ((2, 3, 70001), 2)])
-def test_grouped_sums_along_an_axis_match_numpy(Tensor, webgpu_device, shape, axis) -> None:  # type: ignore[no-untyped-def]
+def test_grouped_sums_along_an_axis_match_numpy(Tensor, webgpu_device, shape, axis, whole_reductions) -> None:  # type: ignore[no-untyped-def]
     data = np.random.default_rng(1).integers(-1000, 1000, shape).astype(np.int32)
     before = set(webgpu_device._runners)
     np.testing.assert_array_equal(Tensor(data, device="WEBGPU").sum(axis).numpy(), data.sum(axis, dtype=np.int32))
@@ -122,7 +133,8 @@ def test_group_sizes_follow_the_renderers_limits() -> None:
 
 
 @pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16])
-def test_reductions_that_cannot_be_grouped_are_unrolled_under_the_cap(Tensor, webgpu_device, dtype) -> None:  # type: ignore[no-untyped-def]
+def test_reductions_that_cannot_be_grouped_are_unrolled_under_the_cap(  # type: ignore[no-untyped-def]
+        Tensor, webgpu_device, dtype, whole_reductions) -> None:
     """GROUP does not reduce float16/bfloat16/bool: one invocation runs the whole loop, unrolled in the source."""
     if webgpu_device.renderer.max_loop_iterations is None:
         pytest.skip(f"{webgpu_device.adapter_name} does not cap loop iterations")
@@ -140,7 +152,7 @@ def test_reductions_that_cannot_be_grouped_are_unrolled_under_the_cap(Tensor, we
     assert Tensor(flags, device="WEBGPU").max().item() is True  # bool max, the only True last
 
 
-def test_unrolling_keeps_the_order_of_the_accumulation(Tensor, webgpu_device) -> None:  # type: ignore[no-untyped-def]
+def test_unrolling_keeps_the_order_of_the_accumulation(Tensor, webgpu_device, whole_reductions) -> None:  # type: ignore[no-untyped-def]
     from tinygrad.helpers import Context
 
     if webgpu_device.renderer.max_loop_iterations is None:

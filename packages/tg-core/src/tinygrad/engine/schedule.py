@@ -24,6 +24,7 @@ from tinygrad.dtype import DType
 from tinygrad.engine.memory import plan_memory
 from tinygrad.engine.schedule_cache import SCHEDULE_CACHE, Template, graph_key, schedule_cache
 from tinygrad.engine.schedule_item import ScheduleItem, buffer_view
+from tinygrad.engine.split_reduce import split_large_reductions, split_settings
 from tinygrad.uop.ops import Ops, UOp, UOpMeta, sint, sym_prod, unbind
 
 
@@ -218,6 +219,7 @@ def create_schedule(outputs: list[UOp], devices: list[str]) -> tuple[list[Schedu
         walked = graph_key(outputs, devices)
         assert walked is not None, "graph_key gives up only at realized nodes when asked to"
     key, topo, inputs = walked
+    key = (key, split_settings())  # the graph passes' settings change the schedule of the same graph
     if (template := schedule_cache.get(key)) is not None:
         return template.instantiate(topo, inputs)
     items, views, out_views = _schedule_graph(outputs, devices)
@@ -225,7 +227,10 @@ def create_schedule(outputs: list[UOp], devices: list[str]) -> tuple[list[Schedu
     return items, views, out_views
 
 
-def _schedule_graph(outputs: list[UOp], devices: list[str]) -> tuple[list[ScheduleItem], dict[UOp, UOp], list[UOp]]:
+def _schedule_graph(given: list[UOp], devices: list[str]) -> tuple[list[ScheduleItem], dict[UOp, UOp], list[UOp]]:
+    # graph passes first; `stands_for` maps the nodes they rebuilt back to the given graph, which is what the
+    # caller (and the schedule cache) knows: realized views, and each kernel's outputs, are reported in its terms
+    outputs, stands_for = split_large_reductions(given)
     sink = UOp(Ops.SINK, src=tuple(outputs))
     points = _find_realize_points(sink, outputs)
     device_of = _assign_devices(sink, outputs, devices)
@@ -251,13 +256,23 @@ def _schedule_graph(outputs: list[UOp], devices: list[str]) -> tuple[list[Schedu
         kernels.append(_Kernel(node, ast, builder.params, dev, {v.arg[0]: val for v, val in var_vals.items()}))
     buffers_of = _place_outputs(kernels)
     items = [ScheduleItem(k.ast, [buffers_of[k.node], *(buffers_of[s] if isinstance(s, UOp) else s
-                                                        for s in k.sources)], k.device, [k.node], k.var_vals)
+                                                        for s in k.sources)], k.device,
+                          _given_nodes([k.node], stands_for), k.var_vals)
              for k in kernels]
     wanted = set(outputs)
     visible = {node for node in buffers_of if node in wanted or _stands_for_a_tensor(node)}
     plan_memory(items, {buf for node, buf in buffers_of.items() if node not in visible})
-    views = {node: buffer_view(buffers_of[node], node.shape) for node in visible}
-    return items, views, [views.get(o, o) for o in outputs]
+    views = {old: buffer_view(buffers_of[node], node.shape) for node in visible
+             if (old := stands_for.get(node, node)) is not None}
+    return items, views, [views.get(o, o) for o in given]
+
+
+def _given_nodes(nodes: list[UOp], stands_for: dict[UOp, UOp | None]) -> list[UOp]:
+    """`nodes` of the rewritten graph as nodes of the given one; nodes a pass added (a split reduction's partial
+    results) stand for none and are left out."""
+    if not stands_for:
+        return nodes
+    return [old for n in nodes if (old := stands_for.get(n, n)) is not None]
 
 
 def _stands_for_a_tensor(node: UOp) -> bool:

@@ -37,14 +37,21 @@ Axis = int | Sequence[int] | None
 SCAN_BLOCK = 64
 
 
+def _accumulation_dtype(d: DType) -> DType:
+    """The dtype a sum of `d` adds up in: float32 for floats narrower than it (half and bfloat16, whose 11 and 8
+    bits of mantissa would drop every term below a 2048th or a 256th of the running sum, and 8-bit floats);
+    `sum_acc_dtype` (int64 for integers) otherwise."""
+    return dtypes.float32 if d.is_float and d.itemsize < 4 else sum_acc_dtype(d)
+
+
 def _pick(axis: Axis, dim: Axis) -> Axis:
     """PyTorch spells the axis `dim=`, tinygrad `axis=`; both are accepted."""
     return dim if dim is not None else axis
 
 
 def _lowest(d: DType) -> float | int | bool:
-    """The identity of max: the smallest value of the dtype (-inf for floats)."""
-    return -math.inf if d.is_float else d.min
+    """The identity of max: the smallest value of the dtype (-inf for floats that have it; fp8e4m3 has none)."""
+    return d.min
 
 
 def _isnan(x: Tensor) -> Tensor:
@@ -80,8 +87,15 @@ class ReduceMixin:
 
     def sum(self: Tensor, axis: Axis = None, keepdim: bool = False, dtype: DTypeLike | None = None,
             dim: Axis = None) -> Tensor:
-        acc = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
-        return self.cast(acc)._reduce(Ops.ADD, _pick(axis, dim), keepdim)
+        """Sum in `dtype` if given; else integers and bool sum to int64 and floats to their own dtype, where floats
+        narrower than float32 (half, bfloat16) are added up in float32 and rounded once at the end, as in PyTorch."""
+        if dtype is not None:
+            return self.cast(to_dtype(dtype))._reduce(Ops.ADD, _pick(axis, dim), keepdim)
+        return self._accumulated_sum(_pick(axis, dim), keepdim).cast(sum_acc_dtype(self.dtype))
+
+    def _accumulated_sum(self: Tensor, axis: Axis, keepdim: bool) -> Tensor:
+        """The sum in the dtype it accumulates in (`_accumulation_dtype`), before any rounding to the result's."""
+        return self.cast(_accumulation_dtype(self.dtype))._reduce(Ops.ADD, axis, keepdim)
 
     def prod(self: Tensor, axis: Axis = None, keepdim: bool = False, dtype: DTypeLike | None = None,
              dim: Axis = None) -> Tensor:
@@ -104,10 +118,10 @@ class ReduceMixin:
         axis = _pick(axis, dim)
         x = self._float()
         n = sym_prod([self.shape[a] for a in self._reduce_axes(axis)])
-        s = x.sum(axis, keepdim)
+        s = x._accumulated_sum(axis, keepdim)  # divided before it is rounded: a half sum may overflow, its mean not
         if isinstance(n, UOp):  # a symbolic count: divide by the Variable's value at run time
-            return s / type(self)(n, device=self.device).cast(s.dtype)
-        return s / n if n else s * math.nan
+            return (s / type(self)(n, device=self.device).cast(s.dtype)).cast(x.dtype)
+        return (s / n if n else s * math.nan).cast(x.dtype)
 
     def any(self: Tensor, axis: Axis = None, keepdim: bool = False, dim: Axis = None) -> Tensor:
         axis = _pick(axis, dim)
