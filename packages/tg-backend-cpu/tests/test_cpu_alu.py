@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pytest
 from tinygrad.device import Buffer, Device
-from tinygrad.dtype import DType, bf16_bits_to_float, dtypes, float_to_bf16_bits, to_numpy, truncate
+from tinygrad.dtype import DType, bits_to_float, dtypes, encode_floats, is_emulated_float, to_numpy, truncate
 from tinygrad.uop.alu import exec_alu, exec_bitcast, exec_cast
 from tinygrad.uop.ops import Ops, UOp
 
@@ -75,15 +75,15 @@ def edge_values(d: DType) -> list[float | int | bool]:
 
 
 def to_buffer_array(values: Sequence[float | int | bool], d: DType) -> np.ndarray:
-    """What a buffer of dtype d holds for these values (bfloat16 as its raw bits)."""
-    if d == dtypes.bfloat16:
-        return np.array([float_to_bf16_bits(float(v)) for v in values], dtype=np.uint16)
+    """What a buffer of dtype d holds for these values (bfloat16 and the 8-bit floats as their raw bits)."""
+    if is_emulated_float(d):
+        return encode_floats([float(v) for v in values], d)
     return np.array(values, dtype=to_numpy(d))
 
 
 def from_buffer_array(arr: np.ndarray, d: DType) -> list[float | int | bool]:
-    if d == dtypes.bfloat16:
-        return [bf16_bits_to_float(int(b)) for b in arr]
+    if is_emulated_float(d):
+        return [bits_to_float(int(b), d) for b in arr]
     return [v.item() for v in arr]
 
 
@@ -118,7 +118,7 @@ def assert_matches(got: np.ndarray, expected: Sequence[float | int | bool], d: D
                    describe: Callable[[int], str]) -> None:
     exp = to_buffer_array(expected, d)
     if d.is_float:
-        bits_dtype = {2: np.uint16, 4: np.uint32, 8: np.uint64}[d.itemsize]
+        bits_dtype = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[d.itemsize]
         g_bits, e_bits = got.view(bits_dtype), exp.view(bits_dtype)
         g_val, e_val = np.array(from_buffer_array(got, d)), np.array(from_buffer_array(exp, d))
         both_nan = np.isnan(g_val) & np.isnan(e_val)

@@ -11,7 +11,16 @@ import struct
 import numpy as np
 import pytest
 from tinygrad.device import Buffer, Device
-from tinygrad.dtype import DType, bf16_bits_to_float, dtypes, float_to_bf16_bits, to_numpy, truncate
+from tinygrad.dtype import (
+    DType,
+    bits_to_float,
+    decode_floats,
+    dtypes,
+    encode_floats,
+    is_emulated_float,
+    to_numpy,
+    truncate,
+)
 from tinygrad.uop.alu import exec_alu, exec_bitcast, exec_cast
 from tinygrad.uop.ops import Ops, UOp
 
@@ -52,13 +61,13 @@ def edges(d: DType) -> list:
 
 
 def to_array(values: list, d: DType) -> np.ndarray:
-    if d == dtypes.bfloat16:
-        return np.array([float_to_bf16_bits(float(v)) for v in values], dtype=np.uint16)
+    if is_emulated_float(d):  # bfloat16 and the 8-bit floats: their raw bits
+        return encode_floats([float(v) for v in values], d)
     return np.array(values, dtype=to_numpy(d))
 
 
 def from_array(arr: np.ndarray, d: DType) -> list:
-    return [bf16_bits_to_float(int(b)) for b in arr] if d == dtypes.bfloat16 else [v.item() for v in arr]
+    return [bits_to_float(int(b), d) for b in arr] if is_emulated_float(d) else [v.item() for v in arr]
 
 
 def run(inputs: list[tuple[DType, list]], outputs: list[tuple[DType, UOp]], device: str = "CL") -> list[np.ndarray]:
@@ -101,9 +110,18 @@ def _check_float(got: np.ndarray, exp: np.ndarray, want: list, d: DType, ulps: i
     g, e = np.array(from_array(got, d), dtype=np.float64), np.array(from_array(exp, d), dtype=np.float64)
     same_bits = got.view(f"u{d.itemsize}") == exp.view(f"u{d.itemsize}")
     both_nan = np.isnan(g) & np.isnan(e)
-    ulp = np.spacing(np.abs(e).astype(np.float32 if d == dtypes.bfloat16 else to_numpy(d))).astype(np.float64)
+    ulp = _spacing(e, d)
     close = np.isfinite(g) & np.isfinite(e) & (np.abs(g - e) <= ulps * ulp) if ulps else np.zeros_like(same_bits)
     _report(got, want, d, np.nonzero(~(same_bits | both_nan | close))[0], what)
+
+
+def _spacing(values: np.ndarray, d: DType) -> np.ndarray:
+    """The distance from each value to the next one up in d (an ulp of d there; of float32 for bfloat16)."""
+    if d in dtypes.fp8s:
+        bits = encode_floats(np.abs(values), d)
+        with np.errstate(all="ignore"):
+            return decode_floats(bits + 1, d).astype(np.float64) - np.abs(values)
+    return np.spacing(np.abs(values).astype(np.float32 if d == dtypes.bfloat16 else to_numpy(d))).astype(np.float64)
 
 
 def _report(got: np.ndarray, want: list, d: DType, idx: np.ndarray, what) -> None:  # type: ignore[no-untyped-def]

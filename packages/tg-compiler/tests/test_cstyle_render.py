@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from tinygrad.codegen import get_program
-from tinygrad.dtype import DType, dtypes, to_numpy, truncate
+from tinygrad.dtype import DType, dtypes, is_emulated_float, to_numpy, truncate
 from tinygrad.renderer.cstyle import CStyleRenderer
 from tinygrad.uop.ops import Ops, UOp
 
@@ -33,8 +33,8 @@ def const_values(d: DType) -> list[float | int | bool]:
 
 
 def expected_bytes(v: float | int | bool, d: DType) -> bytes:
-    if d == dtypes.bfloat16:
-        return np.float32(v).tobytes()  # bfloat16 values live in a float
+    if is_emulated_float(d):
+        return np.float32(v).tobytes()  # bfloat16 and 8-bit float values live in a float
     return np.array([v], dtype=to_numpy(d)).tobytes()
 
 
@@ -63,7 +63,7 @@ def test_constants_of_every_dtype_compile_to_their_value(c_compiler: str, tmp_pa
     for (d, v), got in zip(cases, out, strict=True):
         want = expected_bytes(v, d)
         if isinstance(v, float) and math.isnan(v):
-            value = np.frombuffer(bytes.fromhex(got), dtype=np.float32 if d == dtypes.bfloat16 else to_numpy(d))[0]
+            value = np.frombuffer(bytes.fromhex(got), dtype=np.float32 if is_emulated_float(d) else to_numpy(d))[0]
             ok = bool(np.isnan(value))
         else:
             ok = bytes.fromhex(got) == want

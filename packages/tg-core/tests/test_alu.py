@@ -314,7 +314,7 @@ def cast_sources(frm: DType, to: DType) -> list:
     return vals
 
 
-NP_DTYPES = [d for d in ALL if d != dtypes.bfloat16]
+NP_DTYPES = [d for d in ALL if d not in (dtypes.bfloat16, *dtypes.fp8s)]  # the 8-bit floats: test_fp8.py
 
 
 @pytest.mark.parametrize("frm", NP_DTYPES, ids=lambda d: d.name)
@@ -341,7 +341,7 @@ def test_int64_to_float32_rounds_once() -> None:
 
 
 @pytest.mark.skipif(torch is None, reason="PyTorch is the bfloat16 reference and is not installed")
-@pytest.mark.parametrize("other", [d for d in ALL if d != dtypes.bfloat16], ids=lambda d: d.name)
+@pytest.mark.parametrize("other", NP_DTYPES, ids=lambda d: d.name)
 def test_bfloat16_casts_against_torch(other: DType) -> None:
     tdt = getattr(torch, other.name)
     # into bfloat16 (float32 sources only where torch rounds the same way: float64 goes through float32 in both)

@@ -133,6 +133,29 @@ def test_safetensors_bfloat16_interop(tmp_path):
     assert torch.equal(load_file(str(tmp_path / "back.safetensors"))["x"], t)
 
 
+def test_safetensors_fp8_round_trip_and_interop(tmp_path):
+    tensors = {"e4": Tensor([1.5, -448.0, 0.001953125, 0.3], dtype=dtypes.fp8e4m3),
+               "e5": Tensor([[57344.0, -1.25], [float("inf"), 2.0**-16]], dtype=dtypes.fp8e5m2)}
+    safe_save(tensors, tmp_path / "f8.safetensors")
+    back = safe_load(tmp_path / "f8.safetensors")
+    for k, t in tensors.items():
+        assert back[k].dtype == t.dtype and back[k].shape == t.shape
+        np.testing.assert_array_equal(back[k].bitcast(dtypes.uint8).numpy(), t.bitcast(dtypes.uint8).numpy())
+    torch = pytest.importorskip("torch", reason="8-bit float safetensors are written by safetensors.torch")
+    from safetensors.torch import load_file, save_file
+
+    theirs = {"e4": torch.tensor([1.5, -448.0, 0.3]).to(torch.float8_e4m3fn),
+              "e5": torch.tensor([57344.0, -1.25, 2.0**-16]).to(torch.float8_e5m2)}
+    save_file(theirs, str(tmp_path / "theirs.safetensors"))
+    ours = safe_load(tmp_path / "theirs.safetensors")
+    assert (ours["e4"].dtype, ours["e5"].dtype) == (dtypes.fp8e4m3, dtypes.fp8e5m2)
+    for k, t in theirs.items():
+        np.testing.assert_array_equal(ours[k].numpy(), t.float().numpy())
+    safe_save(ours, tmp_path / "back.safetensors")
+    back_t = load_file(str(tmp_path / "back.safetensors"))
+    assert all(torch.equal(back_t[k].view(torch.uint8), t.view(torch.uint8)) for k, t in theirs.items())
+
+
 def raw_file(header: dict | bytes, data: bytes = b"", length: int | None = None) -> bytes:
     text = header if isinstance(header, bytes) else json.dumps(header).encode()
     return struct.pack("<Q", len(text) if length is None else length) + text + data

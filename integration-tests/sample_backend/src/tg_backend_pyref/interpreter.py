@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tinygrad.codegen.compiled import CompileError
-from tinygrad.dtype import DType, dtypes, float_to_bf16_bits
+from tinygrad.dtype import EMULATED_FLOATS, DType, bits_to_float, dtypes, float_to_bits
 from tinygrad.uop.alu import REFERENCE_OPS, exec_alu, exec_bitcast, exec_cast
 from tinygrad.uop.ops import Ops
 
@@ -116,30 +116,35 @@ def _float16_table() -> list[float]:
     return list(struct.unpack(f"<{1 << 16}e", struct.pack(f"<{1 << 16}H", *range(1 << 16))))
 
 
-def _bfloat16_table() -> list[float]:
-    return list(struct.unpack(f"<{1 << 16}f", struct.pack(f"<{1 << 16}I", *(b << 16 for b in range(1 << 16)))))
+def _emulated_table(dtype: DType) -> list[float]:
+    return [bits_to_float(b, dtype) for b in range(1 << dtype.bits)]
 
 
 _TABLES: dict[str, list[float]] = {}
+#: dtypes whose buffers are viewed as bit patterns and converted on each load and store
+BIT_PATTERN_DTYPES = (dtypes.float16, *EMULATED_FLOATS)
 
 
 def _half_table(dtype: DType) -> list[float]:
+    """The value of every bit pattern of a 16- or 8-bit float."""
     if dtype.name not in _TABLES:
-        _TABLES[dtype.name] = _float16_table() if dtype == dtypes.float16 else _bfloat16_table()
+        _TABLES[dtype.name] = _float16_table() if dtype == dtypes.float16 else _emulated_table(dtype)
     return _TABLES[dtype.name]
 
 
 def _half_bits(value: float, dtype: DType) -> int:
-    if dtype == dtypes.bfloat16:
-        return float_to_bf16_bits(value)
+    if dtype in EMULATED_FLOATS:
+        return float_to_bits(value, dtype)
     return struct.unpack("<H", struct.pack("<e", value))[0]
 
 
 def memory_format(dtype: DType) -> str:
     """The memoryview format a buffer of `dtype` is viewed through."""
-    # memoryview has no 'e' format: both 16-bit floats are viewed as their bit patterns and converted
-    if dtype in (dtypes.float16, dtypes.bfloat16):
-        return "H"
+    # memoryview has no 'e' format and no bfloat16 or 8-bit floats: those are viewed as their bit patterns
+    if dtype in BIT_PATTERN_DTYPES:
+        bits = EMULATED_FLOATS.get(dtype, dtypes.uint16)
+        assert bits.fmt is not None
+        return bits.fmt
     assert dtype.fmt is not None
     return dtype.fmt
 
@@ -273,7 +278,7 @@ class _Builder:
         buf, idx, gate, dtype, desc = self._memory(i)
         if dtype != self.program[i].dtype:
             raise self.fail(i, f"loads {self.program[i].dtype} from a {dtype} buffer")
-        table = _half_table(dtype) if dtype in (dtypes.float16, dtypes.bfloat16) else None
+        table = _half_table(dtype) if dtype in BIT_PATTERN_DTYPES else None
         zero = zero_of(dtype)
         oob = self._out_of_bounds
 
@@ -299,7 +304,7 @@ class _Builder:
             raise self.fail(i, "expected src (INDEX, value)")
         if self.program[value].dtype != dtype:
             raise self.fail(i, f"stores a {self.program[value].dtype} value into a {dtype} buffer")
-        half = dtype if dtype in (dtypes.float16, dtypes.bfloat16) else None
+        half = dtype if dtype in BIT_PATTERN_DTYPES else None
         oob = self._out_of_bounds
 
         def store() -> None:

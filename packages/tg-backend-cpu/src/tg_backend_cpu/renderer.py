@@ -106,9 +106,10 @@ class CPURenderer(CStyleRenderer):
         lo, hi = f"({t})((long long)({bound})*{start}/{total})", f"({t})((long long)({bound})*{end}/{total})"
         return f"for ({t} {name} = {lo}, {name}_end = {hi}; {name} < {name}_end; {name}++) {{"
 
-    def render_kernel(self, name: str, params: list[str], body: list[str], uses_bf16: bool = False) -> str:
+    def render_kernel(self, name: str, params: list[str], body: list[str], uses_bf16: bool = False,
+                      helpers: str = "") -> str:
         slice_params = [f"const long long {p}" for p in SLICE_PARAMS]
-        return super().render_kernel(name, [*params, *slice_params], body, uses_bf16)
+        return super().render_kernel(name, [*params, *slice_params], body, uses_bf16, helpers)
 
     def render(self, name: str, program: list[UOp]) -> str:
         plan = plan_split(program)

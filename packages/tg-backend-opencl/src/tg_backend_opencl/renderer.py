@@ -5,13 +5,14 @@ dimensions, see `Renderer.global_ranges`), `__local` scratch arrays and barriers
 Which dtypes exist depends on the device: float64 needs `cl_khr_fp64`. float16 without `cl_khr_fp16` (PoCL
 here) is emulated: buffers hold half, read and written with vload_half/vstore_half_rte, and values are
 computed in float and rounded to half after every op.
-bfloat16 is emulated as in the C renderer (16-bit patterns in memory, float arithmetic rounded back).
+bfloat16 and the 8-bit floats (fp8e4m3, fp8e5m2) are emulated as in the C renderer (16- and 8-bit patterns in
+memory, float arithmetic rounded back).
 bool cannot be a `__global` buffer element in OpenCL C, so bool buffers hold uchar 0/1.
 """
 
 from __future__ import annotations
 
-from tinygrad.dtype import DType, dtypes
+from tinygrad.dtype import DType, dtypes, is_emulated_float
 from tinygrad.renderer.cstyle import CStyleRenderer
 from tinygrad.uop.ops import Ops, UOp
 
@@ -34,6 +35,9 @@ HALF_PRELUDE = """inline ushort tg_f16_bits(float f) {
 inline float tg_f16_from_bits(ushort h) { return vload_half(0, (half*)&h); }
 inline float tg_round_f16(float f) { return tg_f16_from_bits(tg_f16_bits(f)); }
 """
+CL_FLOAT_BITS_PRELUDE = """inline uint tg_f32_bits(float f) { return as_uint(f); }
+inline float tg_bits_f32(uint u) { return as_float(u); }
+"""
 HALF_FROM_DOUBLE = """inline float tg_f64_to_f16(double d) {
   ushort h; vstore_half_rte(d, 0, (half*)&h); return tg_f16_from_bits(h);
 }
@@ -43,7 +47,7 @@ CL_TYPES: dict[DType, str] = {
     dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.int16: "short",
     dtypes.uint16: "ushort", dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "long",
     dtypes.uint64: "ulong", dtypes.float16: "half", dtypes.bfloat16: "float", dtypes.float32: "float",
-    dtypes.float64: "double",
+    dtypes.float64: "double", dtypes.fp8e4m3: "float", dtypes.fp8e5m2: "float",
 }
 
 
@@ -54,6 +58,8 @@ class OpenCLRenderer(CStyleRenderer):
     buffer_prefix = "__global "
     restrict = "restrict"
     bf16_prelude = CL_BF16_PRELUDE
+    float_bits_prelude = CL_FLOAT_BITS_PRELUDE
+    helper_qualifier = "inline"
     type_names = CL_TYPES
     address_var_type = None  # 32-bit index math: 64-bit integers are slow on GPUs
 
@@ -134,10 +140,12 @@ class OpenCLRenderer(CStyleRenderer):
         if self._half(to):
             bits = f"tg_f32_to_bf16({x})" if frm.scalar == dtypes.bfloat16 else f"as_ushort({x})"
             return f"tg_f16_from_bits({bits})"
-        if frm.scalar == dtypes.bfloat16:
-            return f"as_{self.value_type(to)}(tg_f32_to_bf16({x}))"
-        if to.scalar == dtypes.bfloat16:
-            return f"tg_bf16_to_f32(as_ushort({x}))"
+        if is_emulated_float(frm) and is_emulated_float(to):
+            return f"{self.decoder(to)}({self.encoder(frm)}({x}))"
+        if is_emulated_float(frm):
+            return f"as_{self.value_type(to)}({self.encoder(frm)}({x}))"
+        if is_emulated_float(to):
+            return f"{self.decoder(to)}(as_{self.memory_type(to)}({x}))"
         if frm.scalar == dtypes.bool or to.scalar == dtypes.bool:
             return f"(({self.value_type(to)})({x}))"  # bool has no defined size in OpenCL C: 0/1 either way
         return f"as_{self.value_type(to)}({x})"

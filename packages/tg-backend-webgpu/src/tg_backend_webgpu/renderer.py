@@ -93,6 +93,7 @@ def _mask(d: DType) -> str:
 class WGSLRenderer(Renderer):
     device = "WEBGPU"
     has_local = True
+    # not the 8-bit floats (fp8e4m3, fp8e5m2): they are refused with the device's dtype error rather than emulated
     supported_dtypes = frozenset(VALUE_TYPES)
     #: a flat launch in workgroups of 64 (lavapipe, a*b+c over 16M floats: 1.65 GB/s; in groups of 256: 1.16)
     flat_work_group = 64

@@ -3,13 +3,21 @@
 Promotion follows PyTorch: across categories (bool < integer < floating) the
 operand of the higher category wins; within integers the wider type wins, and
 a signed/unsigned mix goes to the smallest signed type holding both; float16
-with bfloat16 becomes float32.
+with bfloat16 becomes float32, and the two 8-bit floats together become
+float16 (tinygrad's answer; PyTorch refuses to promote them).
+
+bfloat16 and the OCP 8-bit floats (fp8e4m3, fp8e5m2) have no numpy type: buffers
+hold their raw bit patterns (`to_numpy` gives uint16 and uint8), and kernels
+compute them in float32, rounding back to the dtype after every op.
+`DEFAULT_FLOAT=HALF` (or FLOAT16, BFLOAT16, FP8E4M3, ...) in the environment sets
+`dtypes.default_float` when tinygrad is imported.
 """
 
 from __future__ import annotations
 
 import builtins
 import math
+import os
 import struct
 from dataclasses import dataclass
 from typing import Final, Literal
@@ -28,7 +36,7 @@ class DType:
     name: str
     itemsize: int
     kind: Kind
-    fmt: str | None  # struct format character, None where struct has none (bfloat16)
+    fmt: str | None  # struct format character, None where struct has none (bfloat16, the 8-bit floats)
     vcount: int = 1  # >1 for vector types used inside kernels
 
     def __new__(cls, name: str, itemsize: int, kind: Kind, fmt: str | None, vcount: int = 1) -> DType:
@@ -81,7 +89,7 @@ class DType:
             return 0
         if self.is_int:
             return -(1 << (self.bits - 1))
-        return -math.inf
+        return -self.max  # type: ignore[operator]
 
     @property
     def max(self) -> float | int | bool:
@@ -91,7 +99,9 @@ class DType:
             return (1 << self.bits) - 1
         if self.is_int:
             return (1 << (self.bits - 1)) - 1
-        return math.inf
+        # fp8e4m3 has no infinity: its largest value (448) is what max reductions start from
+        fp8 = FP8_FORMATS.get(self.scalar)
+        return math.inf if fp8 is None or fp8.has_inf else fp8.max_value
 
 
 class dtypes:
@@ -108,6 +118,10 @@ class dtypes:
     bfloat16: Final = DType("bfloat16", 2, "float", None)
     float32: Final = DType("float32", 4, "float", "f")
     float64: Final = DType("float64", 8, "float", "d")
+    #: the OCP 8-bit floats (OFP8): E4M3 (max 448, no infinities) and E5M2 (IEEE-like, max 57344)
+    fp8e4m3: Final = DType("fp8e4m3", 1, "float", None)
+    fp8e5m2: Final = DType("fp8e5m2", 1, "float", None)
+    fp8s: Final = (fp8e4m3, fp8e5m2)
     void: Final = DType("void", 0, "void", None)  # statements (STORE, SINK, loops) have no value
     # aliases people type
     half = float16
@@ -168,9 +182,22 @@ class dtypes:
 ALL_DTYPES: tuple[DType, ...] = (
     dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32,
     dtypes.int64, dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64,
+    dtypes.fp8e4m3, dtypes.fp8e5m2,
 )
 _BY_NAME = {d.name: d for d in ALL_DTYPES} | {"half": dtypes.float16, "float": dtypes.float32, "double": dtypes.float64,
-                                               "long": dtypes.int64, "int": dtypes.int32}
+                                               "long": dtypes.int64, "int": dtypes.int32,
+                                               # PyTorch's and tinygrad's names of the 8-bit floats
+                                               "float8_e4m3fn": dtypes.fp8e4m3, "float8_e4m3": dtypes.fp8e4m3,
+                                               "float8_e5m2": dtypes.fp8e5m2}
+
+#: float dtypes without a numpy type, with the unsigned type of the bit patterns their buffers hold
+EMULATED_FLOATS: dict[DType, DType] = {dtypes.bfloat16: dtypes.uint16, dtypes.fp8e4m3: dtypes.uint8,
+                                       dtypes.fp8e5m2: dtypes.uint8}
+
+
+def is_emulated_float(d: DType) -> bool:
+    """Whether `d` is stored as raw bits and computed in float32 (bfloat16 and the 8-bit floats)."""
+    return d.scalar in EMULATED_FLOATS
 
 
 def _CATEGORY_RANK(d: DType) -> int:
@@ -214,18 +241,24 @@ def least_upper_dtype(*ds: DType) -> DType:
     # (PyTorch: int64 + uint64 + float16 -> float16), which also makes the result independent of order
     top = max(_CATEGORY_RANK(d) for d in ds)
     same = [d for d in ds if _CATEGORY_RANK(d) == top]
+    if same[0].is_float:
+        return _promote_floats(same)
     out = same[0]
     for d in same[1:]:
-        if d == out:
-            continue
-        if out.is_float:
-            if {out, d} == {dtypes.float16, dtypes.bfloat16}:
-                out = dtypes.float32
-            else:
-                out = out if out.itemsize >= d.itemsize else d
-        elif out.is_int:
+        if d != out and out.is_int:
             out = _promote_ints(out, d)
     return out
+
+
+def _promote_floats(ds: list[DType]) -> DType:
+    """The widest float wins; two different floats of the widest size meet one size up (float16 with bfloat16 is
+    float32, fp8e4m3 with fp8e5m2 float16). Looking at the widest size only keeps the answer independent of order:
+    fp8e4m3, fp8e5m2 and bfloat16 together are bfloat16, as in tinygrad."""
+    widest = max(d.itemsize for d in ds)
+    kinds = {d for d in ds if d.itemsize == widest}
+    if len(kinds) == 1:
+        return kinds.pop()
+    return dtypes.float32 if widest == 2 else dtypes.float16
 
 
 def sum_acc_dtype(d: DType) -> DType:
@@ -237,22 +270,50 @@ def sum_acc_dtype(d: DType) -> DType:
     return d
 
 
-_NP_BY_NAME = {d.name: np.dtype(d.name) for d in ALL_DTYPES if d is not dtypes.bfloat16}
+_NP_BY_NAME = {d.name: np.dtype(d.name) for d in ALL_DTYPES if d not in EMULATED_FLOATS}
 
 
 def to_numpy(d: DType) -> np.dtype:
-    """The numpy dtype holding `d`; bfloat16 data is carried as its raw uint16 bits."""
-    if d is dtypes.bfloat16 or d == dtypes.bfloat16:
-        return np.dtype(np.uint16)
+    """The numpy dtype holding `d`; bfloat16 and the 8-bit floats are carried as their raw bits (uint16, uint8)."""
+    if (bits := EMULATED_FLOATS.get(d.scalar)) is not None:
+        return _NP_BY_NAME[bits.name]
     return _NP_BY_NAME[d.name]
 
 
 def from_numpy(nd: np.dtype) -> DType:
     name = np.dtype(nd).name
-    if name not in _BY_NAME:
+    if name not in _BY_NAME or _BY_NAME[name] in EMULATED_FLOATS:
         raise TypeError(f"numpy dtype {name} has no tinygrad equivalent; cast it to one of "
-                        f"{[d.name for d in ALL_DTYPES if d is not dtypes.bfloat16]} first")
+                        f"{[d.name for d in ALL_DTYPES if d not in EMULATED_FLOATS]} first")
     return _BY_NAME[name]
+
+
+def encode_floats(values: object, d: DType) -> np.ndarray:
+    """The bit patterns (a `to_numpy(d)` array) a buffer of the emulated float `d` holds for these numbers."""
+    arr = np.asarray(values, dtype=np.float64).reshape(-1)
+    if d.scalar == dtypes.bfloat16:
+        return np.array([float_to_bf16_bits(float(v)) for v in arr], dtype=np.uint16)
+    return _encode_fp8_array(arr, FP8_FORMATS[d.scalar])
+
+
+def decode_floats(bits: np.ndarray, d: DType) -> np.ndarray:
+    """The float32 values of a buffer of the emulated float `d` (the inverse of `encode_floats`)."""
+    if d.scalar == dtypes.bfloat16:
+        return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    return FP8_FORMATS[d.scalar].table[bits.astype(np.uint8)]
+
+
+def float_to_bits(value: float, d: DType) -> int:
+    """One number as the bit pattern of the emulated float `d`."""
+    if d.scalar == dtypes.bfloat16:
+        return float_to_bf16_bits(value)
+    return float_to_fp8_bits(value, d)
+
+
+def bits_to_float(bits: int, d: DType) -> float:
+    if d.scalar == dtypes.bfloat16:
+        return bf16_bits_to_float(bits)
+    return fp8_bits_to_float(bits, d)
 
 
 # ---- exact value conversion, shared by constant folding and the reference ALU ----
@@ -268,6 +329,8 @@ def truncate(value: float | int | bool, d: DType) -> float | int | bool:
             return value
         if d is dtypes.bfloat16:
             return bf16_bits_to_float(float_to_bf16_bits(value))
+        if d in FP8_FORMATS:
+            return fp8_bits_to_float(float_to_fp8_bits(value, d), d)
         return _round_float(value, d.fmt)  # type: ignore[arg-type]
     if kind == "bool":
         return bool(value)
@@ -283,7 +346,12 @@ def truncate(value: float | int | bool, d: DType) -> float | int | bool:
     raise TypeError(f"cannot truncate to {d}")
 
 
-_MANTISSA_BITS = {"float64": 53, "float32": 24, "float16": 11, "bfloat16": 8}
+_MANTISSA_BITS = {"float64": 53, "float32": 24, "float16": 11, "bfloat16": 8, "fp8e4m3": 4, "fp8e5m2": 3}
+
+
+def significand_bits(d: DType) -> int:
+    """Bits of precision of a float dtype, the implicit leading one included (float32: 24)."""
+    return _MANTISSA_BITS[d.scalar.name]
 
 
 def _round_int(value: int, bits: int) -> int:
@@ -317,3 +385,139 @@ def float_to_bf16_bits(value: float) -> int:
 
 def bf16_bits_to_float(bits: int) -> float:
     return struct.unpack("<f", struct.pack("<I", (bits & 0xFFFF) << 16))[0]
+
+
+# ---- the OCP 8-bit floats ----
+
+@dataclass(frozen=True)
+class FP8Format:
+    """An OCP OFP8 format: 1 sign bit, `exponent_bits`, `mantissa_bits`. E5M2 follows IEEE 754 (infinities at the
+    top exponent, NaNs above them); E4M3 gives the top exponent to finite values and keeps only S.1111.111 for NaN."""
+
+    exponent_bits: int
+    mantissa_bits: int
+    has_inf: bool
+
+    @property
+    def bias(self) -> int:
+        return (1 << (self.exponent_bits - 1)) - 1
+
+    @property
+    def max_code(self) -> int:
+        """The pattern of the largest finite value (0x7E for E4M3: 448, 0x7B for E5M2: 57344)."""
+        top = (1 << self.exponent_bits) - 1
+        if self.has_inf:
+            return ((top - 1) << self.mantissa_bits) | ((1 << self.mantissa_bits) - 1)
+        return (top << self.mantissa_bits) | ((1 << self.mantissa_bits) - 2)
+
+    @property
+    def nan_code(self) -> int:
+        """The NaN this project writes: E4M3's only one, E5M2's quiet NaN (top mantissa bit set, as IEEE's)."""
+        return 0x7F if not self.has_inf else (((1 << self.exponent_bits) - 1) << self.mantissa_bits) | \
+            (1 << (self.mantissa_bits - 1))
+
+    @property
+    def inf_code(self) -> int:
+        """The pattern of +infinity; E4M3 has none, and an infinity becomes NaN (as in tinygrad and PyTorch)."""
+        return ((1 << self.exponent_bits) - 1) << self.mantissa_bits if self.has_inf else self.nan_code
+
+    @property
+    def max_value(self) -> float:
+        return fp8_decode(self.max_code, self)
+
+    @property
+    def table(self) -> np.ndarray:
+        """The float32 value of each of the 256 patterns."""
+        return _fp8_tables(self)[0]
+
+
+def fp8_decode(bits: int, fmt: FP8Format) -> float:
+    """The value of an 8-bit pattern: (-1)^sign * 2^(exponent - bias) * 1.mantissa, or 0.mantissa * 2^(1 - bias) for
+    exponent 0 (subnormals); NaN keeps its sign."""
+    sign = -1.0 if bits & 0x80 else 1.0
+    exponent = (bits >> fmt.mantissa_bits) & ((1 << fmt.exponent_bits) - 1)
+    mantissa = bits & ((1 << fmt.mantissa_bits) - 1)
+    if (bits & 0x7F) == fmt.inf_code and fmt.has_inf:
+        return sign * math.inf
+    if (bits & 0x7F) > fmt.max_code:
+        return math.copysign(math.nan, sign)
+    if exponent == 0:
+        return sign * math.ldexp(mantissa, 1 - fmt.bias - fmt.mantissa_bits)
+    return sign * math.ldexp((1 << fmt.mantissa_bits) | mantissa, exponent - fmt.bias - fmt.mantissa_bits)
+
+
+def fp8_encode(value: float, fmt: FP8Format) -> int:
+    """Round a float to the nearest 8-bit pattern, ties to even. Finite values past the largest saturate to it with
+    their sign (OCP's saturating mode, as tinygrad converts); NaN stays NaN, and infinity stays infinity in E5M2 and
+    becomes NaN in E4M3, which has none. Exact for any float64: the rounding happens once, here."""
+    sign = 0x80 if math.copysign(1.0, value) < 0 else 0
+    if math.isnan(value):
+        return sign | fmt.nan_code
+    if math.isinf(value):
+        return sign | fmt.inf_code
+    magnitude = abs(value)
+    if magnitude == 0:
+        return sign
+    # the spacing of representable values where `magnitude` lies: 2^(exponent - mantissa_bits), constant below the
+    # smallest normal exponent (subnormals)
+    exponent = max(math.frexp(magnitude)[1] - 1, 1 - fmt.bias)
+    steps = round(math.ldexp(magnitude, fmt.mantissa_bits - exponent))  # round() on a float: ties to even, exact
+    if exponent == 1 - fmt.bias:
+        code = steps  # subnormal (steps == 2^mantissa_bits carries into the smallest normal)
+    else:
+        code = ((exponent + fmt.bias - 1) << fmt.mantissa_bits) + steps  # a carry moves up one exponent
+    return sign | min(code, fmt.max_code)
+
+
+FP8_FORMATS: dict[DType, FP8Format] = {dtypes.fp8e4m3: FP8Format(4, 3, has_inf=False),
+                                       dtypes.fp8e5m2: FP8Format(5, 2, has_inf=True)}
+
+
+def float_to_fp8_bits(value: float, d: DType) -> int:
+    return fp8_encode(float(value), FP8_FORMATS[d.scalar])
+
+
+def fp8_bits_to_float(bits: int, d: DType) -> float:
+    return fp8_decode(int(bits) & 0xFF, FP8_FORMATS[d.scalar])
+
+
+_FP8_TABLE_CACHE: dict[FP8Format, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _fp8_tables(fmt: FP8Format) -> tuple[np.ndarray, np.ndarray]:
+    """(float32 value of each pattern, midpoints between consecutive non-negative finite values in float64)."""
+    if fmt not in _FP8_TABLE_CACHE:
+        values = np.array([fp8_decode(b, fmt) for b in range(256)], dtype=np.float64)
+        ladder = values[:fmt.max_code + 1]  # patterns 0..max_code are the non-negative finite values, ascending
+        _FP8_TABLE_CACHE[fmt] = (values.astype(np.float32), (ladder[:-1] + ladder[1:]) / 2)
+    return _FP8_TABLE_CACHE[fmt]
+
+
+def _encode_fp8_array(x: np.ndarray, fmt: FP8Format) -> np.ndarray:
+    """`fp8_encode` over a float64 array: the nearest pattern is the number of midpoints below |x|; on a midpoint
+    the even pattern wins, and past the last midpoint the largest finite value does (saturation)."""
+    mids = _fp8_tables(fmt)[1]
+    magnitude = np.abs(x)
+    below = np.searchsorted(mids, magnitude, side="left")
+    on_mid = np.searchsorted(mids, magnitude, side="right") != below
+    code = np.where(on_mid & (below % 2 == 1), below + 1, below).astype(np.uint8)
+    code = np.where(np.isinf(x), fmt.inf_code, code)
+    code = np.where(np.isnan(x), fmt.nan_code, code)
+    return (code | np.where(np.signbit(x), 0x80, 0)).astype(np.uint8)
+
+
+# ---- DEFAULT_FLOAT: the dtype of Python floats, read once when tinygrad is imported ----
+
+def _default_float_from_env() -> DType | None:
+    name = os.environ.get("DEFAULT_FLOAT", "").strip()
+    if not name:
+        return None
+    floats = sorted({k.upper() for k, v in _BY_NAME.items() if v.is_float} | {"HALF", "FLOAT", "DOUBLE"})
+    d = _BY_NAME.get(name.lower()) or getattr(dtypes, name.lower(), None)
+    if not isinstance(d, DType) or not d.is_float:
+        raise ValueError(f"DEFAULT_FLOAT={name!r} is not a float dtype; use one of {', '.join(floats)}")
+    return d
+
+
+if (_env_float := _default_float_from_env()) is not None:
+    dtypes.default_float = _env_float

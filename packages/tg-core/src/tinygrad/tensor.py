@@ -13,7 +13,18 @@ from typing import Any, ClassVar
 import numpy as np
 
 from tinygrad.device import Buffer, Device
-from tinygrad.dtype import DType, DTypeLike, dtypes, from_numpy, least_upper_dtype, to_dtype, to_numpy
+from tinygrad.dtype import (
+    DType,
+    DTypeLike,
+    decode_floats,
+    dtypes,
+    encode_floats,
+    from_numpy,
+    is_emulated_float,
+    least_upper_dtype,
+    to_dtype,
+    to_numpy,
+)
 from tinygrad.engine.jit_state import check_host_read, note_assign
 from tinygrad.engine.realize import run_schedule
 from tinygrad.engine.schedule import (
@@ -124,10 +135,13 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         elif isinstance(data, bytes):
             self.uop = self._upload(np.frombuffer(data, dtype=np.uint8), want or dtypes.uint8)
         elif isinstance(data, (list, tuple, np.ndarray, np.generic)):
-            arr = np.asarray(data) if not isinstance(data, (list, tuple)) else _list_to_numpy(data, want)
+            if isinstance(data, (list, tuple)):
+                arr, list_dtype = _list_to_numpy(data, want)
+            else:
+                arr, list_dtype = np.asarray(data), None
             if arr.dtype == object:
                 raise TypeError(f"cannot make a Tensor from ragged or non-numeric data {data!r}")
-            d = want or from_numpy(arr.dtype)
+            d = want or list_dtype or from_numpy(arr.dtype)
             self.uop = self._upload(arr, d)
         else:
             raise TypeError(f"cannot make a Tensor from {type(data).__name__}; pass a number, a (nested) list, "
@@ -140,10 +154,8 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
 
         if not Device[self.device].supports_dtype(d):
             raise dtype_error(d, self.device)
-        if d == dtypes.bfloat16:
-            from tinygrad.dtype import float_to_bf16_bits
-
-            flat = np.array([float_to_bf16_bits(float(v)) for v in arr.reshape(-1)], dtype=np.uint16)
+        if is_emulated_float(d):  # numpy has no such type: upload the rounded bit patterns
+            flat = encode_floats(arr, d)
         else:
             flat = np.ascontiguousarray(arr.astype(to_numpy(d), copy=False).reshape(-1))
         buf = Buffer(self.device, flat.size, d)
@@ -257,10 +269,10 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         check_host_read("numpy(), tolist() and item()")
         shape = tuple(resolve_size(s) for s in self.shape)  # symbolic dims take their bound values
         if 0 in shape:
-            return np.zeros(shape, dtype=to_numpy(self.dtype) if self.dtype != dtypes.bfloat16 else np.float32)
+            return np.zeros(shape, dtype=np.float32 if is_emulated_float(self.dtype) else to_numpy(self.dtype))
         raw = self._buffer().numpy()[:prod(shape)]  # a symbolic shape's buffer is sized for its largest value
-        if self.dtype == dtypes.bfloat16:
-            raw = (raw.astype(np.uint32) << np.uint32(16)).view(np.float32)
+        if is_emulated_float(self.dtype):  # bfloat16 and the 8-bit floats come back as float32 values
+            raw = decode_floats(raw, self.dtype)
         return raw.reshape(shape)
 
     def tolist(self) -> Any:
@@ -430,22 +442,25 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         return self
 
 
-def _list_to_numpy(data: list | tuple, want: DType | None) -> np.ndarray:
+def _list_to_numpy(data: list | tuple, want: DType | None) -> tuple[np.ndarray, DType | None]:
+    """The array of a nested list, and the dtype its numbers take (None: the array's own, or object for junk)."""
     try:
-        arr = np.array(data, dtype=to_numpy(want) if want is not None and want != dtypes.bfloat16 else None)
+        arr = np.array(data, dtype=to_numpy(want) if want is not None and not is_emulated_float(want) else None)
     except ValueError as e:  # numpy's message talks about "inhomogeneous parts"; say what the user passed
         raise ValueError(f"cannot make a Tensor from {data!r}: nested lists must be rectangular and hold numbers "
                          f"({e})") from None
-    if want is not None and want != dtypes.bfloat16:
-        return arr
+    if want is not None:
+        return arr, want  # bfloat16 and the 8-bit floats keep float64 here: their upload rounds once, from the value
     if arr.dtype == np.float64:
-        return arr.astype(np.float32)
+        # Python floats take dtypes.default_float (float32, unless DEFAULT_FLOAT says otherwise)
+        d = dtypes.default_float
+        return (arr if is_emulated_float(d) else arr.astype(to_numpy(d))), d
     if arr.dtype == np.int64:
         # Python ints default to int32 (tinygrad's default_int) only where that loses nothing
         i32 = np.iinfo(np.int32)
         fits = arr.size == 0 or (int(arr.min()) >= i32.min and int(arr.max()) <= i32.max)
-        return arr.astype(np.int32) if fits else arr
-    return arr
+        return (arr.astype(np.int32), dtypes.int32) if fits else (arr, dtypes.int64)
+    return arr, None
 
 
 # the mixin modules name `Tensor` in their bodies; give them the class now that it exists

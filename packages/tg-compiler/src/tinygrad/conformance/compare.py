@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pytest
 from tinygrad.conformance.values import Scalar, from_buffer_array, to_buffer_array
-from tinygrad.dtype import DType, dtypes
+from tinygrad.dtype import DType, decode_floats, is_emulated_float
 
 #: differences listed in a failure message; the count of all of them is always given
 SHOWN = 12
@@ -23,8 +23,8 @@ def _ordered_bits(bits: np.ndarray) -> np.ndarray:
 
 
 def _as_float64(arr: np.ndarray, d: DType) -> np.ndarray:
-    if d == dtypes.bfloat16:
-        return (arr.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
+    if is_emulated_float(d):
+        return decode_floats(arr, d).astype(np.float64)
     return arr.astype(np.float64)
 
 
@@ -37,7 +37,7 @@ def mismatches(got: np.ndarray, expected: Sequence[Scalar] | np.ndarray, d: DTyp
         raise AssertionError(f"the device returned {got.shape[0]} values of {d.name}, expected {exp.shape[0]}")
     if not d.is_float:
         return np.asarray(got != exp)
-    bits_dtype = {2: np.uint16, 4: np.uint32, 8: np.uint64}[d.itemsize]
+    bits_dtype = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[d.itemsize]
     g_bits, e_bits = got.view(bits_dtype), exp.view(bits_dtype)
     with np.errstate(all="ignore"):
         g_val, e_val = _as_float64(got, d), _as_float64(exp, d)

@@ -24,7 +24,8 @@ def run_elementwise(device: str, inputs: Sequence[tuple[DType, Sequence[Scalar]]
                     outputs: Sequence[tuple[DType, ExprBuilder]]) -> list[np.ndarray]:
     """One kernel whose output i is `outputs[i][1](input params)` element by element; all inputs have one length.
 
-    Returns each output buffer's contents as the array `to_buffer_array` would make (bfloat16 as raw bits)."""
+    Returns each output buffer's contents as the array `to_buffer_array` would make (bfloat16 and the 8-bit floats
+    as raw bits)."""
     n = len(inputs[0][1])
     if any(len(vals) != n for _, vals in inputs):
         raise ValueError(f"every input needs {n} values, got lengths {[len(v) for _, v in inputs]}")

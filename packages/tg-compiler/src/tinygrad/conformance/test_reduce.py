@@ -4,7 +4,8 @@ The data make the exact answer independent of the order a device adds in, so the
 dropped or doubled element (a tail past the last full block, a work-group boundary):
 
 * sum, floats: small positive integers whose every partial sum is representable (float32/float64: 1..3;
-  float16/bfloat16: ones at the ends and spread through the middle, zeros elsewhere, fewer than 2**8 of them);
+  float16/bfloat16 and the 8-bit floats: ones at the ends and spread through the middle, zeros elsewhere, fewer
+  than 2**(significand bits) of them);
 * sum, integers: `sum(dtype=d)` accumulates in d itself, and wrap-around makes any order give the same result;
 * max: random values spread over the dtype, all negative for floats (the accumulator must not start at 0),
   with the largest one placed last; and NaN propagation, all -inf, all MIN.
@@ -27,7 +28,8 @@ SIZES = (1, 3, 17, 1000, 65537, 1_000_003)
 SUM_DTYPES = tuple(d for d in dtypes.all() if d.is_float or d.is_int)
 MAX_DTYPES = dtypes.all()
 #: the largest integer every partial sum may reach and stay exact, per float dtype (2**(mantissa bits))
-_EXACT_UP_TO = {"float16": 2**11, "bfloat16": 2**8, "float32": 2**24, "float64": 2**53}
+_EXACT_UP_TO = {"float16": 2**11, "bfloat16": 2**8, "float32": 2**24, "float64": 2**53, "fp8e4m3": 2**4,
+                "fp8e5m2": 2**3}
 
 
 def sum_data(n: int, d: DType, rng: np.random.Generator) -> np.ndarray:

@@ -3,9 +3,11 @@ in the table of type names and the few formats that differ; the walk over the pr
 
 Semantics that C leaves undefined are pinned down here to match `tinygrad.uop.alu` (integer division
 by zero and shifts past the width give 0; signed overflow wraps, so compile with -fwrapv or the
-target's equivalent). bfloat16 is emulated: stored as 16-bit patterns, computed in float and rounded
-back after every op. float16 (`_Float16`) is rounded back after every op too: compilers evaluate it in
-float and may keep that excess precision across an inlined expression, and libm's f-functions return float.
+target's equivalent). bfloat16 and the OCP 8-bit floats (fp8e4m3, fp8e5m2) are emulated: stored as their
+16- and 8-bit patterns, computed in float and rounded back after every op by helper functions that a kernel
+gets only when it uses the dtype (`BF16_PRELUDE`, `fp8_prelude`). float16 (`_Float16`) is rounded back after
+every op too: compilers evaluate it in float and may keep that excess precision across an inlined expression,
+and libm's f-functions return float.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable
 
-from tinygrad.dtype import DType, dtypes
+from tinygrad.dtype import EMULATED_FLOATS, FP8_FORMATS, DType, FP8Format, dtypes, is_emulated_float
 from tinygrad.renderer import Renderer, loop_depths_and_users
 from tinygrad.renderer.vectorize import VectorAccess, find_vector_accesses
 from tinygrad.uop.ops import GroupOp, Ops, UOp
@@ -31,6 +33,65 @@ static inline unsigned short tg_f32_to_bf16(float f) {
 static inline float tg_round_bf16(float f) { return tg_bf16_to_f32(tg_f32_to_bf16(f)); }
 """
 
+#: float <-> its 32 bits, which the 8-bit float helpers are written with (OpenCL spells them as_uint/as_float)
+FLOAT_BITS_PRELUDE = """static inline unsigned int tg_f32_bits(float f) {
+  unsigned int u; __builtin_memcpy(&u, &f, 4); return u;
+}
+static inline float tg_bits_f32(unsigned int u) { float f; __builtin_memcpy(&f, &u, 4); return f; }
+"""
+
+#: a double rounded to float toward zero, with the last bit set when inexact ("round to odd"): rounding that float
+#: again to a format of at most 22 bits gives what rounding the double directly would, so a float64 -> 8-bit float
+#: cast rounds once
+F64_TO_F32_ODD = """{q} float tg_f64_to_f32_odd(double d) {{
+  float f = (float)d;
+  if (d != d || (double)f == d) return f;
+  unsigned int u = tg_f32_bits(f);
+  if (d > 0.0 ? (double)f > d : (double)f < d) u -= 1u;  /* rounded away from zero: step back toward it */
+  return tg_bits_f32(u | 1u);
+}}
+"""
+
+_FP8_HELPERS = """{q} float tg_{n}_to_f32(unsigned char b) {{
+  unsigned int sign = ((unsigned int)b & 0x80u) << 24;
+  unsigned int e = ((unsigned int)b >> {m}) & {emask}u, m = (unsigned int)b & {mmask}u;
+  if (((unsigned int)b & 0x7fu) > {max_code}u) return tg_bits_f32(sign | {special});
+  if (e == 0u) {{ float v = (float)m * {subnormal_step}f; return sign ? -v : v; }}  /* subnormal */
+  return tg_bits_f32(sign | ((e + {rebias}u) << 23) | (m << {shift}));
+}}
+{q} unsigned char tg_f32_to_{n}(float f) {{
+  unsigned int u = tg_f32_bits(f), sign = (u >> 24) & 0x80u, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (unsigned char)(sign | {nan_code}u);  /* NaN keeps its sign */
+  if (a == 0x7f800000u) return (unsigned char)(sign | {inf_code}u);
+  if (a < 0x00800000u) return (unsigned char)sign;  /* zero, and float32 subnormals: far below the smallest step */
+  int e = (int)(a >> 23) - 127, sub = e < {min_exp};
+  unsigned int m = (a & 0x7fffffu) | 0x800000u;
+  int drop = {shift} + (sub ? {min_exp} - e : 0);  /* significand bits below this binade's step */
+  if (drop > 24) return (unsigned char)sign;
+  unsigned int q = m >> drop, rest = m & ((1u << drop) - 1u), halfway = 1u << (drop - 1);
+  if (rest > halfway || (rest == halfway && (q & 1u))) q++;  /* round to nearest, ties to even */
+  unsigned int code = sub ? q : ((unsigned int)(e + {bias_m1}) << {m}) + q;  /* a carry moves up one binade */
+  return (unsigned char)(sign | (code > {max_code}u ? {max_code}u : code));  /* finite values saturate */
+}}
+{q} float tg_round_{n}(float f) {{ return tg_{n}_to_f32(tg_f32_to_{n}(f)); }}
+"""
+
+
+def fp8_prelude(d: DType, qualifier: str = "static inline") -> str:
+    """C helpers of one 8-bit float: decode a pattern to float, encode a float (ties to even; finite values past
+    the largest saturate to it, as `tinygrad.dtype.fp8_encode`), and round a float to the format. They use
+    `tg_f32_bits`/`tg_bits_f32` (FLOAT_BITS_PRELUDE or the target's own)."""
+    fmt: FP8Format = FP8_FORMATS[d.scalar]
+    m = fmt.mantissa_bits
+    # codes above the largest finite one: NaN, or (E5M2) infinity for the first of them
+    special = f"(((unsigned int)b & 0x7fu) == {fmt.inf_code}u ? 0x7f800000u : 0x7fc00000u)" if fmt.has_inf \
+        else "0x7fc00000u"
+    return _FP8_HELPERS.format(
+        q=qualifier, n=d.scalar.name, m=m, emask=(1 << fmt.exponent_bits) - 1, mmask=(1 << m) - 1,
+        max_code=fmt.max_code, special=special, subnormal_step=repr(2.0 ** (1 - fmt.bias - m)),
+        rebias=127 - fmt.bias, shift=23 - m, nan_code=fmt.nan_code, inf_code=fmt.inf_code, min_exp=1 - fmt.bias,
+        bias_m1=fmt.bias - 1)
+
 
 #: longer expressions get a variable, so that a long elementwise chain does not become one enormous line
 MAX_INLINE_CHARS = 1000
@@ -42,6 +103,8 @@ class CStyleRenderer(Renderer):
     restrict = "restrict"
     prelude = "#include <math.h>\n#include <stdbool.h>\n"
     bf16_prelude = BF16_PRELUDE  # added only to kernels that touch bfloat16
+    float_bits_prelude = FLOAT_BITS_PRELUDE  # added with the 8-bit float helpers
+    helper_qualifier = "static inline"
     infinity, nan = "INFINITY", "NAN"
     #: scalar C type for values of each dtype (bfloat16 computes in float)
     type_names: dict[DType, str] = {
@@ -49,6 +112,7 @@ class CStyleRenderer(Renderer):
         dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int",
         dtypes.int64: "long long", dtypes.uint64: "unsigned long long", dtypes.float16: "_Float16",
         dtypes.bfloat16: "float", dtypes.float32: "float", dtypes.float64: "double",
+        dtypes.fp8e4m3: "float", dtypes.fp8e5m2: "float",
     }
     #: math functions by (op, dtype class): float32 and smaller use the f-suffixed versions
     math_fns = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.TRUNC: "trunc"}
@@ -65,7 +129,23 @@ class CStyleRenderer(Renderer):
         return self.type_names[d.scalar]
 
     def memory_type(self, d: DType) -> str:
-        return "unsigned short" if d.scalar == dtypes.bfloat16 else self.value_type(d)
+        # bfloat16 and the 8-bit floats are held as their bit patterns
+        bits = EMULATED_FLOATS.get(d.scalar)
+        return self.value_type(bits) if bits is not None else self.value_type(d)
+
+    @staticmethod
+    def decoder(d: DType) -> str:
+        """The helper turning the bit pattern of an emulated float into its float value."""
+        return "tg_bf16_to_f32" if d.scalar == dtypes.bfloat16 else f"tg_{d.scalar.name}_to_f32"
+
+    @staticmethod
+    def encoder(d: DType) -> str:
+        return "tg_f32_to_bf16" if d.scalar == dtypes.bfloat16 else f"tg_f32_to_{d.scalar.name}"
+
+    @staticmethod
+    def rounder(d: DType) -> str:
+        """The helper rounding a float to the emulated float `d` (and keeping it a float)."""
+        return "tg_round_bf16" if d.scalar == dtypes.bfloat16 else f"tg_round_{d.scalar.name}"
 
     def math_fn(self, op: Ops, d: DType) -> str:
         base = self.math_fns[op]
@@ -82,7 +162,7 @@ class CStyleRenderer(Renderer):
                 body = self.infinity if v > 0 else f"(-{self.infinity})"
             else:
                 body = repr(v) + ("" if d.scalar == dtypes.float64 else "f")
-            return body if d.scalar in (dtypes.float32, dtypes.float64, dtypes.bfloat16) else \
+            return body if d.scalar in (dtypes.float32, dtypes.float64) or is_emulated_float(d) else \
                 f"(({self.value_type(d)}){body})"
         iv = int(value)
         suffix = {8: "ll", 4: ""}.get(d.itemsize, "")
@@ -95,16 +175,20 @@ class CStyleRenderer(Renderer):
         return lit if d.itemsize >= 4 else f"(({self.value_type(d)}){lit})"
 
     def render_cast(self, x: str, frm: DType, to: DType) -> str:
-        if to.scalar == dtypes.bfloat16:
-            return f"tg_round_bf16((float)({x}))"
+        if to.scalar in FP8_FORMATS and frm.scalar == dtypes.float64:  # one rounding, not double -> float -> 8 bits
+            return f"{self.rounder(to)}(tg_f64_to_f32_odd({x}))"
+        if is_emulated_float(to):
+            return f"{self.rounder(to)}((float)({x}))"
         return f"(({self.value_type(to)})({x}))"
 
     def render_bitcast(self, x: str, frm: DType, to: DType) -> str:
-        # a bfloat16 value lives in a float: go through its 16-bit pattern, reinterpreted (not converted)
-        if frm.scalar == dtypes.bfloat16:
-            return self._pun(f"tg_f32_to_bf16({x})", "unsigned short", self.value_type(to))
-        if to.scalar == dtypes.bfloat16:
-            return f"tg_bf16_to_f32({self._pun(x, self.value_type(frm), 'unsigned short')})"
+        # bfloat16 and 8-bit float values live in floats: go through their bit patterns, reinterpreted (not converted)
+        if is_emulated_float(frm) and is_emulated_float(to):
+            return f"{self.decoder(to)}({self.encoder(frm)}({x}))"
+        if is_emulated_float(frm):
+            return self._pun(f"{self.encoder(frm)}({x})", self.memory_type(frm), self.value_type(to))
+        if is_emulated_float(to):
+            return f"{self.decoder(to)}({self._pun(x, self.value_type(frm), self.memory_type(to))})"
         return self._pun(x, self.value_type(frm), self.value_type(to))
 
     @staticmethod
@@ -114,11 +198,11 @@ class CStyleRenderer(Renderer):
 
     def render_load(self, buf: str, idx: str, gate: str | None, d: DType) -> str:
         raw = f"{buf}[{idx}]"
-        val = f"tg_bf16_to_f32({raw})" if d.scalar == dtypes.bfloat16 else raw
+        val = f"{self.decoder(d)}({raw})" if is_emulated_float(d) else raw
         return val if gate is None else f"({gate}?{val}:{self.render_const(0, d)})"
 
     def render_store(self, buf: str, idx: str, value: str, d: DType) -> str:
-        v = f"tg_f32_to_bf16({value})" if d.scalar == dtypes.bfloat16 else value
+        v = f"{self.encoder(d)}({value})" if is_emulated_float(d) else value
         return f"{buf}[{idx}] = {v};"
 
     def render_param(self, index: int, d: DType, is_output: bool) -> str:
@@ -159,9 +243,22 @@ class CStyleRenderer(Renderer):
     def render_var_param(self, name: str, d: DType) -> str:
         return f"const {self.value_type(d)} {name}"
 
-    def render_kernel(self, name: str, params: list[str], body: list[str], uses_bf16: bool = False) -> str:
+    def render_kernel(self, name: str, params: list[str], body: list[str], uses_bf16: bool = False,
+                      helpers: str = "") -> str:
+        """`helpers`: more functions the body calls (the 8-bit float conversions), placed after the prelude."""
         head = f"\n{self.kernel_prefix}void {name}({', '.join(params)}) {{\n"
-        return self.prelude + (self.bf16_prelude if uses_bf16 else "") + head + "\n".join(body) + "\n}\n"
+        return self.prelude + (self.bf16_prelude if uses_bf16 else "") + helpers + head + "\n".join(body) + "\n}\n"
+
+    def fp8_helpers(self, program: list[UOp]) -> str:
+        """The helper functions of the 8-bit floats `program` touches ("" when none)."""
+        used = sorted({u.dtype.scalar for u in program if u.dtype.scalar in FP8_FORMATS}, key=lambda d: d.name)
+        if not used:
+            return ""
+        from_f64 = any(u.op is Ops.CAST and u.dtype.scalar in FP8_FORMATS and u.src[0].dtype.scalar == dtypes.float64
+                       for u in program)
+        q = self.helper_qualifier
+        return self.float_bits_prelude + (F64_TO_F32_ODD.format(q=q) if from_f64 else "") + \
+            "".join(fp8_prelude(d, q) for d in used)
 
     def render_alu(self, op: Ops, d: DType, srcs: list[str], src_uops: tuple[UOp, ...]) -> str:
         sd = src_uops[0].dtype if src_uops else d
@@ -187,8 +284,8 @@ class CStyleRenderer(Renderer):
             sym = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.CMPLT: "<", Ops.CMPNE: "!=",
                    Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^"}[op]
             expr = f"({a}{sym}{b})"
-        if d.scalar == dtypes.bfloat16 and op not in GroupOp.Comparison:
-            expr = f"tg_round_bf16({expr})"
+        if is_emulated_float(d) and op not in GroupOp.Comparison:
+            expr = f"{self.rounder(d)}({expr})"
         if d.scalar == dtypes.float16 and op not in GroupOp.Comparison and op is not Ops.WHERE:
             expr = f"(({self.value_type(d)}){expr})"  # round the float result back to half after every op
         if d.is_int and d.itemsize < 4 and op not in GroupOp.Comparison:
@@ -204,8 +301,8 @@ class CStyleRenderer(Renderer):
                 return f"fmod{'' if d == dtypes.float64 else 'f'}({a},{b})"
             # truncate the quotient as rounded to the dtype, not the wider float the division ran in
             quotient = f"({a}/{b})"
-            if d.scalar == dtypes.bfloat16:
-                quotient = f"tg_round_bf16{quotient}"
+            if is_emulated_float(d):
+                quotient = f"{self.rounder(d)}{quotient}"
             elif d.scalar == dtypes.float16:
                 quotient = f"(({self.value_type(d)}){quotient})"
             return f"{self.math_fn(Ops.TRUNC, d)}({quotient})"
@@ -350,6 +447,9 @@ class CStyleRenderer(Renderer):
         variables = sorted({u.arg[0]: u for u in program if u.op is Ops.DEFINE_VAR}.items())
         param_decls += [self.render_var_param(name, u.dtype) for name, u in variables]
         uses_bf16 = any(u.dtype.scalar == dtypes.bfloat16 for u in program)
+        if helpers := self.fp8_helpers(program):
+            return self.render_kernel(name, param_decls, local_decls + body, uses_bf16, helpers)
+        # without helpers, the call a renderer written before `helpers` existed overrides (CPURenderer did)
         return self.render_kernel(name, param_decls, local_decls + body, uses_bf16)
 
 

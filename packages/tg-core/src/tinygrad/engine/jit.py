@@ -26,6 +26,9 @@ What this asks of the function (the usual tinygrad rules):
   * No reading of values on the host (`.numpy()`, `.item()`, `.tolist()`) inside it: a replay could not repeat
     that. Random numbers are fine: the generator's state lives in device buffers that the replay advances.
   * One capture at a time: calling a TinyJit function while another capture is in progress raises JitError.
+
+JIT=0 (the environment, or `Context(JIT=0)`) turns capture off: every call runs the function eagerly, as call 1
+does, which helps when debugging a jitted step. Calls made that way do not count towards the capture.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from tinygrad.device import Buffer, Device, Runner
 from tinygrad.engine import realize as engine_realize
 from tinygrad.engine.jit_state import JitError, RunningJit, running
 from tinygrad.engine.schedule import ScheduleItem, base_buffer, buffer_view, copy_kernel_ast, realized_views
-from tinygrad.helpers import DEBUG, GlobalCounters
+from tinygrad.helpers import DEBUG, JIT, GlobalCounters
 from tinygrad.tensor import Tensor
 from tinygrad.uop.ops import Ops, UOp, unbind
 
@@ -117,6 +120,8 @@ class TinyJit(Generic[R]):
         buffers = [_buffer_of(t) for t in inputs]
         var_vals = _bound_values(args, kwargs, inputs)
         signature = _Signature(tuple((tuple(_unbound(d) for d in t.shape), t.dtype, t.device) for t in inputs))
+        if not JIT:
+            return self._run(args, kwargs, buffers, var_vals, capturing=False)  # eager; the count stays
         if self.cnt >= 2:
             self._check_signature(signature)
             return self._replay(buffers, var_vals)
@@ -126,6 +131,13 @@ class TinyJit(Generic[R]):
                 raise JitError(f"TinyJit function {self._name} got one tensor's memory as two inputs; a replay "
                                f"swaps each input separately. Pass distinct tensors (use .clone() for a copy)")
             self._signature = signature
+        out = self._run(args, kwargs, buffers, var_vals, capturing)
+        self.cnt += 1
+        return out
+
+    def _run(self, args: tuple, kwargs: dict, buffers: list[Buffer], var_vals: dict[str, int], capturing: bool) -> R:
+        """Run the function: its outputs and the tensors it assigned are realized, and when `capturing`, the
+        launches are recorded."""
         records: list[tuple[ScheduleItem, Runner | None]] = []
         state = RunningJit(self._name, capturing, self)
         running.append(state)
@@ -145,7 +157,6 @@ class TinyJit(Generic[R]):
             records += _write_back_state(state)
             self._state = [_StateSlot(weakref.ref(t), buf, t.uop) for t, buf in _state_tensors(state)]
             self._finish_capture(records, buffers, var_vals, out)
-        self.cnt += 1
         return out
 
     @property

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tinygrad.device import Buffer, Device, dtype_error
-from tinygrad.dtype import DType, DTypeLike, dtypes, to_dtype, to_numpy
+from tinygrad.dtype import DType, DTypeLike, dtypes, is_emulated_float, to_dtype, to_numpy
 from tinygrad.engine.schedule import buffer_view
 from tinygrad.helpers import prod
 from tinygrad.mixin.common import Scalar, ShapeArg, shape_args
@@ -78,7 +78,7 @@ class CreationMixin:
         n = max(0, math.ceil((stop - start) / step))
         steps: np.ndarray = np.arange(n, dtype=np.float64 if d.is_float else np.int64)
         values = steps * step + start
-        return cls(values.astype(to_numpy(d)) if d != dtypes.bfloat16 else values, device=device, dtype=d, **kwargs)
+        return cls(values if is_emulated_float(d) else values.astype(to_numpy(d)), device=device, dtype=d, **kwargs)
 
 
     @classmethod
@@ -91,7 +91,7 @@ class CreationMixin:
         step = (float(stop) - float(start)) / (steps - 1) if steps > 1 else 0.0
         # each half is counted from its own end, so that both ends come out exact
         values = np.where(i < steps // 2, float(start) + i * step, float(stop) - (steps - 1 - i) * step)
-        return cls(values.astype(to_numpy(d)) if d != dtypes.bfloat16 else values, device=device, dtype=d, **kwargs)
+        return cls(values if is_emulated_float(d) else values.astype(to_numpy(d)), device=device, dtype=d, **kwargs)
 
     @classmethod
     def eye(cls: type[Tensor], n: int, m: int | None = None, device: str | None = None,
@@ -249,7 +249,7 @@ class CreationMixin:
         _check_count(n, "randperm n")
         perm = np.argsort(Tensor.random_bits(n, dtype=dtypes.uint64, device=device).numpy(), kind="stable")
         d = to_dtype(dtype)
-        return cls(perm.astype(to_numpy(d)) if d != dtypes.bfloat16 else perm, device=device, dtype=d, **kwargs)
+        return cls(perm if is_emulated_float(d) else perm.astype(to_numpy(d)), device=device, dtype=d, **kwargs)
 
     @classmethod
     def scaled_uniform(cls: type[Tensor], *shape: Any, **kwargs: Any) -> Tensor:

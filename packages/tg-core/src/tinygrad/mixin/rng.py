@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tinygrad.device import Buffer
-from tinygrad.dtype import DType, dtypes
+from tinygrad.dtype import DType, dtypes, significand_bits
 from tinygrad.engine.realize import run_schedule
 from tinygrad.engine.schedule import ScheduleItem, base_buffer, buffer_view, copy_kernel_ast
 
@@ -136,7 +136,7 @@ def uniform_bits(n: int, dtype: DType, device: str) -> Tensor:
         raw = DeviceRNG.bits(2 * n, device)
         hi, lo = raw[:n], raw[n:]
         return (hi >> 11).cast(dtypes.float64) * (2.0 ** -21) + lo.cast(dtypes.float64) * (2.0 ** -53)
-    mantissa = {dtypes.float16: 11, dtypes.bfloat16: 8}.get(dtype, 24)
+    mantissa = min(significand_bits(dtype), 24) if dtype.is_float else 24
     u = (DeviceRNG.bits(n, device) >> (32 - mantissa)).cast(dtypes.float32) * (2.0 ** -mantissa)
     return u.cast(dtype)
 

@@ -296,7 +296,7 @@ def _odd(x: Tensor, f: Callable[[Tensor], Tensor]) -> Tensor:
 
 def _signbit(x: Tensor) -> Tensor:
     """The sign bit of a float, so that -0.0 (and a negative NaN) count as negative."""
-    ints = {2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
+    ints = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
     return x.bitcast(ints[x.dtype.itemsize]) < 0
 
 

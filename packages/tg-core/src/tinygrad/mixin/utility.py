@@ -126,13 +126,13 @@ class UtilityMixin:
 
     def bitcast_bytes(self: Tensor, dtype: DTypeLike) -> Tensor:
         """Reinterpret a 1-D uint8 tensor as `dtype` (its length must be a multiple of the item size)."""
-        from tinygrad.dtype import to_dtype, to_numpy
+        from tinygrad.dtype import is_emulated_float, to_dtype, to_numpy
 
         d = to_dtype(dtype)
         if self.dtype != dtypes.uint8 or self.ndim != 1:
             raise TypeError(f"bitcast_bytes needs a 1-D uint8 tensor, got {self.dtype} of shape {self.shape}")
         if self.shape[0] % d.itemsize:
             raise ValueError(f"{self.shape[0]} bytes are not a whole number of {d.name} items ({d.itemsize} bytes)")
-        raw = self.numpy().view(to_numpy(d))  # bfloat16 travels as its 16-bit patterns
-        return Tensor(raw, device=self.device).bitcast(d) if d == dtypes.bfloat16 else Tensor(raw, device=self.device)
+        raw = self.numpy().view(to_numpy(d))  # bfloat16 and the 8-bit floats travel as their bit patterns
+        return Tensor(raw, device=self.device).bitcast(d) if is_emulated_float(d) else Tensor(raw, device=self.device)
 

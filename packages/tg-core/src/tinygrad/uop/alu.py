@@ -11,6 +11,9 @@ every renderer must produce it:
 * MAX propagates NaN and is IEEE 754-2019 `maximum` on zeros: MAX(-0.0, +0.0) is +0.0 in either order, so the
   op is commutative (numpy returns the second operand on ties, PyTorch the first).
 * IDIV of floats is TRUNC of the quotient rounded to the operand dtype (what C's `trunc(a/b)` computes).
+* The 8-bit floats (fp8e4m3, fp8e5m2) compute in float32 and round to nearest, ties to even; a finite result past
+  the largest value saturates to it (448, 57344) with its sign, NaN stays NaN, and infinity becomes NaN in
+  fp8e4m3, which has none (`tinygrad.dtype.fp8_encode`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from tinygrad.dtype import DType, bf16_bits_to_float, dtypes, float_to_bf16_bits, truncate
+from tinygrad.dtype import EMULATED_FLOATS, FP8_FORMATS, DType, bits_to_float, dtypes, float_to_bits, truncate
 from tinygrad.uop.ops import Ops
 
 Number = int | float | bool
@@ -133,7 +136,12 @@ def exec_alu(op: Ops, dtype: DType, operands: tuple[Number, ...], operand_dtype:
         fn = _SIMPLE[op]
     except KeyError:
         raise NotImplementedError(f"{op} has no reference implementation") from None
-    return truncate(fn(*operands), dtype)
+    result = fn(*operands)
+    if isinstance(result, float) and dtype.scalar in FP8_FORMATS:
+        # the 8-bit floats compute in float32 and round from there: exp2(448) overflows float32 to inf, which
+        # E4M3 makes NaN, where rounding the float64 result would saturate to 448
+        result = truncate(result, dtypes.float32)
+    return truncate(result, dtype)
 
 
 def exec_cast(value: Number, to: DType) -> Number:
@@ -160,11 +168,21 @@ def _int_to_float_once(value: int) -> float:
 def exec_bitcast(value: Number, frm: DType, to: DType) -> Number:
     if frm.itemsize != to.itemsize:
         raise TypeError(f"bitcast needs dtypes of one size, got {frm} ({frm.itemsize} bytes) and {to} ({to.itemsize})")
-    raw = bf16_bits_to_raw(value) if frm == dtypes.bfloat16 else struct.pack("<" + str(frm.fmt), value)
-    if to == dtypes.bfloat16:
-        return bf16_bits_to_float(struct.unpack("<H", raw)[0])
-    return struct.unpack("<" + str(to.fmt), raw)[0]
+    return _from_raw(_to_raw(value, frm), to)
+
+
+def _to_raw(value: Number, d: DType) -> bytes:
+    # bfloat16 and the 8-bit floats: the bit pattern the value is stored as (NaN as the one NaN each writes)
+    if (bits := EMULATED_FLOATS.get(d.scalar)) is not None:
+        return struct.pack("<" + str(bits.fmt), float_to_bits(float(value), d))
+    return struct.pack("<" + str(d.fmt), value)
+
+
+def _from_raw(raw: bytes, d: DType) -> Number:
+    if (bits := EMULATED_FLOATS.get(d.scalar)) is not None:
+        return bits_to_float(struct.unpack("<" + str(bits.fmt), raw)[0], d)
+    return struct.unpack("<" + str(d.fmt), raw)[0]
 
 
 def bf16_bits_to_raw(value: Number) -> bytes:
-    return struct.pack("<H", float_to_bf16_bits(float(value)))
+    return _to_raw(value, dtypes.bfloat16)

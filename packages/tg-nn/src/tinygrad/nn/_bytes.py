@@ -7,7 +7,7 @@ import pathlib
 
 import numpy as np
 from tinygrad import Tensor, dtypes
-from tinygrad.dtype import DType, to_numpy
+from tinygrad.dtype import EMULATED_FLOATS, DType, is_emulated_float, to_numpy
 
 FileLike = str | os.PathLike | Tensor | bytes | bytearray | memoryview
 
@@ -27,11 +27,11 @@ def read_bytes(src: FileLike) -> bytes:
 def tensor_from_raw(raw: bytes | memoryview, dtype: DType, shape: tuple[int, ...], device: str | None = None,
                     byteswap: bool = False) -> Tensor:
     """A tensor of `dtype` and `shape` from its little-endian (or, with byteswap, big-endian) bytes."""
-    if dtype == dtypes.bfloat16:
-        # numpy has no bfloat16: upload the 16-bit patterns and reinterpret them
-        bits = np.frombuffer(raw, dtype="<u2")
+    if is_emulated_float(dtype):
+        # numpy has no bfloat16 or 8-bit floats: upload the bit patterns and reinterpret them
+        bits = np.frombuffer(raw, dtype=to_numpy(dtype).newbyteorder("<"))
         bits = bits.byteswap() if byteswap else bits
-        return Tensor(bits.reshape(shape).copy(), device=device).bitcast(dtypes.bfloat16).realize()
+        return Tensor(bits.reshape(shape).copy(), device=device).bitcast(dtype).realize()
     arr = np.frombuffer(raw, dtype=to_numpy(dtype).newbyteorder("<"))
     if byteswap:
         arr = arr.byteswap()
@@ -40,7 +40,8 @@ def tensor_from_raw(raw: bytes | memoryview, dtype: DType, shape: tuple[int, ...
 
 def tensor_to_raw(t: Tensor) -> bytes:
     """A tensor's elements as little-endian bytes, in C order."""
-    if t.dtype == dtypes.bfloat16:
-        return np.ascontiguousarray(t.bitcast(dtypes.uint16).numpy()).astype("<u2").tobytes()
+    if is_emulated_float(t.dtype):  # their bit patterns, not the float32 values numpy() gives
+        bits = t.bitcast(EMULATED_FLOATS[t.dtype]).numpy()
+        return np.ascontiguousarray(bits).astype(bits.dtype.newbyteorder("<"), copy=False).tobytes()
     arr = t.numpy()
     return np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()

@@ -28,7 +28,8 @@ from tinygrad.nn._bytes import FileLike, read_bytes, tensor_from_raw, tensor_to_
 SAFE_DTYPES: dict[str, DType] = {
     "BOOL": dtypes.bool, "U8": dtypes.uint8, "I8": dtypes.int8, "U16": dtypes.uint16, "I16": dtypes.int16,
     "U32": dtypes.uint32, "I32": dtypes.int32, "U64": dtypes.uint64, "I64": dtypes.int64, "F16": dtypes.float16,
-    "BF16": dtypes.bfloat16, "F32": dtypes.float32, "F64": dtypes.float64,
+    "BF16": dtypes.bfloat16, "F32": dtypes.float32, "F64": dtypes.float64, "F8_E4M3": dtypes.fp8e4m3,
+    "F8_E5M2": dtypes.fp8e5m2,
 }
 _CODE_OF = {d.name: code for code, d in SAFE_DTYPES.items()}
 # the reference implementation refuses headers over 100 MB: a larger one is a damaged or hostile file

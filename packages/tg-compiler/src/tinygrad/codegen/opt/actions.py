@@ -37,7 +37,7 @@ import enum
 from dataclasses import dataclass, field, replace
 
 from tinygrad.codegen.lowerer import IDX, reduce_identity
-from tinygrad.dtype import dtypes
+from tinygrad.dtype import dtypes, is_emulated_float
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import Ops, UOp
 from tinygrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite
@@ -224,7 +224,7 @@ def apply_opt(state: OptState, opt: Opt, renderer: Renderer) -> OptState:
     if len(work_item_ranges(state, renderer)) + 1 > len(renderer.local_max or (0, 0, 0)) or \
             len(work_item_ranges(state, renderer)) != len(state.ranges("global")):
         raise OptError(f"{opt}: no launch dimension left for the group")
-    if reduces[0].dtype.scalar in (dtypes.float16, dtypes.bfloat16, dtypes.bool):
+    if reduces[0].dtype.scalar in (dtypes.float16, dtypes.bool) or is_emulated_float(reduces[0].dtype):
         # these are storage formats on some targets (emulated); the scratch array holds computed values only
         raise OptError(f"{opt}: GROUP does not reduce {reduces[0].dtype.scalar.name}")
     wg = state.work_group_size() * opt.amount

@@ -23,13 +23,12 @@ import tempfile
 from typing import TYPE_CHECKING, Any
 
 from tinygrad.codegen.opt.actions import Opt, OptError, OptOps, OptState, apply_opt
-from tinygrad.helpers import DEBUG, ContextVar, cache_dir
+from tinygrad.helpers import BEAM, DEBUG, cache_dir
 from tinygrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
     from tinygrad.codegen.compiled import Compiled
 
-BEAM = ContextVar("BEAM", 0)
 #: bump when the meaning of an opt list changes: older cache entries are then ignored
 SEARCH_VERSION = 1
 MAX_STEPS = 6
