@@ -83,12 +83,16 @@ def examples(session: nox.Session) -> None:
 
 
 def _backend_session(session: nox.Session, device: str, packages: list[str]) -> None:
-    """A backend's own tests, then the Tensor op table on its device (torch gives the gradient references)."""
+    """A backend's own tests, then the Tensor op table and the large-size suites on its device (torch gives the
+    gradient references)."""
     _install_framework(session)
     session.install(*[arg for pkg in packages for arg in ("-e", pkg)], *TEST_DEPS, TORCH)
     workers = os.environ.get("PYTEST_WORKERS", "2")
     session.run("pytest", "-n", workers, "-q", f"{packages[-1]}/tests", *session.posargs)
-    session.run("pytest", "-n", workers, "-q", "packages/tg-core/tests/test_ops.py", *session.posargs,
+    # the op table, and the sizes that need split reductions and 64-bit indices (or the device's clear refusal)
+    device_suites = [f"packages/tg-core/tests/{name}.py" for name in
+                     ("test_ops", "test_sum_accuracy", "test_split_reduce", "test_large_sizes")]
+    session.run("pytest", "-n", workers, "-q", *device_suites, *session.posargs,
                 env={"DEV": device, "TG_EXPECT_DEVICE": device})
 
 
