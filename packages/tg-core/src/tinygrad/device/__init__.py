@@ -107,9 +107,9 @@ class DeviceRuntime(Protocol):
 
 # ---- buffers ----
 
-#: buffers up to this size are not checked against the device's limit (no device is that small): the check opens
-#: the device, and the many small buffers of eager ops should not pay for a lookup
-_LARGEST_CHECKED_FREE = 1 << 24
+#: buffers up to this many bytes are not checked against the device's limit (no device is that small): the check
+#: opens the device, and the many small buffers of eager ops should not pay for a lookup
+_UNCHECKED_BUFFER_BYTES = 1 << 24
 
 
 def _check_buffer_fits(device: str, size: int, dtype: DType) -> None:
@@ -139,7 +139,7 @@ class Buffer:
         self.dtype: DType = dtype
         if base is not None and (base.device != device or base.nbytes < self.nbytes):
             raise ValueError(f"a buffer of {self.nbytes} bytes on {device} cannot alias {base}")
-        if base is None and self.nbytes > _LARGEST_CHECKED_FREE:
+        if base is None and self.nbytes > _UNCHECKED_BUFFER_BYTES:
             _check_buffer_fits(device, size, dtype)
         self._opaque: Any = None
         self._allocator: Allocator | None = None

@@ -24,7 +24,7 @@ from tinygrad.dtype import DType
 from tinygrad.engine.memory import plan_memory
 from tinygrad.engine.schedule_cache import SCHEDULE_CACHE, Template, graph_key, schedule_cache
 from tinygrad.engine.schedule_item import ScheduleItem, buffer_view
-from tinygrad.engine.split_reduce import split_large_reductions, split_settings
+from tinygrad.engine.split_reduce import reduce_identity_value, split_large_reductions, split_settings
 from tinygrad.uop.ops import Ops, UOp, UOpMeta, sint, sym_prod, unbind
 
 
@@ -183,11 +183,7 @@ def _symbolic_size(shape: tuple[sint, ...]) -> UOp | None:
 
 
 def _empty_source_value(node: UOp) -> UOp:
-    if node.op is Ops.REDUCE_AXIS:
-        rop = node.arg[0]
-        value = node.dtype.min if rop is Ops.MAX else (1 if rop is Ops.MUL else 0)
-    else:
-        value = 0
+    value = reduce_identity_value(node.arg[0], node.dtype) if node.op is Ops.REDUCE_AXIS else 0
     return UOp.const(node.dtype, value).reshape((1,) * len(node.shape)).expand(node.shape)
 
 

@@ -201,18 +201,19 @@ def _inner_steps(size: int, first: int, last: int, preferred: float) -> int:
     return min(steps, key=lambda d: (-size % d, abs(d - preferred)))
 
 
-def _identity(op: Ops, dtype: DType) -> float | int | bool:
+def reduce_identity_value(op: Ops, dtype: DType) -> float | int | bool:
+    """What a reduction of no elements gives, and what padding it never changes."""
     if op is Ops.ADD:
         return 0
     if op is Ops.MUL:
         return 1
-    return dtype.min  # MAX: -inf for floats, the lowest value otherwise
+    return dtype.min  # MAX: -inf for floats that have it, the lowest value otherwise
 
 
 def _pad_with_identity(x: UOp, axis: int, amount: int, op: Ops) -> UOp:
     pads = tuple((0, amount) if i == axis else (0, 0) for i in range(len(x.shape)))
     padded = x.pad(pads)  # PAD fills with zeros
-    fill = _identity(op, x.dtype)
+    fill = reduce_identity_value(op, x.dtype)
     if fill == 0:
         return padded
     own = UOp.const(dtypes.bool, True).reshape((1,) * len(x.shape)).expand(x.shape).pad(pads)
