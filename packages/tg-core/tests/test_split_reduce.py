@@ -59,8 +59,20 @@ def test_a_large_single_output_reduction_is_split(op: str, expected: int) -> Non
 
 
 def test_smaller_reductions_stay_one_kernel() -> None:
-    assert kernels(Tensor.empty(2**15 - 1).sum()) == 1
     assert kernels(Tensor.empty(2**15 - 1, 3).sum(0)) == 1
+    assert kernels(Tensor.empty(2**15 - 1).max()) == 1  # a max is exact in any order
+    assert kernels(Tensor.empty(2**15 - 1, dtype=dtypes.int32).sum()) == 1
+    assert kernels(Tensor.empty(split_reduce.MIN_SHORT_REDUCED - 1).sum()) == 1
+
+
+def test_short_single_output_float_sums_are_split() -> None:
+    # from MIN_SHORT_REDUCED (256) elements: chunks of 128, then the last combine of 2 to 8 partial results
+    assert kernels(Tensor.empty(256).sum()) == 2
+    assert kernels(Tensor.empty(1000).mean()) == 2
+    assert kernels(Tensor.empty(2**15 - 1).sum()) == 3  # 256 partial results: a combine level, then the last
+    assert kernels(Tensor.empty(16, 64).prod()) == 2
+    with Context(SPLIT_REDUCE=0):
+        assert kernels(Tensor.empty(1000).sum()) == 1
 
 
 def test_reductions_with_many_outputs_stay_one_kernel() -> None:

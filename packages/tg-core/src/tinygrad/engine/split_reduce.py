@@ -11,7 +11,8 @@ partial results of each output over the original axes, so it has the reduction's
 its consumers do not change. Partial results are stored outputs first, chunks last, so that each output's partial
 results are contiguous for the combine. The `CONTIGUOUS` is untagged: its buffer is private to the schedule and
 the memory planner may reuse it. A combine with many partial results is split again (the rule runs until nothing
-qualifies), so that no float accumulator adds up more than a few of them.
+qualifies), so that no float accumulator adds up more than a few of them. A single-output float sum is split from
+a few hundred elements on, in short chunks: that is where one running accumulator starts to fall behind numpy.
 
 A chunk is whole trailing reduced axes times a run of one more axis (the cut), so its elements keep their order
 in memory and the index arithmetic needs no division. Runs are powers of two where they can be; when the run
@@ -39,6 +40,11 @@ SPLIT_REDUCE = ContextVar("SPLIT_REDUCE", 1)
 
 #: reductions over fewer elements stay one kernel: the extra launch would cost more than the split gains
 MIN_REDUCED = 2**15
+#: a single-output float sum (or product) of this many elements or more is split even below MIN_REDUCED, in chunks
+#: of SHORT_CHUNK: one running accumulator over a few hundred float32 terms (all a GPU-style kernel has for one
+#: output) is already several ulps further from the exact sum than numpy's pairwise sum
+MIN_SHORT_REDUCED = 256
+SHORT_CHUNK = 128
 #: chunk length of a single-output reduction: it had no parallelism at all, so it gets as many partial results as
 #: chunks of this length, each short enough that one accumulator's rounding stays small
 MAX_CHUNK = 1024
@@ -63,7 +69,8 @@ _SPLITTABLE = (Ops.ADD, Ops.MAX, Ops.MUL)
 
 def split_settings() -> tuple[int, ...]:
     """What the pass's output depends on besides the graph (part of the schedule cache's key)."""
-    return (SPLIT_REDUCE.value, MIN_REDUCED, MAX_CHUNK, MAX_PARTIALS, MAX_LONG_CHUNK, MAX_COMBINE, MAX_LAST_COMBINE)
+    return (SPLIT_REDUCE.value, MIN_REDUCED, MIN_SHORT_REDUCED, SHORT_CHUNK, MAX_CHUNK, MAX_PARTIALS, MAX_LONG_CHUNK,
+            MAX_COMBINE, MAX_LAST_COMBINE)
 
 
 def split_large_reductions(outputs: list[UOp]) -> tuple[list[UOp], dict[UOp, UOp | None]]:
@@ -113,6 +120,8 @@ def _chunk_lengths(red: UOp) -> tuple[int, int, int] | None:
     """(shortest, longest, preferred) chunk length for a reduction of the given graph, or None if it stays whole."""
     reduced, outputs = prod(red.src[0].shape[a] for a in red.arg[1]), prod(red.shape)
     if reduced < MIN_REDUCED:
+        if outputs == 1 and reduced >= MIN_SHORT_REDUCED and _order_matters(red):
+            return SHORT_CHUNK // 2, SHORT_CHUNK, SHORT_CHUNK
         return None
     if outputs == 1:
         return MAX_CHUNK // 8, MAX_CHUNK, MAX_CHUNK
@@ -142,9 +151,14 @@ def _fan_in(red: UOp) -> tuple[int, int]:
     """How many partial results one combine may add up, at any level and at the last. Where the order of the terms
     changes the result (float sums and products) MAX_COMBINE and MAX_LAST_COMBINE; where it does not (a max, integer
     arithmetic) MAX_CHUNK."""
-    if red.dtype.is_float and red.arg[0] is not Ops.MAX:
+    if _order_matters(red):
         return MAX_COMBINE, MAX_LAST_COMBINE
     return MAX_CHUNK, MAX_CHUNK
+
+
+def _order_matters(red: UOp) -> bool:
+    """Whether the order of the terms changes the result: float sums and products, not a max or integers."""
+    return red.dtype.is_float and red.arg[0] is not Ops.MAX
 
 
 def _split(red: UOp, axis: int, inner: int, padded: int) -> UOp:
