@@ -40,7 +40,8 @@ def _estimates(ast: UOp, lowered: UOp) -> tuple[int, int]:
     for r in lowered.toposort():
         if r.op is Ops.RANGE and r.arg[1] == "reduce":
             reduce_size *= upper_bound(r.src[0])
-    alu = sum(1 for u in lowered.toposort() if u.op in GroupOp.ALU and u.dtype.kind != "bool" and
+    # a reduction's accumulate is an op per term too: a matmul is a multiply and an add per term, 2*M*N*K
+    alu = sum(1 for u in lowered.toposort() if u.op in (*GroupOp.ALU, Ops.REDUCE) and u.dtype.kind != "bool" and
               not u.dtype.is_int)
     ops = max(alu, 1) * out_size * max(reduce_size, 1)
     nbytes = sum(upper_bound(u.arg[1]) * u.dtype.itemsize for u in ast.toposort() if u.op is Ops.PARAM)
