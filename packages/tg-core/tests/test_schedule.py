@@ -184,3 +184,16 @@ def test_debug4_prints_the_kernel_source() -> None:
     assert proc.returncode == 0, proc.stderr
     assert "scheduled 1 kernel" in proc.stderr
     assert "for (" in proc.stderr, proc.stderr
+
+
+@pytest.mark.skipif(bool(os.environ.get("TG_EXPECT_DEVICE")), reason="opens a second device")
+def test_a_constant_graph_realized_on_one_device_is_not_read_on_another() -> None:
+    # equal constant graphs are one node on every device; the buffer it was realized into belongs to that device
+    # alone, so a graph on another device computes the constants again instead of reading it
+    other = next((d for d in ("PYREF", "CPU") if d != Device.DEFAULT and d in Device.backends and
+                  Device.availability(d) is None), None)
+    if other is None:
+        pytest.skip(f"no second device besides {Device.DEFAULT}")
+    Tensor.full((3,), 2.0, device=other).exp().realize()
+    got = (Tensor.full((3,), 2.0).exp() + Tensor([1.0, 2.0, 3.0])).numpy()
+    np.testing.assert_allclose(got, np.exp(2.0) + np.array([1, 2, 3]), rtol=1e-6)

@@ -63,11 +63,19 @@ def base_buffer(u: UOp) -> UOp | None:
     return u if u.op is Ops.BUFFER else None
 
 
-def _substitute_realized(roots: list[UOp]) -> list[UOp]:
+def _substitute_realized(roots: list[UOp], devices: list[str]) -> list[UOp]:
     """`roots` with every node realized before replaced by the buffer view holding its value."""
     sink = UOp(Ops.SINK, src=tuple(roots))
-    # leaves keep their place: a buffer is its own value, and a constant is cheaper inline than read from memory
-    mapping = {u: v for u in sink.toposort() if u.src and (v := u._realized) is not None}
+    on_device: dict[UOp, bool] = {}  # whether a node reads a buffer (else it is constants, computed anywhere)
+    mapping: dict[UOp, UOp] = {}
+    for u in sink.toposort():
+        on_device[u] = u.op in (Ops.BUFFER, Ops.COPY) or any(on_device[s] for s in u.src)
+        # leaves keep their place: a buffer is its own value, and a constant is cheaper inline than read from memory
+        if not u.src or (v := u._realized) is None:
+            continue
+        # a graph of constants is one node on every device (hash-consing): its buffer serves only its own device
+        if on_device[u] or set(devices) == {base_buffer(v).arg.device if base_buffer(v) is not None else None}:
+            mapping[u] = v
     return list(sink.substitute(mapping).src) if mapping else roots
 
 
@@ -208,10 +216,10 @@ def create_schedule(outputs: list[UOp], devices: list[str]) -> tuple[list[Schedu
     """Kernels (in execution order) that compute `outputs`, the buffer view each realized node becomes,
     and the buffer view of each output (valid once the kernels ran)."""
     if not SCHEDULE_CACHE.value:
-        return _schedule_graph(_substitute_realized(outputs), devices)
+        return _schedule_graph(_substitute_realized(outputs, devices), devices)
     walked = graph_key(outputs, devices, stop_at_realized=True)
     if walked is None:  # part of the graph was realized before: schedule the graph that reads those buffers instead
-        outputs = _substitute_realized(outputs)
+        outputs = _substitute_realized(outputs, devices)
         walked = graph_key(outputs, devices)
         assert walked is not None, "graph_key gives up only at realized nodes when asked to"
     key, topo, inputs = walked
