@@ -203,6 +203,77 @@ class TinygradApi:
             return {"seconds": (time.perf_counter() - began) / kernels}
         return measure
 
+    def mnist_sample(self, sampling: str, rows: int, batch: int, steps: int) -> Callable[[], Result]:
+        """beautiful_mnist's TinyJit training step on a dataset of `rows` 28x28 images, its batch drawn either the
+        way tinygrad's example does (`samples = Tensor.randint(...)` inside the step, `X_train[samples]`: the
+        dataset stays on the device) or on the host (numpy draws and slices the batch, which is copied in).
+        Timed: `steps` steps, each to the loss read back; for the host batch, drawing and copying it too."""
+        from tinygrad import nn
+        from tinygrad.nn.optim import Adam
+        from tinygrad.nn.state import get_parameters
+        tiny_jit = getattr(self.tg, "TinyJit", None)
+        if tiny_jit is None:
+            raise NotAvailable("TinyJit missing")
+        rng = np.random.default_rng(SEED)
+        x_np = rng.integers(0, 256, (rows, 1, 28, 28)).astype(np.float32)
+        y_np = rng.integers(0, 10, rows).astype(np.int32)
+        Tensor = self.Tensor
+        x_train, y_train = Tensor(x_np).realize(), Tensor(y_np).realize()
+        Tensor.manual_seed(SEED)
+        layers: list[Callable[[Any], Any]] = [
+            nn.Conv2d(1, 32, 5), Tensor.relu, nn.Conv2d(32, 32, 5), Tensor.relu, nn.BatchNorm(32), Tensor.max_pool2d,
+            nn.Conv2d(32, 64, 3), Tensor.relu, nn.Conv2d(64, 64, 3), Tensor.relu, nn.BatchNorm(64), Tensor.max_pool2d,
+            lambda x: x.flatten(1), nn.Linear(576, 10)]
+        opt = Adam(get_parameters(layers), lr=1e-3)
+
+        def train(x: Any, y: Any) -> Any:
+            opt.zero_grad()
+            loss = x.sequential(layers).sparse_categorical_crossentropy(y).backward()
+            return loss.realize(*opt.schedule_step())
+
+        def device_batch() -> Any:
+            samples = Tensor.randint(batch, high=rows)
+            return train(x_train[samples], y_train[samples])
+
+        if sampling == "device":
+            jitted = tiny_jit(device_batch)
+
+            def step() -> float:
+                return float(jitted().item())
+            # the gather the step relies on, checked outside the JIT (inside it the samples are not visible)
+            picks = rng.integers(0, rows, batch).astype(np.int32)
+            _check(x_train[Tensor(picks)].numpy(), x_np[picks], "X_train[samples]", tol=0)
+        elif sampling == "host":
+            jitted = tiny_jit(train)
+
+            def step() -> float:
+                picks = rng.integers(0, rows, batch)
+                return float(jitted(Tensor(x_np[picks]).realize(), Tensor(y_np[picks]).realize()).item())
+        else:
+            raise ValueError(f"sampling is 'device' or 'host', not {sampling!r}")
+        # this project checks class indices on the host by default; a TinyJit capture cannot read the host
+        knobs = {"TRAINING": 1, **({"CHECK_INDICES": 0} if self._ours() else {})}
+        with self.tg.Context(**knobs):
+            for _ in range(3):  # TinyJit captures on the second call
+                loss = step()
+        if not np.isfinite(loss):
+            raise AssertionError(f"mnist step ({sampling} batch): the loss is {loss}")
+
+        def measure() -> Result:
+            with self.tg.Context(**knobs):
+                start = time.perf_counter()
+                for _ in range(steps):
+                    step()
+                return {"seconds": (time.perf_counter() - start) / steps}
+        return measure
+
+    def _ours(self) -> bool:
+        try:
+            importlib.metadata.version("tg-core")
+        except importlib.metadata.PackageNotFoundError:
+            return False
+        return True
+
     def firstcall(self, n: int) -> Callable[[], Result]:
         a, b = self._fresh([x.reshape(n, n) for x in _inputs(n * n, 2)])
 

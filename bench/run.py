@@ -32,7 +32,7 @@ from harness import (
 )
 
 MODULE = "cpu_workloads"
-WORKLOADS = ["matmul", "elementwise", "dispatch", "jit", "firstcall"]
+WORKLOADS = ["matmul", "elementwise", "dispatch", "jit", "mnistsample", "firstcall"]
 # both tinygrad-API frameworks run on their CPU backends (this project's default device is otherwise CL)
 DEVICE_ENV = {"tinygrad": {"DEV": "CPU"}, "ours": {"DEV": "CPU"}}
 
@@ -46,12 +46,13 @@ class Sizes:
     firstcall: int
     rounds: int
     cold_rounds: int
+    mnist: tuple[int, int, int] = (60000, 512, 3)  # dataset rows, batch, steps per measurement
 
 
 FULL = Sizes(matmul=(256, 1024, 2048), elementwise=16 * 2**20, dispatch_seconds=0.1, jit_kernels=100,
              firstcall=1024, rounds=7, cold_rounds=3)
 QUICK = Sizes(matmul=(64,), elementwise=2**16, dispatch_seconds=0.005, jit_kernels=10, firstcall=64,
-              rounds=2, cold_rounds=1)
+              rounds=2, cold_rounds=1, mnist=(2048, 32, 1))
 REFERENCES = ["numpy", "PyTorch 2.13.0", "tinygrad 0.14.0"]
 
 
@@ -94,6 +95,19 @@ def jit_table(fws: list[Framework], workers: dict[str, Worker], sizes: Sizes) ->
     return render_table(f"TinyJit replay of {sizes.jit_kernels} separately realized x + 1 kernels "
                         "(PyTorch: the same chain in plain eager, no torch.compile)", rows,
                         latency("µs per kernel", 1e6), REFERENCES)
+
+
+def mnist_sample_table(fws: list[Framework], workers: dict[str, Worker], sizes: Sizes) -> str:
+    rows_n, batch, steps = sizes.mnist
+    rows = [Row(f"{fw.label} {how}", fw, "mnist_sample",
+                {"sampling": sampling, "rows": rows_n, "batch": batch, "steps": steps})
+            for fw in fws if fw.key in ("tinygrad", "ours")
+            for sampling, how in (("device", "X_train[samples]"), ("host", "host batch"))]
+    run_rows(rows, workers, sizes.rounds)
+    refs = [r.label for r in rows if r.params["sampling"] == "host"]
+    return render_table(f"beautiful_mnist TinyJit step, batch {batch} from {rows_n:,} images: sampled in the step "
+                        "(samples = Tensor.randint(...); X_train[samples]) or on the host (numpy, copied in)",
+                        rows, latency("ms per step", 1e3), refs)
 
 
 def firstcall_table(fws: list[Framework], sizes: Sizes) -> str:
@@ -142,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             "elementwise": lambda: [elementwise_table(fws, workers, sizes)],
             "dispatch": lambda: [dispatch_table(fws, workers, sizes)],
             "jit": lambda: [jit_table(fws, workers, sizes)],
+            "mnistsample": lambda: [mnist_sample_table(fws, workers, sizes)],
         }
         for name in only:
             if name in steps:

@@ -57,6 +57,10 @@ class _IndexTyper:
     def _index_node(self, u: UOp, src: tuple[UOp, ...]) -> UOp:
         if u.op is Ops.CONST:
             return UOp.const(NARROW if fits_narrow(u) else self._wide_for(u), u.arg)
+        if u.op is Ops.CAST:
+            # a value (an index tensor's element) entering index arithmetic: its bounds, not its dtype's width,
+            # decide, so a clamped int64 value becomes an int32 index (codegen/gather_fold.py narrows them)
+            return u.replace(dtype=NARROW if fits_narrow(u) else self._wide_for(u), src=src)
         if u.op is Ops.DEFINE_VAR:
             if not fits_narrow(u):
                 raise IndexRangeError(f"Variable {u.arg[0]} ranges over [{u.arg[1]}, {u.arg[2]}], past the int32 "

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tinygrad.codegen.gather_fold import gather_fold
 from tinygrad.dtype import DType, dtypes
-from tinygrad.helpers import prod
-from tinygrad.uop.ops import GroupOp, Ops, UOp, sint
+from tinygrad.uop.ops import GroupOp, Ops, UOp, sint, sym_prod
 from tinygrad.uop.rewrite import graph_rewrite
 from tinygrad.uop.symbolic import symbolic
 
@@ -63,20 +63,18 @@ def reshape_indices(idxs: tuple[UOp, ...], new_shape: tuple[sint, ...],
     flat = flat_index(idxs, new_shape)
     if len(src_shape) == 1:
         return (flat,)  # a flat buffer: the flat index is the index (no modulo needed, it is in range)
-    if not all(isinstance(s, int) for s in (*new_shape, *src_shape)):
-        raise NotImplementedError(f"reshape from {src_shape} to {new_shape}: symbolic shapes can be reshaped only by "
-                                  f"adding or removing size-1 dimensions, or from a flat buffer")
-    out = []
-    int_shape = [s for s in src_shape if isinstance(s, int)]  # all of them: symbolic shapes were refused above
-    stride = prod(int_shape)
-    for s in int_shape:
-        stride //= s
-        if s == 1:
+    # split the flat index by the source's strides; a symbolic size (a Variable the kernel takes as an argument)
+    # gives symbolic strides, which are computed in the kernel like any other index arithmetic
+    out: list[UOp] = []
+    stride: sint = 1
+    for s in reversed(src_shape):
+        if isinstance(s, int) and s == 1:
             out.append(idx_const(0))
             continue
-        v = flat // idx_const(stride) if stride != 1 else flat
+        v = flat // idx_const(stride) if not (isinstance(stride, int) and stride == 1) else flat
         out.append(v % idx_const(s))
-    return tuple(out)
+        stride = sym_prod((stride, s))
+    return tuple(reversed(out))
 
 
 REDUCE_IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
@@ -134,6 +132,8 @@ class _Lowering:
             return UOp(Ops.LOAD, node.dtype, (UOp(Ops.INDEX, node.dtype, index_src),))
         if op in (Ops.CONST, Ops.DEFINE_VAR):  # a Variable's value is a scalar kernel argument
             return node
+        if op is Ops.ARANGE:  # position i holds i: the index itself, so no buffer is read
+            return idxs[0].cast(node.dtype)
         if op in GroupOp.Elementwise:
             return UOp(op, node.dtype, tuple(self.lower(s, idxs, valid) for s in node.src), node.arg)
         src = node.src[0] if node.src else None
@@ -212,6 +212,9 @@ def lower_kernel(ast: UOp) -> UOp:
         stores.append(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, param.dtype, (param, out_idx)),
                                                    state.lower(value, idxs, None))))
     lowered = graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(stores)), symbolic)
+    # integer-tensor indexing lowers to a one-hot compare-and-sum; fold it into a direct load, then simplify the
+    # index arithmetic that puts in
+    lowered = graph_rewrite(lowered, gather_fold + symbolic)
     # a buffer seen through a symbolic shape has a symbolic size; below the AST only its largest value matters
     sized = {u: u.replace(arg=(u.arg[0], int(u.arg[1].vmax))) for u in lowered.toposort()
              if u.op is Ops.PARAM and isinstance(u.arg[1], UOp)}

@@ -110,10 +110,10 @@ class Embedding:
     def __call__(self, idx: Tensor) -> Tensor:
         if not idx.dtype.is_int:
             raise TypeError(f"Embedding takes integer indices, got {idx.dtype}; cast them with .int()")
-        # a one-hot matmul keeps both the lookup and its gradient (a scatter-add) to plain reductions
-        hot = idx.unsqueeze(-1) == Tensor.arange(self.vocab_size, device=idx.device).reshape(
-            (1,) * idx.ndim + (self.vocab_size,))
-        return hot.cast(self.weight.dtype) @ self.weight
+        # integer-tensor indexing: a one-hot sum that the compiler folds into a direct load of the picked rows (its
+        # gradient is a scatter-add). A negative or too large index reads zeros, as tinygrad's Embedding does, so
+        # negatives are sent out of range instead of being wrapped as t[idx] would.
+        return self.weight[(idx < 0).where(self.vocab_size, idx)]
 
 
 class LSTMCell:
