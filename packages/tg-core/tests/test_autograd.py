@@ -56,7 +56,7 @@ def test_requires_grad_on_created_tensors() -> None:
 
 def test_requires_grad_propagates_and_turns_off() -> None:
     x = Tensor([1.0, 2.0], requires_grad=True)
-    c = Tensor([3.0, 4.0])
+    c = Tensor([3.0, 4.0], requires_grad=False)
     assert (x * c).requires_grad and (c * x).requires_grad and x.sum().requires_grad and x.T.requires_grad
     assert not (c * 2).requires_grad and not x.detach().requires_grad
     assert x.requires_grad_(False) is x and not x.requires_grad
@@ -108,8 +108,9 @@ def test_grad_accumulates_like_torch(torch: Any) -> None:
     assert x.grad.tolist() == [3.0] * 4
 
 
-def test_only_requires_grad_tensors_get_grad() -> None:
-    x, c = Tensor([1.0, 2.0], requires_grad=True), Tensor([3.0, 4.0])
+def test_requires_grad_false_tensors_get_no_grad() -> None:
+    # tinygrad: every float tensor takes a gradient (requires_grad None) unless requires_grad=False
+    x, c = Tensor([1.0, 2.0], requires_grad=True), Tensor([3.0, 4.0], requires_grad=False)
     (x * c).sum().backward()
     assert c.grad is None and x.grad.tolist() == [3.0, 4.0]
 
@@ -132,8 +133,8 @@ def test_backward_returns_self_and_needs_a_leaf() -> None:
     x = Tensor([2.0], requires_grad=True)
     loss = (x * x).sum()
     assert loss.backward() is loss
-    with pytest.raises(RuntimeError, match="requires_grad"):
-        (Tensor([1.0]) * 2).sum().backward()
+    with pytest.raises(RuntimeError, match="requires_grad=False"):
+        (Tensor([1.0], requires_grad=False) * 2).sum().backward()
 
 
 def test_reused_values_sum_their_paths(torch: Any) -> None:

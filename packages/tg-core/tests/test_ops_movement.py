@@ -364,9 +364,9 @@ MASK_CASES = [
            [((3, 4), (3, 4)), ((3, 4), (4,)), ((4,), (2, 4)), (P(3, 2), (3, 2))], (F32, I32),
            domain=((-3.0, 3.0), BOOLS), arg_dtypes=mask_args),
     OpCase("nonzero", lambda x: x.nonzero(), np.argwhere, [((3, 4),), ((5,),), ((0, 2),), ((),), (F(2, 3),)],
-           (F32, I32, BOOL), grad=False, domain=integral(-1, 1)),
+           (F32, I32, BOOL), grad=False, domain=integral(-1, 1), out_dtype=lambda d: I32),  # tinygrad's int32
     OpCase("nonzero_as_tuple_rows", lambda x: x.nonzero(as_tuple=True)[1], lambda x: np.nonzero(x)[1], [((3, 4),)],
-           grad=False, domain=integral(-1, 1)),
+           grad=False, domain=integral(-1, 1), out_dtype=lambda d: I32),
 ]
 
 CASES = PAD_CASES + JOIN_CASES + WINDOW_CASES + GETITEM_CASES + SETITEM_CASES + GATHER_CASES + MASK_CASES

@@ -48,6 +48,10 @@ def ref(torch_fn: Callable[..., Any]) -> Callable[..., np.ndarray]:
     return run
 
 
+def _index(d: DType) -> DType:
+    return dtypes.int32  # max_pool2d's indices are tinygrad's int32 (PyTorch: int64)
+
+
 def case(name: str, fn: Callable[..., Any], torch_fn: Callable[..., Any], shapes: list[tuple[Spec, ...]],
          dts: tuple[DType, ...] = (F32,), **kw: Any) -> OpCase:
     return OpCase(name, fn, ref(torch_fn), shapes, dts, torch_fn=torch_fn, **{"atol": 1e-4, "rtol": 1e-4, **kw})
@@ -156,13 +160,14 @@ POOL_CASES = [
          lambda x: _fn("max_pool3d")(x, 2, (1, 2, 1)), [((1, 1, 3, 4, 3),)]),
     case("max_pool2d_indices", lambda x: x.max_pool2d(3, 2, padding=1, return_indices=True)[1],
          lambda x: _fn("max_pool2d")(x, 3, 2, padding=1, return_indices=True)[1], [((1, 2, 5, 5),), (F(1, 1, 4, 6),)],
-         grad=False),
+         grad=False, out_dtype=_index),
     # whole numbers make ties: PyTorch reports the first maximum in scan order
     case("max_pool2d_indices_ties", lambda x: x.max_pool2d(2, 1, ceil_mode=True, return_indices=True)[1],
          lambda x: _fn("max_pool2d")(x, 2, 1, ceil_mode=True, return_indices=True)[1], [((1, 2, 4, 5),)],
-         grad=False, domain=integral(-1, 1)),
+         grad=False, domain=integral(-1, 1), out_dtype=_index),
     case("max_pool2d_indices_dilation", lambda x: x.max_pool2d(2, 1, dilation=2, return_indices=True)[1],
-         lambda x: _fn("max_pool2d")(x, 2, 1, dilation=2, return_indices=True)[1], [((1, 1, 5, 4),)], grad=False),
+         lambda x: _fn("max_pool2d")(x, 2, 1, dilation=2, return_indices=True)[1], [((1, 1, 5, 4),)], grad=False,
+         out_dtype=_index),
     case("max_unpool2d", lambda x: _unpool_tg(x, kernel_size=2), lambda x: _unpool_torch(x, kernel_size=2),
          [((1, 2, 4, 4),), ((1, 1, 5, 3),), (P(1, 1, 4, 4),)]),
     # overlapping windows pick some positions twice

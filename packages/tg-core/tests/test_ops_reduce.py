@@ -40,8 +40,9 @@ PYREF = Device.DEFAULT == "PYREF"
 pytestmark = pytest.mark.filterwarnings("ignore:.*degrees of freedom:UserWarning")
 
 
-def _i64(d: DType) -> DType:
-    return I64
+def _index(d: DType) -> DType:
+    """Index results (argmax, sort and topk indices, cummax positions) are int32, tinygrad's (PyTorch: int64)."""
+    return I32
 
 
 # ---- numpy references (float64 inside, so that they are the accurate side) ----
@@ -149,17 +150,17 @@ STATS_CASES = [
 
 ARG_CASES = [
     OpCase("argmax", lambda x: x.argmax(), lambda x: np.argmax(x), [((3, 4),), ((),), ((1,),), (P(3, 4),), (F(2, 3),)],
-           (F32, I32, U8, BOOL, F16), grad=False, domain=TIES, out_dtype=_i64),
+           (F32, I32, U8, BOOL, F16), grad=False, domain=TIES, out_dtype=_index),
     OpCase("argmax_dim1", lambda x: x.argmax(dim=1), lambda x: np.argmax(x, 1), ROWS, (F32, I32), grad=False,
-           domain=TIES),
+           domain=TIES, out_dtype=_index),
     OpCase("argmax_axis0_keepdim", lambda x: x.argmax(0, keepdim=True), lambda x: np.argmax(x, 0, keepdims=True),
-           [((3, 4),), ((1, 3),), (S(3, 3),)], (F32, U8), grad=False, domain=TIES, out_dtype=_i64),
+           [((3, 4),), ((1, 3),), (S(3, 3),)], (F32, U8), grad=False, domain=TIES, out_dtype=_index),
     OpCase("argmax_none_keepdim", lambda x: x.argmax(keepdim=True), lambda x: np.argmax(x, keepdims=True),
-           [((3, 4),)], grad=False, domain=TIES),
+           [((3, 4),)], grad=False, domain=TIES, out_dtype=_index),
     OpCase("argmin", lambda x: x.argmin(), lambda x: np.argmin(x), [((3, 4),), ((),), (M(3, 4),)],
-           (F32, I32, U8, BOOL), grad=False, domain=TIES, out_dtype=_i64),
+           (F32, I32, U8, BOOL), grad=False, domain=TIES, out_dtype=_index),
     OpCase("argmin_dim_neg1", lambda x: x.argmin(-1), lambda x: np.argmin(x, -1), FEW, (F32, I64, U8), grad=False,
-           domain=TIES, out_dtype=_i64),
+           domain=TIES, out_dtype=_index),
 ]
 
 SOFTMAX_CASES = [
@@ -215,11 +216,11 @@ SCAN_CASES = [
     OpCase("cummax", lambda x: x.cummax(0)[0], lambda x: _np_cum_extreme(x, 0, True)[0] if x.ndim else x, SCAN,
            (F32, I32, U8, BOOL), domain=TIES, out_dtype=lambda d: d),
     OpCase("cummax_indices", lambda x: x.cummax(dim=1)[1], lambda x: _np_cum_extreme(x, 1, True)[1], ROWS,
-           (F32, I32, BOOL), grad=False, domain=TIES, out_dtype=_i64),
+           (F32, I32, BOOL), grad=False, domain=TIES, out_dtype=_index),
     OpCase("cummin", lambda x: x.cummin(1)[0], lambda x: _np_cum_extreme(x, 1, False)[0], FEW, (F32, I64, U8),
            domain=TIES),
     OpCase("cummin_indices", lambda x: x.cummin(-1)[1], lambda x: _np_cum_extreme(x, -1, False)[1], FEW,
-           (F32, U8), grad=False, domain=TIES, out_dtype=_i64),
+           (F32, U8), grad=False, domain=TIES, out_dtype=_index),
 ]
 
 SORT_CASES = [
@@ -227,16 +228,16 @@ SORT_CASES = [
            [((3, 5),), ((2, 3, 4),), ((0, 3),), ((3, 1),), ((),), (M(3, 4),)],
            (F32, I32, U8, F16), domain=TIES, torch_fn=lambda x: x.sort(dim=-1, stable=True)[0]),
     OpCase("sort_indices", lambda x: x.sort(dim=0, stable=True)[1], lambda x: _np_argsort(x, 0, False), FEW,
-           (F32, I32), grad=False, domain=TIES),
+           (F32, I32), grad=False, domain=TIES, out_dtype=_index),
     OpCase("sort_descending", lambda x: x.sort(dim=1, descending=True, stable=True)[0],
            lambda x: _np_sort(x, 1, True), ROWS, (F32, I32), domain=TIES),
     OpCase("sort_descending_indices", lambda x: x.sort(dim=1, descending=True, stable=True)[1],
            lambda x: _np_argsort(x, 1, True), ROWS[:2] + [(P(3, 4),)], (F32, U8), grad=False, domain=TIES,
-           out_dtype=_i64),
+           out_dtype=_index),
     OpCase("argsort", lambda x: x.argsort(stable=True), lambda x: _np_argsort(x, -1, False), [((3, 5),), (F(3, 4),)],
-           (F32, I32), grad=False, domain=TIES),
+           (F32, I32), grad=False, domain=TIES, out_dtype=_index),
     OpCase("argsort_descending", lambda x: x.argsort(dim=0, descending=True, stable=True),
-           lambda x: _np_argsort(x, 0, True), [((4, 3),)], grad=False, domain=TIES),
+           lambda x: _np_argsort(x, 0, True), [((4, 3),)], grad=False, domain=TIES, out_dtype=_index),
     # random floats: which of two equal values PyTorch's topk picks is unspecified, so the gradient cases avoid ties
     OpCase("topk", lambda x: x.topk(2)[0], lambda x: _np_topk(x, 2, -1, True), [((3, 5),), ((2, 3, 4),), ((0, 3),),
            (S(3, 4),)], (F32, I32)),
@@ -245,7 +246,7 @@ SORT_CASES = [
     OpCase("topk_k0", lambda x: x.topk(0)[0], lambda x: _np_topk(x, 0, -1, True), [((3, 4),)]),
     OpCase("topk_all", lambda x: x.topk(4, sorted=True)[0], lambda x: _np_topk(x, 4, -1, True), [((3, 4),)]),
     OpCase("topk_indices_ties", lambda x: x.topk(3)[1], lambda x: _np_topk_idx(x, 3, -1, True),
-           [((3, 5),), (M(2, 4),)], (F32, I32), grad=False, domain=TIES, out_dtype=_i64),
+           [((3, 5),), (M(2, 4),)], (F32, I32), grad=False, domain=TIES, out_dtype=_index),
 ]
 
 CASES = STATS_CASES + ARG_CASES + SOFTMAX_CASES + SCAN_CASES + SORT_CASES
@@ -310,13 +311,13 @@ def test_sort_of_a_long_row_needs_no_n_squared_buffer(torch: Any) -> None:
 
 # ---- tuple returns ----
 
-def test_tuple_returning_ops_give_values_and_int64_indices() -> None:
+def test_tuple_returning_ops_give_values_and_int32_indices() -> None:
     x = Tensor([[3.0, 1.0, 3.0], [0.0, 2.0, -1.0]])
     for pair in (x.cummax(1), x.cummin(0), x.sort(), x.topk(2), x.var_mean(1), x.std_mean()):
         assert isinstance(pair, tuple) and len(pair) == 2
     values, indices = x.cummax(1)
     assert values.tolist() == [[3.0, 3.0, 3.0], [0.0, 2.0, 2.0]] and indices.tolist() == [[0, 0, 2], [0, 1, 1]]
-    assert indices.dtype == dtypes.int64 and x.sort()[1].dtype == dtypes.int64 and x.argmax().dtype == dtypes.int64
+    assert indices.dtype == dtypes.int32 and x.sort()[1].dtype == dtypes.int32 and x.argmax().dtype == dtypes.int32
     values, indices = x.topk(2, dim=1, largest=False)
     assert values.tolist() == [[1.0, 3.0], [-1.0, 0.0]] and indices.tolist() == [[1, 0], [2, 0]]
 

@@ -168,6 +168,18 @@ def test_range_bounded_mod_and_div() -> None:
     assert simplify(r2 % 16) is r2 % 16  # 16 is in range: not the identity
 
 
+@pytest.mark.parametrize(("a_lo", "a_hi", "b_lo", "b_hi"), [(0, 40, 1, 8), (-40, 40, 3, 5), (-9, -2, 2, 7),
+                                                          (0, 5, 6, 9), (7, 7, 1, 1)])
+def test_div_and_mod_by_a_variable_are_bounded(a_lo: int, a_hi: int, b_lo: int, b_hi: int) -> None:
+    # symbolic strides divide by a Variable: the bounds must hold every value, and stay narrow enough that the index
+    # arithmetic of a symbolic reshape fits 32 bits (WebGPU has no 64-bit integers)
+    a, b = var("a", a_lo, a_hi), var("b", b_lo, b_hi)
+    for node in (a // b, a % b):
+        values = [evaluate(node, {a: x, b: y}) for x in range(a_lo, a_hi + 1) for y in range(b_lo, b_hi + 1)]
+        assert node.vmin <= min(values) and max(values) <= node.vmax
+        assert (node.vmin, node.vmax) != (I32.min, I32.max)
+
+
 def test_mul_then_div_by_the_same_constant() -> None:
     r = rng(100)
     assert simplify((r * 7) // 7) is r

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import close
-from tinygrad import Context, Tensor, nn
+from tinygrad import Context, Tensor, dtypes, nn
 from tinygrad.nn import optim
 from tinygrad.nn.state import get_parameters
 
@@ -228,6 +228,52 @@ def test_clip_grad_norm_matches_torch():
         close(p.grad, b, 1e-6)
 
 
+class PlainModel:
+    """The Model's layers as plain tensors, as tinygrad's README writes them: no requires_grad anywhere."""
+
+    def __init__(self):
+        self.w1, self.b1, self.w2, self.b2 = (Tensor(v.copy()) for v in INIT)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return (x.linear(self.w1.T, self.b1).tanh()).linear(self.w2.T, self.b2)
+
+
+@pytest.mark.parametrize("make, tmake", [(lambda p: optim.SGD(p, lr=0.05, momentum=0.9),
+                                          lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9)),
+                                         (lambda p: optim.Adam(p, lr=0.02), lambda p: torch.optim.Adam(p, lr=0.02))])
+def test_tensors_without_requires_grad_become_parameters(make, tmake):
+    # tinygrad: requires_grad None (the default) becomes True when the tensor is given to an optimizer
+    model, ref = PlainModel(), torch_model()
+    params = [model.w1, model.b1, model.w2, model.b2]
+    assert all(p.requires_grad is None for p in params)
+    opt, ropt = make(params), tmake(list(ref.parameters()))
+    assert all(p.requires_grad is True for p in params) and opt.buffers == []
+    x, y = Tensor(X), Tensor(Y)
+    with Context(TRAINING=1):
+        for _ in range(3):
+            opt.zero_grad()
+            loss_of(model(x), y).backward()
+            opt.step()
+            ropt.zero_grad()
+            loss_of(ref(torch.tensor(X)), torch.tensor(Y)).backward()
+            ropt.step()
+            for ours, theirs in zip(params, ref.parameters()):
+                close(ours, theirs, 1e-5, 1e-4)
+
+
+def test_requires_grad_false_tensors_stay_buffers():
+    w, frozen = Tensor(INIT[0].copy()), Tensor(INIT[1].copy(), requires_grad=False)
+    opt = optim.SGD([w, frozen], lr=0.1)
+    assert opt.params == [w] and opt.buffers == [frozen] and frozen.requires_grad is False
+    before = frozen.numpy().copy()
+    with Context(TRAINING=1):
+        opt.zero_grad()
+        (Tensor(X).linear(w.T, frozen) ** 2).mean().backward()
+        assert frozen.grad is None
+        opt.step()
+    np.testing.assert_array_equal(frozen.numpy(), before)
+
+
 def test_step_needs_training_mode_and_gradients():
     model = Model()
     opt = optim.SGD(get_parameters(model), lr=0.1)
@@ -236,8 +282,8 @@ def test_step_needs_training_mode_and_gradients():
         opt.step()
     with Context(TRAINING=1), pytest.raises(RuntimeError, match="no gradient"):
         opt.step()
-    with pytest.raises(ValueError, match="requires_grad"):
-        optim.Adam([Tensor.ones(2)])
+    with pytest.raises(ValueError, match="requires_grad=False"):
+        optim.Adam([Tensor.ones(2, requires_grad=False), Tensor.ones(2, dtype=dtypes.int32)])
     with pytest.raises(TypeError, match="list of tensors"):
         optim.Adam(Tensor.ones(2, requires_grad=True))
 

@@ -9,9 +9,12 @@ __path__ = extend_path(__path__, __name__)
 from tinygrad.device import Device
 from tinygrad.dtype import dtypes
 from tinygrad.engine.jit import TinyJit
+from tinygrad.errors import BroadcastError, ConcatError, DTypeError, ShapeError
+from tinygrad.function import function
 from tinygrad.helpers import Context, GlobalCounters, fetch, getenv
 from tinygrad.tensor import Tensor
 from tinygrad.uop.ops import UOp, Variable
 
 __version__ = "0.1.0"
-__all__ = ["Context", "Device", "GlobalCounters", "Tensor", "TinyJit", "UOp", "Variable", "dtypes", "fetch", "getenv"]
+__all__ = ["BroadcastError", "ConcatError", "Context", "DTypeError", "Device", "GlobalCounters", "ShapeError", "Tensor",
+           "TinyJit", "UOp", "Variable", "dtypes", "fetch", "function", "getenv"]

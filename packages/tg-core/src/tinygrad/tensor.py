@@ -6,6 +6,7 @@ which hands the graph to the scheduler (engine/schedule.py) and runs the resulti
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -34,6 +35,7 @@ from tinygrad.engine.schedule import (
     create_schedule,
     realized_views,
 )
+from tinygrad.errors import BroadcastError, DTypeError
 from tinygrad.gradient import compute_gradient
 from tinygrad.helpers import prod
 from tinygrad.mixin import (
@@ -60,11 +62,19 @@ from tinygrad.mixin.processing import ProcessingMixin
 from tinygrad.mixin.reduce import ReduceMixin
 from tinygrad.mixin.unary import UnaryMixin
 from tinygrad.mixin.utility import UtilityMixin
+from tinygrad.mixin.views import ViewRecord, record_view, view_record, write_through, written_base
 from tinygrad.uop.ops import Ops, UOp, _arg_key, resolve_size
 
 #: (dtype, scalar, shape) -> the broadcast constant that `x + scalar` reads. Hash-consing would return the same node;
 #: remembering it skips the rounding of the scalar and three lookups on every eager op. Cleared when full.
 _scalar_operands: dict[tuple, UOp] = {}
+
+#: Every live floating-point tensor that may take a gradient (requires_grad None or True): backward() fills the
+#: .grad of each one whose node is in the loss's graph, intermediates included, as tinygrad does. A dict keyed by
+#: weak references whose callback is the dict's own pop: registering costs one weakref and one insert, with no
+#: Python frame, on the hot path of every op; a tensor leaves the dict when it dies.
+_live_float: dict[weakref.ref, None] = {}
+_forget = _live_float.pop
 
 
 class _CastShortcuts:
@@ -106,18 +116,35 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
     """A lazy tensor. `Tensor([1, 2, 3])`, `Tensor(np_array)`, `Tensor.zeros(2, 3)`, ..."""
 
     training: ClassVar[bool] = False
-    # keyed by id: a WeakSet would compare tensors with ==, which builds a comparison tensor instead of a bool
+
+    class train(contextlib.ContextDecorator):
+        """`with Tensor.train():` or `@Tensor.train()`: training mode inside (earlier tinygrad releases' spelling
+        of `Context(TRAINING=1)`); `Tensor.train(False)` turns it off inside."""
+
+        def __init__(self, mode: bool = True):
+            self.mode = mode
+
+        def __enter__(self) -> None:
+            self.prev, Tensor.training = Tensor.training, self.mode
+
+        def __exit__(self, *exc: object) -> None:
+            Tensor.training = self.prev
+    # the leaves with requires_grad=True (their own node, kept by realize). Keyed by id: a WeakSet would compare
+    # tensors with ==, which builds a comparison tensor instead of a bool
     _grad_tensors: ClassVar[weakref.WeakValueDictionary[int, Tensor]] = weakref.WeakValueDictionary()
 
-    __slots__ = ("__weakref__", "_requires_grad", "device", "grad", "uop")
+    # _view: None, or for a tensor made by movement ops what assign needs to write through it (mixin/views.py)
+    __slots__ = ("__weakref__", "_requires_grad", "_view", "device", "grad", "uop")
     uop: UOp
+    _view: ViewRecord | None
     device: str
 
     def __init__(self, data: Any, device: str | None = None, dtype: DTypeLike | None = None,
                  requires_grad: bool | None = None):
         self.device = Device.canonicalize(device)
         self.grad: Tensor | None = None
-        self._requires_grad = False
+        self._view = None  # not a view (see _moved)
+        self._requires_grad: bool | None = False  # until the end: see the requires_grad property
         want = to_dtype(dtype) if dtype is not None else None
         if isinstance(data, UOp):
             if want is None and data.dtype == dtypes.index:
@@ -146,8 +173,7 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         else:
             raise TypeError(f"cannot make a Tensor from {type(data).__name__}; pass a number, a (nested) list, "
                             f"a numpy array or bytes")
-        if requires_grad:
-            self.requires_grad = True
+        self.requires_grad = requires_grad
 
     def _upload(self, arr: np.ndarray, d: DType) -> UOp:
         from tinygrad.device import dtype_error
@@ -195,8 +221,8 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
     def __repr__(self) -> str:
         return f"<Tensor {self.shape} {self.dtype} on {self.device}{' requires_grad' if self.requires_grad else ''}>"
 
-    def __hash__(self) -> int:
-        return id(self)
+    # by identity (== is elementwise); object's own hash, in C, as the weak registry hashes every new tensor
+    __hash__ = object.__hash__
 
     def __bool__(self) -> bool:
         if self.numel() != 1:
@@ -205,12 +231,17 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         return bool(self.item())
 
     @property
-    def requires_grad(self) -> bool:
+    def requires_grad(self) -> bool | None:
+        """Tri-state, as in tinygrad. None (the default): backward() fills this tensor's .grad when the loss depends
+        on it (floating point only), and an optimizer given it makes it True. True: a parameter, a leaf of its own
+        that realize() keeps (PyTorch's requires_grad). False: never takes a gradient, and what is computed from it
+        alone neither; optimizers keep such tensors as buffers (running statistics, counters)."""
         return self._requires_grad
 
     @requires_grad.setter
-    def requires_grad(self, value: bool) -> None:
-        if value and not self._requires_grad:
+    def requires_grad(self, value: bool | None) -> None:
+        was = self._requires_grad
+        if value and was is not True:
             if not self.dtype.is_float:
                 raise RuntimeError(f"only floating point tensors can require gradients, this one is {self.dtype}")
             # a gradient target must be a node of its own: equal lazy expressions are one shared UOp
@@ -219,17 +250,52 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
             Tensor._grad_tensors[id(self)] = self
         elif not value:
             Tensor._grad_tensors.pop(id(self), None)
-        self._requires_grad = bool(value)
+        if was is False and value is not False and self.uop.dtype.is_float:
+            _live_float[weakref.ref(self, _forget)] = None  # backward() may fill its .grad from now on
+        self._requires_grad = None if value is None else bool(value)
 
-    def requires_grad_(self, value: bool = True) -> Tensor:
+    def requires_grad_(self, value: bool | None = True) -> Tensor:
         self.requires_grad = value
+        return self
+
+    @property
+    def is_param(self) -> bool:
+        """tinygrad 0.14's spelling: whether an optimizer optimises this tensor (requires_grad is not False)."""
+        return self._requires_grad is not False
+
+    @is_param.setter
+    def is_param(self, value: bool) -> None:
+        if not value:
+            self.requires_grad = False
+        elif self._requires_grad is False:
+            self.requires_grad = None
+
+    def is_param_(self, value: bool = True) -> Tensor:
+        self.is_param = value
         return self
 
     def _derive(self, uop: UOp, *others: Tensor) -> Tensor:
         # the hot path of every op: skip __init__'s argument parsing, the device is already canonical
         out = Tensor.__new__(Tensor)
-        out.uop, out.device, out.grad = uop, self.device, None
-        out._requires_grad = self._requires_grad or (bool(others) and any(o._requires_grad for o in others))
+        out.uop, out.device, out.grad, out._view = uop, self.device, None, None
+        # True if any input is True, else None if any is None, else False (computed from buffers alone)
+        rg = self._requires_grad
+        if others and rg is not True:
+            for o in others:
+                if o._requires_grad:
+                    rg = True
+                    break
+                if o._requires_grad is None:
+                    rg = None
+        out._requires_grad = rg
+        if rg is not False and uop.dtype.is_float:
+            _live_float[weakref.ref(out, _forget)] = None
+        return out
+
+    def _moved(self, uop: UOp) -> Tensor:
+        """_derive for a movement op: the result is a view that remembers its base, so assign can write through it."""
+        out = self._derive(uop)
+        record_view(out, self, self._view)
         return out
 
     # ---- realization ----
@@ -241,7 +307,10 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
 
     def realize(self, *others: Tensor) -> Tensor:
         tensors = (self, *others)
-        if others:
+        written = [b for t in tensors if (b := written_base(t)) is not None and all(b is not u for u in tensors)]
+        if written:  # `cache[:, i:i+1].assign(x).realize()` writes the cache, as in tinygrad
+            tensors += tuple(dict.fromkeys(written))
+        if len(tensors) > 1:
             items, views, out_views = create_schedule([t.uop for t in tensors], [t.device for t in tensors])
         else:  # one tensor, as in every eager step
             items, views, out_views = create_schedule([self.uop], [self.device])
@@ -251,10 +320,11 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         for t, view in zip(tensors, out_views):
             if view is not t.uop and views.get(t.uop) is not view:  # an output the schedule did not remember
                 realized_views[t.uop] = view
-            # A tensor with gradient history keeps its graph, so that backward() still reaches the leaves after
-            # realize() (PyTorch users print loss.item() before loss.backward()); the scheduler reads the
-            # realized buffer in its place. Leaves and tensors without history just become the buffer.
-            if not t._requires_grad or id(t) in Tensor._grad_tensors:
+            # A tensor with gradient history (computed from a requires_grad=True tensor) keeps its graph, so that
+            # backward() still reaches the leaves after realize() (PyTorch users print loss.item() before
+            # loss.backward()); the scheduler reads the realized buffer in its place. Leaves and the others (None:
+            # keeping every float graph alive would hold every input buffer it read) just become the buffer.
+            if t._requires_grad is not True or id(t) in Tensor._grad_tensors:
                 t.uop = view
         return self
 
@@ -304,7 +374,16 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         return out
 
     def assign(self, x: Tensor | Scalar) -> Tensor:
-        """Replace this tensor's value (shapes and dtypes must match); returns self."""
+        """Replace this tensor's value (shapes, dtypes and devices must match; a Python scalar fills it); returns
+        self. Lazy: the value is computed when the tensor (or something read from it) is realized.
+
+        A view (made by slicing, shrink, permute/transpose, reshape, flip, pad, or a chain of them) writes into its
+        base: `c[:, 1:2].assign(v)` changes c, in the base's current value, and the view is re-read from the new
+        base. Writes into a pad's padding are dropped; an expanded (broadcast) view cannot be assigned to, nor a view
+        of a leaf that requires grad. Realizing a view only caches its value: it still writes into its base. Reads
+        follow the rule of values: anything computed before the assign, views of the base taken earlier included,
+        keeps the value it had (realized yet or not); everything made after reads the new one. `v = c[0];
+        c.assign(x); v.assign(y)` writes y into row 0 of x (a write lands in the base's current value)."""
         other = x if isinstance(x, Tensor) else Tensor.full(self.shape, x, dtype=self.dtype, device=self.device)
         if other.shape != self.shape:
             raise ValueError(f"assign of shape {other.shape} to a tensor of shape {self.shape}")
@@ -313,8 +392,11 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         if other.device != self.device:
             raise RuntimeError(f"assign of a tensor on {other.device} to a tensor on {self.device}; move it with "
                                f".to({self.device!r}) first")
-        # Functional: the tensor takes the new value's graph (lazy views taken before keep the old value). Inside a
-        # TinyJit function the old buffer is noted, so that replays write the new value back into it.
+        rec = view_record(self)
+        if rec is not None and write_through(self, rec, other):  # a view (made by movement ops): into its base
+            return self
+        # Functional: the tensor takes the new value's graph. Inside a TinyJit function the old buffer is noted, so
+        # that replays write the new value back into it.
         note_assign(self)
         self.uop = other.uop
         return self
@@ -330,7 +412,7 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
     def _scalar_operand(self, y: Tensor | Scalar) -> UOp | None:
         """The fast path for `x + 1`: a Python scalar that x's dtype holds is a broadcast constant of x's shape.
         None when the general path (promotion, gradients) must decide."""
-        if self._requires_grad or type(y) not in (int, float, bool):
+        if self._requires_grad is True or type(y) not in (int, float, bool):
             return None
         uop = self.uop
         key = (uop.dtype, _arg_key(y), uop.shape)
@@ -367,7 +449,7 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         if self.shape == shape:
             return self
         if len(self.shape) > len(shape):
-            raise ValueError(f"cannot broadcast shape {self.shape} to {shape}")
+            raise BroadcastError(f"cannot broadcast shape {self.shape} to {shape}")
         padded = (1,) * (len(shape) - len(self.shape)) + self.shape
         broadcast_shape(padded, shape)
         return self._derive(self.uop.reshape(padded).expand(shape))
@@ -391,7 +473,7 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
     def bitcast(self, dtype: DTypeLike) -> Tensor:
         d = to_dtype(dtype)
         if d.itemsize != self.dtype.itemsize:
-            raise TypeError(f"bitcast from {self.dtype} ({self.dtype.itemsize} bytes) to {d} ({d.itemsize} bytes) "
+            raise DTypeError(f"bitcast from {self.dtype} ({self.dtype.itemsize} bytes) to {d} ({d.itemsize} bytes) "
                             f"needs dtypes of one size")
         return Tensor(self.uop.bitcast(d), device=self.device)
 
@@ -427,19 +509,41 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         return root, lambda t: [t.uop, *earlier.get(t.uop, [])]
 
     def backward(self, gradient: Tensor | None = None) -> Tensor:
-        """Accumulate d(self)/d(t) into `t.grad` for every tensor t with requires_grad that self depends on."""
-        leaves = list(Tensor._grad_tensors.values())
-        root, aliases = self._grad_graph(leaves)
-        in_graph = root.toposort()
-        targets = [t for t in leaves if any(u in in_graph for u in aliases(t))]
+        """Fill `t.grad` with d(self)/d(t) for every live floating-point tensor t that self depends on, as tinygrad
+        does: leaves and intermediates (self included), whatever their requires_grad unless it is False. What lies
+        behind `detach()` takes no gradient. Tensors with requires_grad=True (parameters) accumulate the gradient
+        into .grad; the others have it replaced."""
+        live = {id(t): t for ref in list(_live_float) if (t := ref()) is not None and t._requires_grad is not False}
+        live.update(Tensor._grad_tensors)  # the parameters, however their requires_grad was set
+        candidates = list(live.values())
+        root, aliases = self._grad_graph(candidates)
+        in_graph = _grad_reachable(root)
+        targets = [t for t in candidates if any(u in in_graph for u in aliases(t))]
         if not targets:
-            if not self.requires_grad:
-                raise RuntimeError("backward() on a tensor that does not depend on any tensor with requires_grad=True")
-            return self
+            raise RuntimeError(f"backward() on a tensor that does not depend on any floating-point tensor that takes "
+                               f"gradients: this one is {self.dtype}, requires_grad={self.requires_grad}; compute "
+                               f"the loss in a float dtype from tensors without requires_grad=False")
         for t, g in zip(targets, self.gradient(*targets, gradient=gradient)):
             g = g.cast(t.dtype) if g.dtype != t.dtype else g
-            t.grad = g if t.grad is None else t.grad + g
+            # Parameters (requires_grad=True, which optimizers set) accumulate until zero_grad(). The others take
+            # this backward's gradient only: a long-lived float tensor read by every step (a dataset indexed per
+            # batch) would otherwise grow a lazy sum holding every step's graph and buffers
+            t.grad = g if t.grad is None or t._requires_grad is not True else t.grad + g
         return self
+
+
+def _grad_reachable(root: UOp) -> set[UOp]:
+    """The nodes of root's graph that a gradient reaches: all of them but what lies behind a DETACH."""
+    seen: set[UOp] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node.op is not Ops.DETACH:
+            stack.extend(node.src)
+    return seen
 
 
 def _list_to_numpy(data: list | tuple, want: DType | None) -> tuple[np.ndarray, DType | None]:

@@ -328,7 +328,7 @@ class _OutputSlot:
     shape: tuple[Any, ...]
     dtype: Any
     device: str
-    requires_grad: bool
+    requires_grad: bool | None
 
 
 def _template(out: Any, slot_of: dict[int, int]) -> Any:

@@ -3,6 +3,7 @@ imports Tensor): whether it is being captured, and which tensors it assigned to.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -27,10 +28,23 @@ class RunningJit:
 
 running: list[RunningJit] = []
 
+#: the names of the `tinygrad.function` bodies being traced, innermost last (tinygrad/function.py)
+tracing_functions: list[str] = []
+
+#: Graphs that a tensor held before an assign gave it a new one, and a count of such assigns. A cached
+#: `tinygrad.function` trace that reads such a graph as an implicit input is stale: it is traced again.
+superseded: weakref.WeakSet[UOp] = weakref.WeakSet()
+assign_generation = 0
+
 
 def check_host_read(what: str) -> None:
     """Refuse to read device data on the host while a capture is in progress: a replay skips the Python code,
-    so it would return the value read during the capture forever."""
+    so it would return the value read during the capture forever. A `tinygrad.function` body is traced once per
+    input signature, so a value read there would be baked into the trace the same way."""
+    if tracing_functions:
+        raise RuntimeError(f"{what} inside the body of the function {tracing_functions[-1]} reads a tensor's value "
+                           f"on the host; the body is traced once and later calls reuse the trace without running "
+                           f"Python code. Return the tensor from the function and read it outside")
     if running and running[-1].capturing:
         raise JitError(f"{what} inside the TinyJit function {running[-1].name} reads a tensor's value on the host "
                        f"during capture; replays do not run Python code and would keep that value. Return the tensor "
@@ -38,5 +52,8 @@ def check_host_read(what: str) -> None:
 
 
 def note_assign(t: Tensor) -> None:
+    global assign_generation
+    superseded.add(t.uop)
+    assign_generation += 1
     if running and id(t) not in running[-1].assigned:
         running[-1].assigned[id(t)] = (t, t.uop)

@@ -20,10 +20,11 @@ import numpy as np
 from tinygrad.device import Buffer, Device, dtype_error
 from tinygrad.dtype import DType, DTypeLike, dtypes, is_emulated_float, to_dtype, to_numpy
 from tinygrad.engine.schedule import buffer_view
-from tinygrad.helpers import prod
+from tinygrad.errors import DTypeError
+from tinygrad.helpers import TRAINING, prod
 from tinygrad.mixin.common import Scalar, ShapeArg, shape_args
 from tinygrad.mixin.rng import DeviceRNG, bits64, normal_bits, uniform_bits
-from tinygrad.uop.ops import UOp
+from tinygrad.uop.ops import UOp, sint, sym_prod
 
 if TYPE_CHECKING:
     from tinygrad.tensor import Tensor
@@ -37,26 +38,30 @@ class CreationMixin:
     @classmethod
     def empty(cls: type[Tensor], *shape: Any, device: str | None = None, dtype: DTypeLike | None = None,
               **kwargs: Any) -> Tensor:
-        sh = shape_args(shape)
+        sh = shape_args(shape, symbolic=True)
         d = to_dtype(dtype) if dtype is not None else dtypes.default_float
         dev = Device.canonicalize(device)
-        return cls(buffer_view(Buffer(dev, prod(sh), d), sh), device=dev, **kwargs)
+        if all(isinstance(s, int) for s in sh):
+            return cls(buffer_view(Buffer(dev, prod(sh), d), sh), device=dev, **kwargs)
+        # a symbolic shape: memory for the Variables' largest values, seen through the bound size
+        flat = buffer_view(Buffer(dev, prod(_max_size(s) for s in sh), d), (prod(_max_size(s) for s in sh),))
+        return cls(flat.shrink(((0, sym_prod(sh)),)).reshape(sh), device=dev, **kwargs)
 
     @classmethod
     def full(cls: type[Tensor], shape: ShapeArg, fill_value: Scalar, device: str | None = None,
              dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
-        sh = shape_args((shape,) if isinstance(shape, int) else tuple(shape))
+        sh = shape_args((shape,) if isinstance(shape, (int, UOp)) else tuple(shape), symbolic=True)
         d = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
         c = UOp.const(d, fill_value)
         return cls(c.reshape((1,) * len(sh)).expand(sh), device=device, **kwargs)
 
     @classmethod
     def zeros(cls: type[Tensor], *shape: Any, **kwargs: Any) -> Tensor:
-        return cls.full(shape_args(shape), 0.0, **{"dtype": dtypes.default_float, **kwargs})
+        return cls.full(shape_args(shape, symbolic=True), 0.0, **{"dtype": dtypes.default_float, **kwargs})
 
     @classmethod
     def ones(cls: type[Tensor], *shape: Any, **kwargs: Any) -> Tensor:
-        return cls.full(shape_args(shape), 1.0, **{"dtype": dtypes.default_float, **kwargs})
+        return cls.full(shape_args(shape, symbolic=True), 1.0, **{"dtype": dtypes.default_float, **kwargs})
 
     def full_like(self: Tensor, fill_value: Scalar, **kwargs: Any) -> Tensor:
         return type(self).full(self.shape, fill_value, **{"dtype": self.dtype, "device": self.device, **kwargs})
@@ -74,6 +79,8 @@ class CreationMixin:
             start, stop = 0, start
         if step == 0:
             raise ValueError("arange step must not be zero")
+        if any(isinstance(v, UOp) for v in (start, stop, step)):
+            return cls._symbolic_arange(start, stop, step, device, dtype, **kwargs)
         d = to_dtype(dtype) if dtype is not None else dtypes.from_py([start, stop, step])
         n = max(0, math.ceil((stop - start) / step))
         steps: np.ndarray = np.arange(n, dtype=np.float64 if d.is_float else np.int64)
@@ -82,25 +89,57 @@ class CreationMixin:
 
 
     @classmethod
+    def _symbolic_arange(cls: type[Tensor], start: Any, stop: Any, step: Any, device: str | None,
+                         dtype: DTypeLike | None, **kwargs: Any) -> Tensor:
+        """arange up to a bound Variable (`Tensor.arange(n.bind(10))`): the values for the Variable's largest value,
+        shrunk to the bound length, so one kernel serves every value. tinygrad allows a symbolic stop only."""
+        if isinstance(start, UOp) or isinstance(step, UOp):
+            raise ValueError(f"arange({start}, {stop}, {step}): only the stop may be symbolic (a bound Variable)")
+        if not (isinstance(start, int) and step == 1):
+            raise ValueError(f"arange to a symbolic stop {stop} needs an int start and step 1, got start={start!r}, "
+                             f"step={step!r}")
+        length = shape_args((stop - start,), symbolic=True)[0]
+        if isinstance(length, int):  # the Variable cancelled out
+            return cls.arange(start, start + length, device=device, dtype=dtype, **kwargs)
+        if length.vmin < 0:
+            raise ValueError(f"arange({start}, {stop}): the length {length} is negative for small values of the "
+                             f"Variable; every value in its range must give a length >= 0")
+        whole = cls.arange(start, start + int(length.vmax), device=device, dtype=dtype, **kwargs)
+        return whole.shrink(((0, length),))
+
+    @classmethod
     def linspace(cls: type[Tensor], start: Scalar, stop: Scalar, steps: int, device: str | None = None,
                  dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
-        """`steps` evenly spaced values from start to stop, both included (integer dtypes truncate, as PyTorch)."""
-        _check_count(steps, "linspace steps")
+        """`steps` evenly spaced values from start to stop, both included (integer dtypes truncate, as PyTorch).
+        `steps` may be a bound Variable: the spacing is then computed from its value at run time."""
         d = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        if isinstance(steps, UOp):
+            i = Tensor.arange(steps, device=device, dtype=dtypes.float32)
+            n = Tensor(steps, device=device).cast(dtypes.float32)
+            step = (float(stop) - float(start)) / (n - 1).maximum(1)  # one step: just `start`, as below
+            half = (n / 2).floor()
+            # as below, each half counted from its own end; the first value is `start` even for one step
+            values = ((i < half) | (i == 0)).where(float(start) + i * step, float(stop) - (n - 1 - i) * step)
+            return cls(values.cast(d).uop, device=device, **kwargs)
+        _check_count(steps, "linspace steps")
         i = np.arange(steps, dtype=np.float64)
         step = (float(stop) - float(start)) / (steps - 1) if steps > 1 else 0.0
         # each half is counted from its own end, so that both ends come out exact
-        values = np.where(i < steps // 2, float(start) + i * step, float(stop) - (steps - 1 - i) * step)
+        values = np.where((i < steps // 2) | (i == 0), float(start) + i * step, float(stop) - (steps - 1 - i) * step)
         return cls(values if is_emulated_float(d) else values.astype(to_numpy(d)), device=device, dtype=d, **kwargs)
 
     @classmethod
     def eye(cls: type[Tensor], n: int, m: int | None = None, device: str | None = None,
             dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
         """The n x m (default n x n) identity matrix, built lazily from a padded constant (no host upload)."""
-        _check_count(n, "eye n")
         m = n if m is None else m
-        _check_count(m, "eye m")
         d = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        if isinstance(n, UOp) or isinstance(m, UOp):  # symbolic: compare row and column numbers
+            rows = Tensor.arange(n, device=device, dtype=dtypes.int32)
+            cols = Tensor.arange(m, device=device, dtype=dtypes.int32)
+            return cls((rows.reshape(n, 1) == cols.reshape(1, m)).cast(d).uop, device=device, **kwargs)
+        _check_count(n, "eye n")
+        _check_count(m, "eye m")
         k = min(n, m)
         # k rows of (1, 0 x m), read back as k rows of m: row i then holds its 1 at column i
         ones = Tensor.full((k, 1), 1, dtype=dtypes.int32, device=device).pad(((0, 0), (0, m)))
@@ -152,7 +191,7 @@ class CreationMixin:
         """Raw generator output: every bit of every element uniformly random, in any integer dtype."""
         sh, d = shape_args(shape), to_dtype(dtype)
         if not d.is_int:
-            raise TypeError(f"random_bits needs an integer dtype, got {d}")
+            raise DTypeError(f"random_bits needs an integer dtype, got {d}")
         dev = Device.canonicalize(device)
         n = prod(sh)
         if d.itemsize == 8:
@@ -193,7 +232,7 @@ class CreationMixin:
     def _like_dtype(self: Tensor, kwargs: dict[str, Any], name: str) -> DType:
         d = to_dtype(kwargs.pop("dtype")) if kwargs.get("dtype") is not None else self.dtype
         if not d.is_float:
-            raise TypeError(f"{name} draws floats; the tensor is {d}, pass a floating dtype with dtype=")
+            raise DTypeError(f"{name} draws floats; the tensor is {d}, pass a floating dtype with dtype=")
         return d
 
     @classmethod
@@ -201,7 +240,7 @@ class CreationMixin:
         """Uniform values in [low, high); the result is a leaf (requires_grad applies to it, not to rand)."""
         requires_grad = kwargs.pop("requires_grad", None)
         out = (Tensor.rand(*shape, **kwargs) * (high - low) + low).realize()
-        return out.requires_grad_(True) if requires_grad else out
+        return out.requires_grad_(requires_grad)  # None (tinygrad's default), True or False
 
     @classmethod
     def normal(cls: type[Tensor], *shape: Any, mean: float = 0.0, std: float = 1.0, **kwargs: Any) -> Tensor:
@@ -209,7 +248,7 @@ class CreationMixin:
             raise RuntimeError(f"normal needs std >= 0, got std={std}")
         requires_grad = kwargs.pop("requires_grad", None)
         out = (Tensor.randn(*shape, **kwargs) * std + mean).realize()
-        return out.requires_grad_(True) if requires_grad else out
+        return out.requires_grad_(requires_grad)  # None (tinygrad's default), True or False
 
     @classmethod
     def randint(cls: type[Tensor], *shape: Any, low: int = 0, high: int = 10, dtype: DTypeLike = dtypes.int32,
@@ -321,18 +360,22 @@ class CreationMixin:
         return type(self)(out, device=self.device, dtype=dtypes.int32)
 
     def dropout(self: Tensor, p: float = 0.5) -> Tensor:
-        """While `Tensor.training`, zero each element with probability p and scale the rest by 1/(1-p);
-        otherwise the identity."""
+        """In training mode (`Tensor.training`, or `Context(TRAINING=1)`), zero each element with probability p and
+        scale the rest by 1/(1-p); otherwise the identity."""
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"dropout probability has to be between 0 and 1, got {p}")
-        if not Tensor.training or p == 0:
+        if not (Tensor.training or TRAINING) or p == 0:
             return self
         if not self.dtype.is_float:
-            raise TypeError(f"dropout of a {self.dtype} tensor; dropout scales by 1/(1-p) and needs floats")
+            raise DTypeError(f"dropout of a {self.dtype} tensor; dropout scales by 1/(1-p) and needs floats")
         if p == 1:
             return self * 0
         keep = Tensor.rand(*self.shape, device=self.device) >= p
         return keep.where(self, 0) * (1 / (1 - p))
+
+
+def _max_size(s: sint) -> int:
+    return s if isinstance(s, int) else int(s.vmax)
 
 
 def _check_count(n: Any, what: str) -> None:
@@ -345,7 +388,7 @@ def _check_count(n: Any, what: str) -> None:
 def _float_dtype(dtype: DTypeLike | None, name: str) -> DType:
     d = to_dtype(dtype) if dtype is not None else dtypes.default_float
     if not d.is_float:
-        raise TypeError(f"{name} draws floats, got dtype={d}; use randint for integers")
+        raise DTypeError(f"{name} draws floats, got dtype={d}; use randint for integers")
     return d
 
 

@@ -8,6 +8,7 @@ import math
 from typing import TYPE_CHECKING
 
 from tinygrad.dtype import dtypes
+from tinygrad.errors import DTypeError
 from tinygrad.mixin.common import Scalar, broadcast_shape
 from tinygrad.mixin.unary import _c, _float_pow, _fmod_float, _int_pow, _int_pow_const, _signbit
 from tinygrad.uop.ops import Ops, UOp
@@ -28,7 +29,7 @@ class ElementwiseMixin:
     def sub(self: Tensor, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
         a, b = self._broadcasted(x, reverse)
         if a.dtype.is_bool:
-            raise TypeError("subtraction of bool tensors is not supported; use logical_xor or cast to an integer")
+            raise DTypeError("subtraction of bool tensors is not supported; use logical_xor or cast to an integer")
         return a._derive(a.uop.alu(Ops.SUB, b.uop), b)
 
     def mul(self: Tensor, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
@@ -84,7 +85,7 @@ class ElementwiseMixin:
         has it; else 2**12) or 2**26 (float64). An integer divided by zero gives 0 (PyTorch raises)."""
         a, b = self._broadcasted(x)
         if a.dtype.is_bool:
-            raise TypeError("fmod of bool tensors is not supported; cast to an integer")
+            raise DTypeError("fmod of bool tensors is not supported; cast to an integer")
         if a.dtype.is_float:
             return _fmod_float(a, b)
         return a._derive(a.uop.alu(Ops.MOD, b.uop), b)
@@ -233,7 +234,7 @@ class ElementwiseMixin:
     def _bitop(self: Tensor, op: Ops, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
         a, b = self._broadcasted(x, reverse)
         if a.dtype.is_float:
-            raise TypeError(f"bitwise {op.name} needs integer or bool tensors, got {a.dtype}")
+            raise DTypeError(f"bitwise {op.name} needs integer or bool tensors, got {a.dtype}")
         return Tensor(a.uop.alu(op, b.uop), device=self.device)
 
     def bitwise_and(self: Tensor, x: Tensor | Scalar) -> Tensor: return self._bitop(Ops.AND, x)
@@ -253,7 +254,7 @@ class ElementwiseMixin:
         if self.dtype.is_bool:
             return self.logical_not()
         if self.dtype.is_float:
-            raise TypeError(f"bitwise_not needs an integer or bool tensor, got {self.dtype}")
+            raise DTypeError(f"bitwise_not needs an integer or bool tensor, got {self.dtype}")
         return self ^ (int(self.dtype.max) if self.dtype.is_unsigned else -1)
 
     # operators

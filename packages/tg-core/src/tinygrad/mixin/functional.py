@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from tinygrad.dtype import dtypes
 from tinygrad.engine import jit_state
+from tinygrad.errors import DTypeError
 from tinygrad.helpers import ContextVar
 
 if TYPE_CHECKING:
@@ -115,7 +116,7 @@ class FunctionalMixin:
         """int64 one-hot encoding along a new last axis (PyTorch's `F.one_hot`). `num_classes=-1` infers it from
         the largest value, which reads it back to the host."""
         if not self.dtype.is_int:
-            raise TypeError(f"one_hot needs an integer tensor of class indices, got {self.dtype}")
+            raise DTypeError(f"one_hot needs an integer tensor of class indices, got {self.dtype}")
         if num_classes == -1:
             if self.numel() == 0:
                 raise RuntimeError("one_hot cannot infer the number of classes of an empty tensor; pass num_classes")
@@ -247,7 +248,7 @@ def _same_shape(x: Tensor, y: Tensor, what: str) -> None:
 
 def _check_index_shape(x: Tensor, y: Tensor, axis: int, what: str) -> None:
     if not y.dtype.is_int:
-        raise TypeError(f"{what}: class-index targets must be integers, got {y.dtype}")
+        raise DTypeError(f"{what}: class-index targets must be integers, got {y.dtype}")
     want = x.shape[:axis] + x.shape[axis + 1:]
     if y.shape != want:
         raise ValueError(f"{what}: targets of shape {y.shape} do not match the input of shape {x.shape}: class-index "

@@ -4,10 +4,11 @@ Basic indices (ints, slices with any step, None, `...`) are views: a shrink, fli
 
 Integer-tensor indices stay on the device and lazy: each index is compared with an arange of the positions it
 can pick, and the one-hot masks select with a `where` that fuses into a sum. So `x[idx]` is one kernel, and its
-gradient reaches exactly the picked elements (repeated indices accumulate). The work is O(len(idx) * size), the
-price of an IR without a gather primitive (a compiler pattern could turn the compare-and-sum into a direct
-load). An out-of-range value in an index *tensor* matches no position and reads 0 (PyTorch raises; checking it
-would mean reading the indices on the host); indices given as Python ints, lists or numpy arrays are checked
+gradient reaches exactly the picked elements (repeated indices accumulate). The positions are a lazy ARANGE, so the
+compiler sees the compare-and-sum and folds it into a direct load (tg-compiler's codegen/gather_fold.py): a
+gather costs O(len(idx)), not O(len(idx) * size); scatters (`t[idx] = v`, scatter) stay O(len(idx) * size). An
+out-of-range value in an index *tensor* matches no position and reads 0 (PyTorch raises; checking it would mean
+reading the indices on the host); indices given as Python ints, lists or numpy arrays are checked
 and raise IndexError. gather and scatter follow the same rule.
 
 Boolean masks (in `t[mask]`), nonzero() and masked_select() have data-dependent sizes: they realize the mask
@@ -16,9 +17,10 @@ and read it on the host to learn which elements are selected; the values are sti
 broadcasts to the trailing dimensions) needs no size and stays lazy: it is a where.
 
 Setting (`t[idx] = v`) is functional: the new value is computed with the same masks and a where, then assigned
-to the tensor, so it takes effect when the tensor is realized (tinygrad's semantics). Views taken before the
-assignment keep the old value, and assigning into a view (`t[0][1] = v`) does not reach t. Where an index tensor
-repeats a position, the last write wins (PyTorch leaves it unspecified).
+to the tensor, so it takes effect when the tensor is realized (tinygrad's semantics). With basic indices only, it
+is `t[idx].assign(v)`: the view writes into t (views.py), as setting into a view does (`t[0][1] = v` reaches t).
+Tensors computed before the assignment, views included, keep the old value. Where an index tensor repeats a
+position, the last write wins (PyTorch leaves it unspecified).
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tinygrad.dtype import dtypes
+from tinygrad.dtype import dtypes, to_numpy
+from tinygrad.errors import DTypeError
 from tinygrad.helpers import argsort, prod
-from tinygrad.mixin.common import Scalar, broadcast_shape
+from tinygrad.mixin.common import Scalar, broadcast_shape, index_dtype
 from tinygrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -43,12 +46,13 @@ SCATTER_REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
 
 class IndexingMixin:
     __slots__ = ()
+    _requires_grad: bool | None  # Tensor's slot (see Tensor.requires_grad)
 
     def __getitem__(self: Tensor, index: Any) -> Tensor:
         """NumPy/PyTorch indexing: ints, slices (any step), None, `...`, integer tensors, lists or arrays
         (advanced indexing; several broadcast together) and boolean masks (which realize, see the module notes).
         A slice may end at a bound Variable (`x[:n]` with `n = Variable("n", 1, 64).bind(10)`)."""
-        if _symbolic_slices(index):
+        if _symbolic_slices(index) or (not all(isinstance(s, int) for s in self.shape) and _basic_index(index)):
             return _shrink_by_slices(self, index)
         view = _View(self, _parse(self, index))
         y = view.apply(self)
@@ -62,6 +66,9 @@ class IndexingMixin:
         view = _View(self, _parse(self, index))
         y = view.apply(self)
         v = _value_tensor(self, value)
+        if not view.picks and not view.masks:  # basic indices: y is a view of self, and assign writes through it
+            y.assign(_broadcast_value(v, y.shape))
+            return
         new_y = view.masked_write(y, v)
         if new_y is None:
             picks = view.advanced()
@@ -122,9 +129,11 @@ class IndexingMixin:
         return self._broadcast_to(shape)[mask._broadcast_to(shape)]
 
     def nonzero(self: Tensor, as_tuple: bool = False) -> Tensor | tuple[Tensor, ...]:
-        """The (int64) coordinates of the nonzero elements, one row each; with as_tuple, one 1-D tensor per
-        dimension. The count decides the shape, so this realizes self and reads it on the host."""
-        coords = np.argwhere(self.numpy() != 0).astype(np.int64)  # (count, ndim)
+        """The coordinates of the nonzero elements, one row each (int32 as in tinygrad, int64 for a dimension too
+        long for int32); with as_tuple, one 1-D tensor per dimension. The count decides the shape, so this
+        realizes self and reads it on the host."""
+        coords = np.argwhere(self.numpy() != 0)  # (count, ndim)
+        coords = coords.astype(to_numpy(index_dtype(max(self.shape, default=1))))
         if as_tuple:
             return tuple(Tensor(coords[:, d].copy(), device=self.device) for d in range(max(self.ndim, 1)))
         return Tensor(coords, device=self.device)
@@ -372,7 +381,10 @@ class _View:
 
 def _one_hot(idx: Tensor, size: int) -> Tensor:
     """(*idx.shape, size) bool: True where the last coordinate equals the index."""
-    positions = Tensor.arange(size, device=idx.device, dtype=dtypes.int32 if size < 2**31 else dtypes.int64)
+    # lazy positions (an ARANGE node, not a host-made buffer): lowered, they are the reduce loop's own index, so
+    # the compiler sees `idx == r` and turns the compare-and-sum into a direct load (codegen/gather_fold.py)
+    dt = dtypes.int32 if size < 2**31 else dtypes.int64
+    positions = Tensor(UOp(Ops.ARANGE, dt, (), size), device=idx.device)
     return idx.unsqueeze(-1) == positions
 
 
@@ -484,7 +496,7 @@ def _scatter_args(t: Tensor, dim: int, index: Tensor, src: Tensor | None, name: 
     if not isinstance(index, Tensor):
         raise TypeError(f"{name} index must be a Tensor, got {type(index).__name__}")
     if not index.dtype.is_int:
-        raise TypeError(f"{name} index must be an integer tensor, got {index.dtype}")
+        raise DTypeError(f"{name} index must be an integer tensor, got {index.dtype}")
     if index.ndim != t.ndim:
         raise ValueError(f"{name} index of shape {index.shape} must have as many dimensions as the tensor of shape "
                          f"{t.shape}")
@@ -570,7 +582,7 @@ def _scatter(t: Tensor, dim: int, index: Tensor, src: Tensor | Scalar, how: str,
 def _check_mask(t: Tensor, mask: Tensor, name: str, both_ways: bool = False) -> tuple[int, ...]:
     if not isinstance(mask, Tensor) or not mask.dtype.is_bool:
         got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
-        raise TypeError(f"{name} needs a bool mask tensor, got {got}")
+        raise DTypeError(f"{name} needs a bool mask tensor, got {got}")
     try:
         shape = broadcast_shape(t.shape, mask.shape)
     except ValueError:
@@ -585,12 +597,35 @@ def _symbolic_slices(index: Any) -> bool:
     return any(isinstance(p, slice) and any(isinstance(v, UOp) for v in (p.start, p.stop)) for p in parts)
 
 
-def _shrink_by_slices(x: Tensor, index: Any) -> Tensor:
-    """Slices with Variable bounds: a plain shrink per dimension (steps and other index kinds are not supported)."""
+def _basic_index(index: Any) -> bool:
+    """Plain slices (step 1) and ints only: what a tensor with symbolic dimensions can be indexed with."""
     parts = index if isinstance(index, tuple) else (index,)
-    if len(parts) > x.ndim or not all(isinstance(p, slice) and p.step in (None, 1) for p in parts):
+    return all((isinstance(p, slice) and p.step in (None, 1)) or (isinstance(p, (int, np.integer))
+                                                                  and not isinstance(p, bool)) for p in parts)
+
+
+def _shrink_by_slices(x: Tensor, index: Any) -> Tensor:
+    """Slices with Variable bounds, or any index of a tensor with symbolic dimensions: a plain shrink per dimension.
+    Steps and other index kinds are not supported; ints pick from (and slices with int bounds may count from the end
+    of) dimensions of int size only."""
+    parts = index if isinstance(index, tuple) else (index,)
+    if len(parts) > x.ndim or not _basic_index(index):
         raise IndexError(f"index {index!r}: with Variable bounds only plain slices (step 1), one per dimension, are "
                          f"supported")
-    bounds = [(0 if p.start is None else p.start, x.shape[d] if p.stop is None else p.stop)
-              for d, p in enumerate(parts)]
-    return x.shrink([*bounds, *([None] * (x.ndim - len(parts)))])
+    bounds, dropped = [], []
+    for d, p in enumerate(parts):
+        size = x.shape[d]
+        if not isinstance(p, slice):
+            if not isinstance(size, int):
+                raise IndexError(f"index {index!r}: an int cannot index dimension {d} of symbolic size {size}")
+            if not -size <= p < size:
+                raise IndexError(f"index {p} is out of bounds for dimension {d} with size {size}")
+            bounds.append((int(p) % size, int(p) % size + 1))
+            dropped.append(d)
+        elif isinstance(size, int) and not isinstance(p.start, UOp) and not isinstance(p.stop, UOp):
+            start, stop, _ = p.indices(size)
+            bounds.append((start, max(start, stop)))
+        else:
+            bounds.append((0 if p.start is None else p.start, size if p.stop is None else p.stop))
+    out = x.shrink([*bounds, *([None] * (x.ndim - len(parts)))])
+    return out.reshape(tuple(s for d, s in enumerate(out.shape) if d not in dropped)) if dropped else out

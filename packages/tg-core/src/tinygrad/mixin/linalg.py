@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tinygrad.dtype import DTypeLike, least_upper_dtype, to_numpy
+from tinygrad.errors import DTypeError, ShapeError
 from tinygrad.mixin.common import acc_dtype, broadcast_shape
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ def _einsum_terms(formula: str, operands: Sequence[Tensor]) -> tuple[list[list[A
         labels, at = parse(term, f"operand {k}")
         named = len(labels) - (at >= 0)
         if (at < 0 and named != t.ndim) or (at >= 0 and named > t.ndim):
-            raise ValueError(f"einsum(): subscripts {term!r} name {named} dimension(s), but operand {k} has shape "
+            raise ShapeError(f"einsum(): subscripts {term!r} name {named} dimension(s), but operand {k} has shape "
                              f"{t.shape} ({t.ndim} dimensions)")
         ell = t.ndim - named
         n_ell = max(n_ell, ell if at >= 0 else 0)
@@ -85,7 +86,7 @@ def _diagonal(x: Tensor, labels: list[Any], k: int) -> tuple[Tensor, list[Any]]:
         p = labels.index(dup)
         q = labels.index(dup, p + 1)
         if x.shape[p] != x.shape[q]:
-            raise ValueError(f"einsum(): subscript {dup} is repeated for operand {k} but the sizes differ, "
+            raise ShapeError(f"einsum(): subscript {dup} is repeated for operand {k} but the sizes differ, "
                              f"{x.shape[p]} != {x.shape[q]}")
         n = x.shape[p]
         keep = [a for a in range(x.ndim) if a not in (p, q)]
@@ -139,16 +140,16 @@ class LinalgMixin:
             raise TypeError(f"matmul needs a Tensor, got {type(x).__name__}")
         a, b = (x, self) if reverse else (self, x)
         if a.ndim == 0 or b.ndim == 0:
-            raise ValueError(f"matmul needs tensors with at least one dimension, got {a.shape} and {b.shape}")
+            raise ShapeError(f"matmul needs tensors with at least one dimension, got {a.shape} and {b.shape}")
         xa = a.unsqueeze(0) if a.ndim == 1 else a
         yb = b.unsqueeze(-1) if b.ndim == 1 else b
         if xa.shape[-1] != yb.shape[-2]:
-            raise ValueError(f"matmul of shapes {a.shape} and {b.shape}: the inner sizes {xa.shape[-1]} and "
+            raise ShapeError(f"matmul of shapes {a.shape} and {b.shape}: the inner sizes {xa.shape[-1]} and "
                              f"{yb.shape[-2]} differ; transpose or reshape one operand")
         try:
             batch = broadcast_shape(xa.shape[:-2], yb.shape[:-2])
         except ValueError:
-            raise ValueError(f"matmul of shapes {a.shape} and {b.shape}: the batch dimensions {xa.shape[:-2]} and "
+            raise ShapeError(f"matmul of shapes {a.shape} and {b.shape}: the batch dimensions {xa.shape[:-2]} and "
                              f"{yb.shape[:-2]} cannot be broadcast together") from None
         n, k, m = xa.shape[-2], xa.shape[-1], yb.shape[-1]
         acc, out_dtype = acc_dtype(least_upper_dtype(xa.dtype, yb.dtype), dtype)
@@ -183,7 +184,7 @@ class LinalgMixin:
             for lb, s in zip(labels, t.shape):
                 if sizes.get(lb, 1) != 1 and s != 1 and sizes[lb] != s:
                     name = "the '...' dimensions" if isinstance(lb, tuple) else f"subscript {lb}"
-                    raise ValueError(f"einsum(): {name} has size {s} for operand {k}, which does not broadcast with "
+                    raise ShapeError(f"einsum(): {name} has size {s} for operand {k}, which does not broadcast with "
                                      f"the size {sizes[lb]} seen before")
                 sizes[lb] = s if sizes.get(lb, 1) == 1 else sizes[lb]
             reduced.append(t)
@@ -230,7 +231,7 @@ class LinalgMixin:
         if self.ndim < 2:
             raise ValueError(f"{what} needs a matrix (or a batch of them), got shape {self.shape}")
         if not self.dtype.is_float:
-            raise TypeError(f"{what} needs a floating point tensor, got {self.dtype}")
+            raise DTypeError(f"{what} needs a floating point tensor, got {self.dtype}")
 
     def qr(self: Tensor) -> tuple[Tensor, Tensor]:
         """The reduced QR decomposition (PyTorch's `torch.linalg.qr` default): Q (..., m, k) with orthonormal

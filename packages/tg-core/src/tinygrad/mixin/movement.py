@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tinygrad.dtype import DType, dtypes, least_upper_dtype
+from tinygrad.errors import ConcatError, DTypeError, ShapeError
 from tinygrad.helpers import prod
+from tinygrad.mixin.common import symbolic_size
 from tinygrad.mixin.indexing import _const, _placed_mask, select
-from tinygrad.uop.ops import UOp, resolve_size, sint
+from tinygrad.uop.ops import UOp, resolve_size, sint, sym_div_exact, sym_prod
 
 if TYPE_CHECKING:
     from tinygrad.tensor import Tensor
@@ -48,33 +50,33 @@ class MovementMixin:
         known = prod(s for s in shape if s != -1)
         if -1 in shape:
             if known == 0 or self.numel() % known:
-                raise ValueError(f"cannot reshape a tensor of shape {self.shape} ({self.numel()} elements) to {shape}")
+                raise ShapeError(f"cannot reshape a tensor of shape {self.shape} ({self.numel()} elements) to {shape}")
             shape = tuple(self.numel() // known if s == -1 else s for s in shape)
         new = tuple(int(s) for s in shape)
         if prod(new) != self.numel():
-            raise ValueError(f"cannot reshape a tensor of shape {self.shape} ({self.numel()} elements) to {new} "
+            raise ShapeError(f"cannot reshape a tensor of shape {self.shape} ({self.numel()} elements) to {new} "
                              f"({prod(new)} elements); the sizes must match")
-        return self._derive(self.uop.reshape(new))
+        return self._moved(self.uop.reshape(new))
 
     def permute(self: Tensor, *order: Any) -> Tensor:
         if len(order) == 1 and isinstance(order[0], (tuple, list)):
             order = tuple(order[0])
         axes = tuple(self._axis(a) for a in order)
         if sorted(axes) != list(range(self.ndim)):
-            raise ValueError(f"permute order {order} is not a permutation of the {self.ndim} axes of {self.shape}")
-        return self._derive(self.uop.permute(axes))
+            raise ShapeError(f"permute order {order} is not a permutation of the {self.ndim} axes of {self.shape}")
+        return self._moved(self.uop.permute(axes))
 
     def expand(self: Tensor, *shape: Any) -> Tensor:
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
         if len(shape) < self.ndim:
-            raise ValueError(f"expand to {shape} has fewer dimensions than the tensor's shape {self.shape}")
+            raise ShapeError(f"expand to {shape} has fewer dimensions than the tensor's shape {self.shape}")
         padded = (1,) * (len(shape) - self.ndim) + self.shape
-        new = tuple(p if s == -1 else int(s) for s, p in zip(shape, padded))
+        new = tuple(p if isinstance(s, int) and s == -1 else _size(s) for s, p in zip(shape, padded))
         for p, s in zip(padded, new):
             if p != s and p != 1:
-                raise ValueError(f"cannot expand shape {self.shape} to {tuple(shape)}: only size-1 dims can grow")
-        return self._derive(self.uop.reshape(padded).expand(new))
+                raise ShapeError(f"cannot expand shape {self.shape} to {tuple(shape)}: only size-1 dims can grow")
+        return self._moved(self.uop.reshape(padded).expand(new))
 
     def view(self: Tensor, *shape: Any) -> Tensor:
         """An alias of reshape (movement ops never copy here, so every reshape is a view). `view(dtype)`
@@ -95,11 +97,11 @@ class MovementMixin:
             raise ValueError(f"padding mode {mode!r} is not one of {', '.join(PAD_MODES)}")
         if mode != "constant" and value != 0:
             raise ValueError(f"padding mode {mode!r} takes no value (got value={value}); use mode='constant'")
-        if any(b < 0 or a < 0 for b, a in pairs):
+        if any(_negative(b) or _negative(a) for b, a in pairs):
             # negative padding crops first, as in PyTorch
             for d, ((b, a), s) in enumerate(zip(pairs, self.shape)):
                 if max(0, -b) + max(0, -a) > s:
-                    raise ValueError(f"padding {padding} crops more than the {s} elements of dimension {d} "
+                    raise ShapeError(f"padding {padding} crops more than the {s} elements of dimension {d} "
                                      f"(shape {self.shape})")
             x = self.shrink(tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(pairs, self.shape)))
             return x.pad([(max(0, b), max(0, a)) for b, a in pairs], mode, value)
@@ -109,7 +111,7 @@ class MovementMixin:
                 if b or a:
                     x = _pad_dim(x, d, b, a, mode)
             return x
-        out = self._derive(self.uop.pad(tuple(pairs)))
+        out = self._moved(self.uop.pad(tuple(pairs)))
         if value != 0:
             out = select(_placed_mask(self.shape, tuple(pairs)), out, _const(out, value))
         return out
@@ -134,20 +136,20 @@ class MovementMixin:
         """Keep [begin, end) of each dimension (None keeps it whole). A bound may be a bound Variable
         (`Variable("n", 1, 64).bind(10)`): the kernels then take n as an argument and serve every value of it."""
         if len(bounds) != self.ndim:
-            raise ValueError(f"shrink bounds {bounds} need one entry per dimension of {self.shape}")
+            raise ShapeError(f"shrink bounds {bounds} need one entry per dimension of {self.shape}")
         bs = tuple((0, s) if b is None else (_size(b[0]), _size(b[1])) for b, s in zip(bounds, self.shape))
         for (b, e), s in zip(bs, self.shape):
             vb, ve, vs = resolve_size(b), resolve_size(e), resolve_size(s)
             if not 0 <= vb <= ve <= vs or (isinstance(e, UOp) and e.vmax > (s.vmax if isinstance(s, UOp) else s)):
-                raise ValueError(f"shrink bounds {bounds} are outside shape {self.shape} (a Variable's whole range "
+                raise ShapeError(f"shrink bounds {bounds} are outside shape {self.shape} (a Variable's whole range "
                                  f"must fit)")
-        return self._derive(self.uop.shrink(bs))
+        return self._moved(self.uop.shrink(bs))
 
     def flip(self: Tensor, *axis: Any) -> Tensor:
         if len(axis) == 1 and isinstance(axis[0], (tuple, list)):
             axis = tuple(axis[0])
         axes = {self._axis(a) for a in axis}
-        return self._derive(self.uop.flip(tuple(i in axes for i in range(self.ndim))))
+        return self._moved(self.uop.flip(tuple(i in axes for i in range(self.ndim))))
 
     def transpose(self: Tensor, dim0: int = 1, dim1: int = 0) -> Tensor:
         order = list(range(self.ndim))
@@ -182,7 +184,7 @@ class MovementMixin:
         sizes = tuple(int(s) for s in sizes)
         known = prod(s for s in sizes if s != -1)
         if (-1 not in sizes and known != self.shape[d]) or (-1 in sizes and (known == 0 or self.shape[d] % known)):
-            raise ValueError(f"unflatten: sizes {sizes} do not multiply to the size {self.shape[d]} of dimension {d} "
+            raise ShapeError(f"unflatten: sizes {sizes} do not multiply to the size {self.shape[d]} of dimension {d} "
                              f"(shape {self.shape})")
         return self.reshape(self.shape[:d] + sizes + self.shape[d + 1:])
 
@@ -194,11 +196,11 @@ class MovementMixin:
         ref = next((t for t in tensors if t.shape != (0,)), tensors[0])
         parts = [t for t in tensors if t.shape != (0,) or ref.ndim == 1]
         if ref.ndim == 0:
-            raise ValueError("cat of 0-d tensors: they have no dimension to join along; use stack")
+            raise ConcatError("cat of 0-d tensors: they have no dimension to join along; use stack")
         d = ref._axis(dim)
         for i, t in enumerate(parts):
             if t.ndim != ref.ndim or any(a != b for k, (a, b) in enumerate(zip(t.shape, ref.shape)) if k != d):
-                raise ValueError(f"cat along dimension {d}: shapes {ref.shape} and {t.shape} (tensor {i}) must match "
+                raise ConcatError(f"cat along dimension {d}: shapes {ref.shape} and {t.shape} (tensor {i}) must match "
                                  f"in every other dimension")
         out_dtype = least_upper_dtype(*(t.dtype for t in parts))
         parts = [t.cast(out_dtype) for t in parts]
@@ -222,7 +224,7 @@ class MovementMixin:
         tensors = _tensor_list(self, args, "stack")
         for i, t in enumerate(tensors):
             if t.shape != tensors[0].shape:
-                raise ValueError(f"stack needs tensors of one shape, got {tensors[0].shape} (tensor 0) and {t.shape} "
+                raise ConcatError(f"stack needs tensors of one shape, got {tensors[0].shape} (tensor 0) and {t.shape} "
                                  f"(tensor {i})")
         d = tensors[0]._axis(dim, tensors[0].ndim + 1)
         return Tensor.cat(*[t.unsqueeze(d) for t in tensors], dim=d)
@@ -242,7 +244,7 @@ class MovementMixin:
             if any(s < 0 for s in lengths):
                 raise ValueError(f"split sizes must not be negative, got {list(sizes)}")
             if sum(lengths) != n:
-                raise ValueError(f"split sizes {list(sizes)} sum to {sum(lengths)}, not to the size {n} of "
+                raise ShapeError(f"split sizes {list(sizes)} sum to {sum(lengths)}, not to the size {n} of "
                                  f"dimension {d} (shape {self.shape})")
         out, start = [], 0
         for length in lengths:
@@ -286,7 +288,7 @@ class MovementMixin:
             return spread.expand(shape[:d + 1] + (int(repeats),) + shape[d + 1:]).flatten(d, d + 1)
         counts = np.asarray(repeats.numpy() if isinstance(repeats, Tensor) else repeats).reshape(-1)
         if counts.dtype.kind not in "iu":
-            raise TypeError(f"repeat_interleave counts must be integers, got {counts.dtype}")
+            raise DTypeError(f"repeat_interleave counts must be integers, got {counts.dtype}")
         if counts.size == 1:
             return x.repeat_interleave(int(counts[0]), d)
         if counts.size != x.shape[d] or (counts < 0).any():
@@ -419,9 +421,9 @@ def _pad_pairs(t: Tensor, padding: Sequence[tuple[int, int] | None] | Sequence[i
         for i in range(len(flat) // 2):
             pairs[t.ndim - 1 - i] = (flat[2 * i], flat[2 * i + 1])
         return pairs
-    pairs = [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]  # type: ignore[index]
+    pairs = [(0, 0) if p is None else (_size(p[0]), _size(p[1])) for p in padding]  # type: ignore[index]
     if len(pairs) != t.ndim:
-        raise ValueError(f"padding {padding} has {len(pairs)} entries for a tensor with {t.ndim} dimensions")
+        raise ShapeError(f"padding {padding} has {len(pairs)} entries for a tensor with {t.ndim} dimensions")
     return pairs
 
 
@@ -584,21 +586,31 @@ def _rearrange(t: Tensor, formula: str, sizes: dict[str, int]) -> Tensor:
 
 
 def _size(v: Any) -> sint:
-    """A size argument: an int, or a bound Variable (or an expression over one)."""
-    if isinstance(v, UOp):
-        if not v.dtype.is_int:
-            raise TypeError(f"a symbolic size must be an integer expression, got {v.dtype}")
-        return v
-    return int(v)
+    """A size argument: an int, or a bound Variable (or an expression over one), in canonical form."""
+    return symbolic_size(v) if isinstance(v, UOp) else int(v)
+
+
+def _negative(v: sint) -> bool:
+    # a symbolic amount was checked non-negative for its bound value by _size
+    return isinstance(v, int) and v < 0
 
 
 def _symbolic_reshape(x: Tensor, shape: tuple[Any, ...]) -> Tensor:
-    """Reshapes that involve Variables: only adding or removing size-1 dimensions, since the index arithmetic of a
-    general reshape would depend on the variable's value."""
-    new = tuple(_size(s) for s in shape)
-    if any(s == -1 for s in new):
-        raise ValueError(f"reshape to {shape}: -1 cannot be inferred when the shape has symbolic dimensions")
-    if [s for s in new if s != 1] != [s for s in x.shape if s != 1]:
-        raise ValueError(f"cannot reshape a tensor of shape {x.shape} to {shape}: with symbolic dimensions only "
-                         f"size-1 dimensions can be added or removed")
-    return x._derive(x.uop.reshape(new))
+    """Reshapes that involve Variables: the element counts must be equal as expressions, i.e. for every value of the
+    Variables (n*4 elements to (n, 2, 2)), since one kernel serves every value. One -1 is inferred when the other
+    sizes divide the count exactly."""
+    if sum(1 for s in shape if isinstance(s, int) and s == -1) > 1:
+        raise ValueError(f"only one dimension can be inferred (-1), got shape {shape}")
+    new = [s if isinstance(s, int) and s == -1 else _size(s) for s in shape]
+    total = sym_prod(x.shape)
+    if -1 in [s for s in new if isinstance(s, int)]:
+        inferred = sym_div_exact(total, sym_prod(s for s in new if not (isinstance(s, int) and s == -1)))
+        if inferred is None:
+            raise ShapeError(f"reshape of a tensor of shape {x.shape} to {shape}: -1 cannot be inferred, the other "
+                             f"sizes do not divide {total} for every value of the Variables")
+        new = [inferred if isinstance(s, int) and s == -1 else s for s in new]
+    if sym_prod(new) is not total:
+        raise ShapeError(f"cannot reshape a tensor of shape {x.shape} to {shape}: with symbolic dimensions the "
+                         f"element counts must be equal for every value of the Variables (adding or removing "
+                         f"size-1 dimensions always is)")
+    return x._moved(x.uop.reshape(tuple(new)))

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tinygrad.dtype import DTypeLike, dtypes, least_upper_dtype
+from tinygrad.errors import DTypeError
 from tinygrad.helpers import prod
-from tinygrad.mixin.common import acc_dtype
+from tinygrad.mixin.common import acc_dtype, index_dtype
 
 if TYPE_CHECKING:
     from tinygrad.tensor import Tensor
@@ -297,8 +298,9 @@ class ProcessingMixin:
                    dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, ceil_mode: bool = False,
                    return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         """Max over windows of the last len(kernel_size) dims (an int kernel_size means 2 dims); stride defaults
-        to kernel_size, padding is implicit -inf. With return_indices, also the int64 position of each maximum in
-        its input plane (flattened spatial dims, first maximum on ties), as PyTorch, for max_unpool2d."""
+        to kernel_size, padding is implicit -inf. With return_indices, also the position of each maximum in its
+        input plane (flattened spatial dims, first maximum on ties), as PyTorch, for max_unpool2d: int32 as in
+        tinygrad (int64 for a plane too large for int32)."""
         ks, st, dil, pads, n = _pool_args(self, "max_pool2d", kernel_size, stride, dilation, padding)
         spatial = self.shape[-n:]
         outs, full = _pool_geometry("max_pool2d", spatial, ks, st, dil, pads, ceil_mode)
@@ -309,11 +311,11 @@ class ProcessingMixin:
         if not return_indices:
             return out
         plane = prod(spatial)
-        idx = Tensor.arange(plane, device=self.device, dtype=dtypes.int32).reshape(spatial)
+        idx = Tensor.arange(plane, device=self.device, dtype=index_dtype(plane)).reshape(spatial)
         idx_win = _windows(_pad_spatial(idx, full, plane), ks, st, dil, outs)
         # the first position (in scan order, where indices grow) that holds the maximum
         first = (win == out.reshape(out.shape + (1,) * n)).where(idx_win, plane).min(k_axes)
-        return out, first.cast(dtypes.int64)
+        return out, first
 
     def max_unpool2d(self: Tensor, indices: Tensor, kernel_size: int | Sequence[int] = (2, 2),
                      stride: int | Sequence[int] | None = None, dilation: int | Sequence[int] = 1,
@@ -326,7 +328,7 @@ class ProcessingMixin:
             raise ValueError(f"max_unpool2d: indices must be a Tensor of the input's shape {self.shape}, got "
                              f"{getattr(indices, 'shape', indices)!r}")
         if indices.dtype.is_float:
-            raise TypeError(f"max_unpool2d: indices must be integers, got {indices.dtype}")
+            raise DTypeError(f"max_unpool2d: indices must be integers, got {indices.dtype}")
         pre, spatial = self.shape[:-n], self.shape[-n:]
         if output_size is None:
             outs = tuple((i - 1) * s - b - a + d * (k - 1) + 1
@@ -343,7 +345,7 @@ class ProcessingMixin:
         # which the max over the hits returns exactly (a sum would count it twice).
         lowest = -math.inf if self.dtype.is_float else (False if self.dtype.is_bool else self.dtype.min)
         out = hit.any(-2).where(hit.where(values, lowest).max(-2), False if self.dtype.is_bool else 0)
-        if self.requires_grad:
+        if self.requires_grad is not False and self.dtype.is_float:  # it may take a gradient
             # PyTorch's gradient: every input position gets the output gradient at its index, copies included.
             # That is the gradient of the sum over hits; add it with a forward value of zero.
             total = hit.where(values, 0).sum(-2, dtype=self.dtype)
@@ -458,8 +460,13 @@ def _define_conv_gradient(out: Tensor, xp: Tensor, w: Tensor) -> None:
     n = w.ndim - 2
     kernel, outs = w.shape[2:], out.shape[2:]
     bs, cout, cin = out.shape[0], w.shape[0], w.shape[1]
+    # The rule holds UOps, not tensors: CUSTOM_GRADIENTS keys on out.uop weakly, and a value that reaches its own
+    # key (through `out`, or through the .grad that backward() gives a live input tensor) would keep the entry and
+    # its graphs alive forever. The UOps are also the values the forward pass used, whatever is assigned later.
+    device, xp_uop, w_uop = out.device, xp.uop, w.uop
 
     def rule(g_uop: Any) -> tuple[Any, ...]:
+        xp, w = Tensor(xp_uop, device=device), Tensor(w_uop, device=device)
         # g realized once: both convolutions read every element of g many times, and the ops that made it (the
         # backward of a pool, a norm, a relu) would otherwise be fused into, and redone in, every one of those
         # reads. Then a copy with the full convolution's zero border, which the input's gradient reads without
@@ -467,7 +474,7 @@ def _define_conv_gradient(out: Tensor, xp: Tensor, w: Tensor) -> None:
         # not simplify, as the border offset can make an index negative: 42 ms for the MNIST example's second
         # layer, against 9 in two kernels.)
         border = [(k - 1, k - 1) for k in kernel]
-        g = Tensor(g_uop, device=out.device).contiguous()
+        g = Tensor(g_uop, device=device).contiguous()
         full = _pad_spatial(g, border).contiguous()
         flipped = w.flip(tuple(range(2, n + 2))).transpose(0, 1)
         dx = _conv(full, flipped, None, 1, (1,) * n, (1,) * n, [(0, 0)] * n, None, "conv2d (gradient)")
@@ -491,7 +498,7 @@ def _define_conv_gradient(out: Tensor, xp: Tensor, w: Tensor) -> None:
         dw = products.sum((1,) + tuple(range(4, 4 + n)), dtype=g.dtype)
         dw = dw.sum(0) if chunk < bs else dw.reshape(dw.shape[1:])
         return dx.uop, dw.uop
-    define_gradient(out.uop, (xp.uop, w.uop), rule)
+    define_gradient(out.uop, (xp_uop, w_uop), rule)
 
 
 def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, stride: tuple[int, ...],

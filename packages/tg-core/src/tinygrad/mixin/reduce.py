@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from tinygrad.dtype import DType, DTypeLike, dtypes, sum_acc_dtype, to_dtype
-from tinygrad.helpers import prod
+from tinygrad.mixin.common import index_dtype
 from tinygrad.uop.ops import Ops, UOp, sym_prod
 
 if TYPE_CHECKING:
@@ -140,8 +140,10 @@ class ReduceMixin:
             correction = 1 if unbiased else 0
         axes = self._reduce_axes(axis)
         x = self._float()
-        n = prod(self.shape[a] for a in axes)
+        n = sym_prod(self.shape[a] for a in axes)
         squares = (x - x.mean(axes, keepdim=True)).square().sum(axes, keepdim=keepdim)
+        if isinstance(n, UOp):  # a symbolic count: the divisor is computed from the Variable's value at run time
+            return squares / (type(self)(n, device=self.device).cast(squares.dtype) - correction).maximum(0)
         return squares / max(0, n - correction)
 
     def std(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1, *, dim: Axis = None,
@@ -160,11 +162,13 @@ class ReduceMixin:
 
     # ---- arg-extremes ----
     def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None) -> Tensor:
-        """The index (int64) of the largest value; the first one among ties, and NaN counts as largest (PyTorch)."""
+        """The index of the largest value; the first one among ties, and NaN counts as largest (PyTorch). int32
+        as in tinygrad (int64 along an axis too long for int32; PyTorch: always int64)."""
         return self._arg_extreme(_pick(axis, dim), keepdim, "argmax")  # type: ignore[arg-type]
 
     def argmin(self: Tensor, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None) -> Tensor:
-        """The index (int64) of the smallest value; the first one among ties, and NaN counts as smallest."""
+        """The index (int32, as argmax) of the smallest value; the first one among ties, and NaN counts as
+        smallest."""
         return _reversed_order(self)._arg_extreme(_pick(axis, dim), keepdim, "argmin")  # type: ignore[arg-type]
 
     def _arg_extreme(self: Tensor, axis: int | None, keepdim: bool, name: str) -> Tensor:
@@ -185,7 +189,7 @@ class ReduceMixin:
             hit = nan.any(ax, keepdim=True).where(nan, hit)
         # the first hit scores highest: position i scores n - i
         score = Tensor.arange(n, 0, -1, device=self.device).reshape((n,) + (1,) * (x.ndim - ax - 1))
-        first = (n - hit.where(score, 0).max(ax, keepdim=True)).cast(dtypes.int64)
+        first = (n - hit.where(score, 0).max(ax, keepdim=True)).cast(index_dtype(n))
         if not keepdim:
             first = first.reshape(tuple(s for i, s in enumerate(x.shape) if i != ax))
         return first.reshape(()) if self.ndim == 0 else first
@@ -241,8 +245,9 @@ class ReduceMixin:
         return x._scan_along(_pick(axis, dim), _logsumexp_window, _logaddexp, -math.inf)  # type: ignore[arg-type]
 
     def cummax(self: Tensor, axis: int = 0, *, dim: int | None = None) -> tuple[Tensor, Tensor]:
-        """Running maximum and the (int64) index where it was reached: the latest index among ties, and NaN wins
-        once seen, as PyTorch's `cummax` (which returns a (values, indices) namedtuple)."""
+        """Running maximum and the index where it was reached (int32 as in tinygrad, int64 for a huge axis):
+        the latest index among ties, and NaN wins once seen, as PyTorch's `cummax` (which returns a (values,
+        indices) namedtuple)."""
         return self._cum_extreme(_pick(axis, dim), largest=True)  # type: ignore[arg-type]
 
     def cummin(self: Tensor, axis: int = 0, *, dim: int | None = None) -> tuple[Tensor, Tensor]:
@@ -261,7 +266,7 @@ class ReduceMixin:
         x = self.reshape(1) if self.ndim == 0 else self.transpose(ax, -1)
         n = x.shape[-1]
         if n == 0:
-            return self, Tensor.full(self.shape, 0, dtype=dtypes.int64, device=self.device)
+            return self, Tensor.full(self.shape, 0, dtype=index_dtype(n), device=self.device)
         key = (x if largest else _reversed_order(x)).detach()
         lowest = _lowest(key.dtype)
         running = _scan(key, _max_window, Tensor.maximum, lowest)
@@ -274,24 +279,25 @@ class ReduceMixin:
         idx = _scan(sets.where(pos, -1), _max_window, Tensor.maximum, -1)
         values = _take_last(x, idx)
         if self.ndim == 0:
-            return values.reshape(()), idx.reshape(()).cast(dtypes.int64)
-        return values.transpose(ax, -1), idx.cast(dtypes.int64).transpose(ax, -1)
+            return values.reshape(()), idx.reshape(()).cast(index_dtype(n))
+        return values.transpose(ax, -1), idx.cast(index_dtype(n)).transpose(ax, -1)
 
     # ---- sorting ----
     def sort(self: Tensor, dim: int = -1, descending: bool = False, *, stable: bool = True) -> tuple[Tensor, Tensor]:
-        """Sorted values and the (int64) indices they came from. The order is always stable (equal values keep
-        their order, PyTorch's `stable=True`) and NaN sorts above everything. O(n^2) work, O(n) memory per row."""
+        """Sorted values and the indices they came from (int32 as in tinygrad, int64 for a huge axis). The order
+        is always stable (equal values keep their order, PyTorch's `stable=True`) and NaN sorts above everything.
+        O(n^2) work, O(n) memory per row."""
         del stable
         x, back = self._last(dim)
         perm = _rank_permutation(x, descending, x.shape[-1])
-        return back(_take_last(x, perm)), back(perm.cast(dtypes.int64))
+        return back(_take_last(x, perm)), back(perm.cast(index_dtype(x.shape[-1])))
 
     def argsort(self: Tensor, dim: int = -1, descending: bool = False, *, stable: bool = True) -> Tensor:
         return self.sort(dim, descending)[1]
 
     def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True, *,
              sorted: bool | None = None) -> tuple[Tensor, Tensor]:
-        """The k largest (or smallest) values along `dim` and their (int64) indices, always in sorted order
+        """The k largest (or smallest) values along `dim` and their indices (int32 as sort), always in sorted order
         (`sorted_=False` / PyTorch's `sorted=False` allow any order, so sorted is correct too)."""
         del sorted_, sorted
         x, back = self._last(dim)
@@ -300,7 +306,7 @@ class ReduceMixin:
             raise RuntimeError(f"topk: k={k!r} is out of range for dimension {dim} of size {n} (shape {self.shape}); "
                                f"k must be an int from 0 to {n}")
         perm = _rank_permutation(x, largest, k)
-        return back(_take_last(x, perm)), back(perm.cast(dtypes.int64))
+        return back(_take_last(x, perm)), back(perm.cast(index_dtype(n)))
 
     def _last(self: Tensor, dim: int) -> tuple[Tensor, Callable[[Tensor], Tensor]]:
         """The tensor with `dim` moved last (0-d made 1-d), and the function that moves it back."""

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from tinygrad.device import Device
 from tinygrad.dtype import dtypes
+from tinygrad.errors import DTypeError
 from tinygrad.mixin.common import Scalar
 from tinygrad.uop.ops import Ops, UOp
 
@@ -34,7 +35,7 @@ class UnaryMixin:
     # unary math
     def neg(self: Tensor) -> Tensor:
         if self.dtype.is_bool:
-            raise TypeError("negation of a bool tensor is not supported; use logical_not()")
+            raise DTypeError("negation of a bool tensor is not supported; use logical_not()")
         return self._unop(Ops.NEG)
 
     def reciprocal(self: Tensor) -> Tensor: return self._float()._unop(Ops.RECIPROCAL)
@@ -146,7 +147,7 @@ class UnaryMixin:
         """Round half to even, as PyTorch (and numpy); `decimals` scales by 10**decimals first."""
         if not self.dtype.is_float:
             if decimals:
-                raise TypeError(f"round with decimals needs a float tensor, got {self.dtype}")
+                raise DTypeError(f"round with decimals needs a float tensor, got {self.dtype}")
             return self
         if decimals:
             s = 10.0 ** abs(decimals)

@@ -13,17 +13,20 @@ import functools
 import math
 import struct
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from tinygrad.dtype import DType, dtypes, truncate
-from tinygrad.helpers import argsort, prod
+from tinygrad.helpers import argsort
 
 
 class Ops(enum.Enum):
     # leaves of the tensor graph
     BUFFER = enum.auto()  # arg: Buffer (device storage); shape (size,)
     CONST = enum.auto()  # arg: the Python value; shape ()
+    # arg: size; shape (size,); element i holds i in the node's integer dtype. Lowering makes it the loop index
+    # itself (no buffer), so a compare with it stays visible to the compiler (codegen/gather_fold.py)
+    ARANGE = enum.auto()
     # elementwise ALU; the set a renderer must provide is in DESIGN.md
     NEG = enum.auto(); RECIPROCAL = enum.auto(); SQRT = enum.auto(); EXP2 = enum.auto(); LOG2 = enum.auto()
     SIN = enum.auto(); TRUNC = enum.auto()
@@ -216,8 +219,8 @@ class UOp(metaclass=UOpMeta):
         return self._shape  # type: ignore[return-value]
 
     @property
-    def size(self) -> int:
-        return prod(self.shape)
+    def size(self) -> sint:
+        return sym_prod(self.shape)
 
     # ---- constructors used everywhere ----
     @staticmethod
@@ -246,6 +249,7 @@ class UOp(metaclass=UOpMeta):
     def __add__(self, x: UOp | int | float) -> UOp: return self.alu(Ops.ADD, self._ufix(x))
     def __radd__(self, x: UOp | int | float) -> UOp: return self._ufix(x).alu(Ops.ADD, self)
     def __sub__(self, x: UOp | int | float) -> UOp: return self.alu(Ops.SUB, self._ufix(x))
+    def __rsub__(self, x: UOp | int | float) -> UOp: return self._ufix(x).alu(Ops.SUB, self)
     def __mul__(self, x: UOp | int | float) -> UOp: return self.alu(Ops.MUL, self._ufix(x))
     def __rmul__(self, x: UOp | int | float) -> UOp: return self._ufix(x).alu(Ops.MUL, self)
     def __floordiv__(self, x: UOp | int) -> UOp: return self.alu(Ops.IDIV, self._ufix(x))
@@ -354,14 +358,16 @@ def _compute_bounds(u: UOp) -> tuple[int | float, int | float]:
             return _clip(min(vals), max(vals), full)
         if u.op is Ops.MAX:
             return (max(a0, b0), max(a1, b1))
-        if u.op is Ops.IDIV and b0 == b1 and b0 > 0:
-            # truncating division by a positive constant is monotonic in the dividend
-            return (_trunc_div(a0, b0), _trunc_div(a1, b0))
-        if u.op is Ops.MOD and b0 == b1 and b0 > 0:
+        if u.op is Ops.IDIV and b0 > 0:
+            # truncating division by a positive divisor (a constant, or a Variable's range: symbolic strides) is
+            # monotonic in the dividend and in the divisor, so the corners bound it
+            quotients = [_trunc_div(a, b) for a in (a0, a1) for b in (b0, b1)]
+            return (min(quotients), max(quotients))
+        if u.op is Ops.MOD and b0 > 0:
             if a0 >= 0:
-                return (0, min(a1, b0 - 1)) if a1 >= b0 else (a0, a1)
+                return (0, min(a1, b1 - 1)) if a1 >= b0 else (a0, a1)
             # C's remainder takes the dividend's sign and is no larger than it in magnitude
-            return (max(a0, 1 - b0), min(a1, b0 - 1) if a1 >= 0 else 0)
+            return (max(a0, 1 - b1), min(a1, b1 - 1) if a1 >= 0 else 0)
     if u.op is Ops.NEG and d.is_int:
         s0, s1 = u.src[0]._bounds()
         return _clip(-s1, -s0, full)
@@ -397,6 +403,8 @@ def _infer_shape(u: UOp) -> tuple[int, ...] | None:
         return (u.arg[1],)
     if op in (Ops.CONST, Ops.BIND, Ops.DEFINE_VAR):
         return ()
+    if op is Ops.ARANGE:
+        return (u.arg,)
     if op in GroupOp.Elementwise or op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.COPY):
         shapes = [s.shape for s in u.src if s.has_shape]
         if not shapes:
@@ -406,18 +414,23 @@ def _infer_shape(u: UOp) -> tuple[int, ...] | None:
         axes = u.arg[1]
         return tuple(1 if i in axes else s for i, s in enumerate(u.src[0].shape))
     if op in (Ops.RESHAPE, Ops.EXPAND):
-        return tuple(u.arg)
+        return _canonical_shape(tuple(u.arg))
     if op is Ops.PERMUTE:
         return tuple(u.src[0].shape[i] for i in u.arg)
     if op is Ops.PAD:
-        return tuple(s + b + a for s, (b, a) in zip(u.src[0].shape, u.arg))
+        return _canonical_shape(tuple(s + b + a for s, (b, a) in zip(u.src[0].shape, u.arg)))
     if op is Ops.SHRINK:
-        return tuple(e - b if b else e for b, e in u.arg)
+        return _canonical_shape(tuple(e - b if b else e for b, e in u.arg))
     if op is Ops.FLIP:
         return u.src[0].shape
     if op is Ops.STORE and u.src[0].has_shape:
         return u.src[0].shape
     return None
+
+
+def _canonical_shape(shape: tuple[Any, ...]) -> tuple[Any, ...]:
+    # symbolic sizes in one form, so that shapes compare by identity (n+1-1 is n); int shapes pass untouched
+    return shape if all(isinstance(s, int) for s in shape) else tuple(ssimplify(s) for s in shape)
 
 
 def inverse_permutation(order: tuple[int, ...]) -> tuple[int, ...]:
@@ -445,12 +458,93 @@ def is_const(u: UOp, value: Any = None) -> bool:
 sint = int | UOp  # a size: an int, or an integer UOp over bound variables
 
 
-def sym_prod(xs: tuple[sint, ...] | list[sint]) -> sint:
-    """The product of sizes, symbolic if any of them is."""
+def sym_prod(xs: Iterable[sint]) -> sint:
+    """The product of sizes, symbolic if any of them is (in the canonical form of `ssimplify`)."""
     out: sint = 1
     for x in xs:
         out = out * x if isinstance(out, UOp) or not isinstance(x, UOp) else x * out
+    return ssimplify(out)
+
+
+# A size expression as a polynomial: {monomial: coefficient}, a monomial being the sorted tuple of its atoms (bound
+# or free Variables, and any sub-expression that is not a sum or product, such as n // 2). The constant term has the
+# empty monomial.
+_Poly = dict[tuple[UOp, ...], int]
+
+
+def _atom_key(u: UOp) -> tuple:
+    # Variables sort by name (and bound value); other atoms by their identity, which hash-consing makes unique
+    if u.op is Ops.DEFINE_VAR:
+        return (0, u.arg[0], 0)
+    if u.op is Ops.BIND:
+        return (0, u.src[0].arg[0], int(u.src[1].arg))
+    return (1, "", id(u))
+
+
+def _poly(x: UOp, memo: dict[UOp, _Poly]) -> _Poly:
+    for u in x.toposort():
+        if u in memo:
+            continue
+        if u.op is Ops.CONST:
+            memo[u] = {(): int(u.arg)} if u.arg else {}
+        elif u.op in (Ops.ADD, Ops.SUB):
+            out = dict(memo[u.src[0]])
+            sign = 1 if u.op is Ops.ADD else -1
+            for mono, c in memo[u.src[1]].items():
+                out[mono] = out.get(mono, 0) + sign * c
+            memo[u] = {m: c for m, c in out.items() if c}
+        elif u.op is Ops.NEG:
+            memo[u] = {m: -c for m, c in memo[u.src[0]].items()}
+        elif u.op is Ops.MUL:
+            out = {}
+            for ma, ca in memo[u.src[0]].items():
+                for mb, cb in memo[u.src[1]].items():
+                    mono = tuple(sorted(ma + mb, key=_atom_key))
+                    out[mono] = out.get(mono, 0) + ca * cb
+            memo[u] = {m: c for m, c in out.items() if c}
+        elif u.op in (Ops.DEFINE_VAR, Ops.BIND) or not u.src:
+            memo[u] = {(u,): 1}
+        else:  # an atom: canonicalize its operands, so that equal atoms are one node
+            atom = u.replace(src=tuple(_rebuild(memo[s]) for s in u.src))
+            memo[u] = {(atom,): 1}
+    return memo[x]
+
+
+def _rebuild(poly: _Poly) -> sint:
+    out: sint = poly.get((), 0)
+    for mono in sorted((m for m in poly if m), key=lambda m: tuple(_atom_key(a) for a in m)):
+        term: UOp = mono[0]
+        for a in mono[1:]:
+            term = term * a
+        c = poly[mono]
+        term = term if c == 1 else term * c
+        out = term if isinstance(out, int) and out == 0 else term + out
     return out
+
+
+def sym_div_exact(x: sint, d: sint) -> sint | None:
+    """x / d when d divides x for every value of the Variables (an int dividing every coefficient, or x itself),
+    else None."""
+    x, d = ssimplify(x), ssimplify(d)
+    if x is d:
+        return 1
+    if isinstance(d, UOp) or d == 0:
+        return None
+    if isinstance(x, int):
+        return x // d if x % d == 0 else None
+    poly = _poly(x, {})
+    if any(c % d for c in poly.values()):
+        return None
+    return _rebuild({m: c // d for m, c in poly.items()})
+
+
+def ssimplify(x: sint) -> sint:
+    """A size expression in one canonical form: equal polynomials in the Variables (n*4 and 4*n, n+1+1 and n+2, or
+    (n+2)-2 and n) become the same node, and constants become ints. Shapes are compared by identity, so every
+    symbolic size a shape holds passes through here."""
+    if isinstance(x, int) or not x.dtype.is_int:
+        return x
+    return _rebuild(_poly(x, {}))
 
 
 def Variable(name: str, min_val: int, max_val: int) -> UOp:

@@ -31,9 +31,11 @@ class BatchNorm:
         self.eps, self.track_running_stats, self.momentum = eps, track_running_stats, momentum
         self.weight: Tensor | None = fresh_buffer(1.0, (sz,)).requires_grad_() if affine else None
         self.bias: Tensor | None = fresh_buffer(0.0, (sz,)).requires_grad_() if affine else None
-        self.num_batches_tracked = fresh_buffer(0, (1,), dtypes.int64)
+        # statistics, not parameters: requires_grad=False keeps them out of an optimizer's updates and gradients
+        self.num_batches_tracked = fresh_buffer(0, (1,), dtypes.int64).requires_grad_(False)
         if track_running_stats:
-            self.running_mean, self.running_var = fresh_buffer(0.0, (sz,)), fresh_buffer(1.0, (sz,))
+            self.running_mean = fresh_buffer(0.0, (sz,)).requires_grad_(False)
+            self.running_var = fresh_buffer(1.0, (sz,)).requires_grad_(False)
 
     def calc_stats(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """The batch's mean and biased variance per channel."""

@@ -29,8 +29,10 @@ def _scalar(value: float, device: str) -> Tensor:
 
 
 class Optimizer:
-    """Base: `params` with requires_grad are optimised; the others (BatchNorm running statistics, counters) are
-    `buffers`, realized with every step so that lazy updates made in the forward pass do not pile up."""
+    """Base: the floating-point tensors of `params` whose requires_grad is not False are optimised, and those left
+    at tinygrad's default None become requires_grad=True here (tinygrad: "becomes a parameter when put in an
+    optimizer"). The others (BatchNorm running statistics, counters: requires_grad=False or not floating point)
+    are `buffers`, realized with every step so that lazy updates made in the forward pass do not pile up."""
 
     def __init__(self, params: Sequence[Tensor], lr: float, device: str | None = None):
         if isinstance(params, Tensor):
@@ -38,11 +40,13 @@ class Optimizer:
         params = _dedup(params)
         if lr < 0:
             raise ValueError(f"the learning rate must be >= 0, got {lr}")
-        self.params = [p for p in params if p.requires_grad]
-        self.buffers = [p for p in params if not p.requires_grad]
+        self.params = [p for p in params if p.requires_grad is not False and p.dtype.is_float]
+        self.buffers = [p for p in params if p.requires_grad is False or not p.dtype.is_float]
         if not self.params:
-            raise ValueError("the optimizer got no tensor with requires_grad=True; pass the model's parameters "
-                             "(nn.state.get_parameters(model)) or set requires_grad on them")
+            raise ValueError("the optimizer got no tensor to optimise: each one has requires_grad=False or is not "
+                             "floating point; pass the model's parameters (nn.state.get_parameters(model))")
+        for p in self.params:
+            p.requires_grad = True
         self.device = device or self.params[0].device
         self.lr = _scalar(lr, self.device)
         # the momentum coefficient a schedule may cycle (SGD's momentum, Adam's b1; None: the optimizer has none),

@@ -1,9 +1,7 @@
 """Whether layers and optimizers run in training mode.
 
-tinygrad has two switches for this: the class attribute `Tensor.training` and the knob `TRAINING`
-(`Context(TRAINING=1)` or the environment). Either one being on means training. tg-core does not define the
-`TRAINING` knob itself yet, so it is registered here unless some module already did (then that one is reused, so
-`Context(TRAINING=1)` always reaches the knob read below).
+tinygrad has two switches for this: the class attribute `Tensor.training` (also set by `Tensor.train()`) and the
+knob `TRAINING` of tinygrad.helpers (`Context(TRAINING=1)` or the environment). Either one being on means training.
 """
 
 from __future__ import annotations
@@ -12,13 +10,11 @@ from typing import Any
 
 from tinygrad import Tensor, dtypes
 from tinygrad.dtype import DTypeLike
-from tinygrad.helpers import ContextVar
-
-TRAINING: ContextVar = ContextVar.registry.get("TRAINING") or ContextVar("TRAINING", 0)
+from tinygrad.helpers import TRAINING
 
 
 def is_training() -> bool:
-    return bool(Tensor.training) or bool(ContextVar.registry["TRAINING"].value)
+    return bool(Tensor.training) or bool(TRAINING.value)
 
 
 def fresh_buffer(value: float, shape: tuple[int, ...], dtype: DTypeLike | None = None,

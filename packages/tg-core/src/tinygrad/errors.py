@@ -1,0 +1,31 @@
+"""Exception classes that both tinygrad's and PyTorch's users catch.
+
+The two disagree on the type of the same mistake: a reshape to the wrong size is a ValueError in tinygrad and a
+RuntimeError in PyTorch, a bad permute or matmul a RuntimeError in both, mismatched cat inputs an AssertionError in
+tinygrad. Each class here inherits from every type either library raises for its mistake (and from ValueError or
+TypeError, which this library raised before), so `except ValueError`, `except RuntimeError` and tinygrad's
+`assertRaises(...)` all still catch it. Import them from `tinygrad` or `tinygrad.errors`.
+"""
+
+from __future__ import annotations
+
+
+class ShapeError(ValueError, RuntimeError):
+    """Shapes that do not fit the operation: reshape to another size, permute with a bad order, matmul of
+    mismatched inner sizes, expand of a dimension that is not 1, shrink or pad outside the shape."""
+
+
+class BroadcastError(ShapeError, IndexError):
+    """Shapes that cannot be broadcast together (tinygrad raises IndexError, numpy's broadcast_shapes' type)."""
+
+
+class ConcatError(ShapeError, AssertionError):
+    """cat or stack of tensors whose shapes do not match (tinygrad asserts, PyTorch raises RuntimeError)."""
+
+
+class DTypeError(TypeError, RuntimeError):
+    """A dtype the operation does not take: an integer index that is a float, a bool tensor where arithmetic needs
+    numbers, a float op on integers (tinygrad and PyTorch raise RuntimeError)."""
+
+
+__all__ = ["BroadcastError", "ConcatError", "DTypeError", "ShapeError"]
