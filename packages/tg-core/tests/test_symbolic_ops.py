@@ -228,3 +228,18 @@ def test_tinyjit_returns_outputs_of_the_new_symbolic_size() -> None:
         out = double(x[:var.bind(value)])
         assert out.numpy().shape == (value, 2)
         np.testing.assert_array_equal(out.numpy(), x_np[:value] * 2 + 1)
+
+
+@pytest.mark.parametrize("value", VALUES)
+def test_cumulative_ops_and_int_indices_over_a_symbolic_axis(value: int) -> None:
+    x, x_np = _rows(value)
+    _close(x.cumsum(0), x_np.cumsum(0))
+    _close(x.T.cumsum(1), x_np.T.cumsum(1))
+    _close(x.cumprod(0), x_np.cumprod(0), tol=1e-4)
+    _close(x[1], x_np[1])  # an int picks a row of the symbolic axis (checked at the bound value)
+    _close(x[-1], x_np[-1])
+    _close(x[-2, 1:3], x_np[-2, 1:3])
+    with pytest.raises(IndexError, match="out of bounds"):
+        x[value]
+    with pytest.raises(IndexError, match="plain slices"):
+        x[::2]  # a step over a symbolic size: refused with the reason, not a TypeError from int()

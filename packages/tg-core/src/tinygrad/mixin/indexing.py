@@ -34,7 +34,7 @@ from tinygrad.dtype import dtypes, to_numpy
 from tinygrad.errors import DTypeError
 from tinygrad.helpers import argsort, prod
 from tinygrad.mixin.common import Scalar, broadcast_shape, index_dtype
-from tinygrad.uop.ops import Ops, UOp
+from tinygrad.uop.ops import Ops, UOp, resolve_size
 
 if TYPE_CHECKING:
     from tinygrad.tensor import Tensor
@@ -52,7 +52,7 @@ class IndexingMixin:
         """NumPy/PyTorch indexing: ints, slices (any step), None, `...`, integer tensors, lists or arrays
         (advanced indexing; several broadcast together) and boolean masks (which realize, see the module notes).
         A slice may end at a bound Variable (`x[:n]` with `n = Variable("n", 1, 64).bind(10)`)."""
-        if _symbolic_slices(index) or (not all(isinstance(s, int) for s in self.shape) and _basic_index(index)):
+        if _symbolic_slices(index) or not all(isinstance(s, int) for s in self.shape):
             return _shrink_by_slices(self, index)
         view = _View(self, _parse(self, index))
         y = view.apply(self)
@@ -610,17 +610,18 @@ def _shrink_by_slices(x: Tensor, index: Any) -> Tensor:
     of) dimensions of int size only."""
     parts = index if isinstance(index, tuple) else (index,)
     if len(parts) > x.ndim or not _basic_index(index):
-        raise IndexError(f"index {index!r}: with Variable bounds only plain slices (step 1), one per dimension, are "
-                         f"supported")
+        raise IndexError(f"index {index!r} of a tensor of shape {x.shape}: with Variable bounds or symbolic sizes only "
+                         f"ints and plain slices (step 1), one per dimension, are supported; shrink to an int size "
+                         f"first for steps, None, ... or tensor indices")
     bounds, dropped = [], []
     for d, p in enumerate(parts):
         size = x.shape[d]
         if not isinstance(p, slice):
-            if not isinstance(size, int):
-                raise IndexError(f"index {index!r}: an int cannot index dimension {d} of symbolic size {size}")
-            if not -size <= p < size:
-                raise IndexError(f"index {p} is out of bounds for dimension {d} with size {size}")
-            bounds.append((int(p) % size, int(p) % size + 1))
+            known = resolve_size(size)  # a symbolic size is checked at its bound value, as a shape would be
+            if not -known <= p < known:
+                raise IndexError(f"index {p} is out of bounds for dimension {d} with size {known}")
+            start = int(p) if p >= 0 else size + int(p)
+            bounds.append((start, start + 1))
             dropped.append(d)
         elif isinstance(size, int) and not isinstance(p.start, UOp) and not isinstance(p.stop, UOp):
             start, stop, _ = p.indices(size)

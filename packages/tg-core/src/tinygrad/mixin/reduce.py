@@ -356,6 +356,11 @@ def _scan(x: Tensor, window: Callable[[Tensor], Tensor], combine: Callable[[Tens
           identity: float) -> Tensor:
     """Inclusive scan along the last axis, blocked (see the module docstring)."""
     lead, n = x.shape[:-1], x.shape[-1]
+    if not isinstance(n, int):  # a symbolic length: one window of its largest size, read at the bound value
+        if n.vmax > SCAN_BLOCK:
+            raise ValueError(f"a cumulative op over a symbolic length {n} of up to {n.vmax} elements: at most "
+                             f"{SCAN_BLOCK} are supported; shrink to an int size first")
+        return window(_windows(x, identity))
     if n == 0:
         return x
     if n <= SCAN_BLOCK:
