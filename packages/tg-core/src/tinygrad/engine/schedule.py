@@ -74,7 +74,7 @@ def _substitute_realized(roots: list[UOp], devices: list[str]) -> list[UOp]:
         if not u.src or (v := u._realized) is None:
             continue
         # a graph of constants is one node on every device (hash-consing): its buffer serves only its own device
-        if on_device[u] or set(devices) == {base_buffer(v).arg.device if base_buffer(v) is not None else None}:
+        if on_device[u] or ((base := base_buffer(v)) is not None and set(devices) == {base.arg.device}):
             mapping[u] = v
     return list(sink.substitute(mapping).src) if mapping else roots
 
