@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 from tinygrad import Device, Tensor, TinyJit, Variable
 
 RNG = np.random.default_rng(11)
@@ -146,7 +145,7 @@ def test_leaf_that_requires_grad_refuses_writes_through_views() -> None:
         x[1:3].assign(Tensor.zeros(2, 6))
 
 
-def test_gradients_through_a_view_assign_match_torch() -> None:
+def test_gradients_through_a_view_assign_match_torch(torch: Any) -> None:
     x_np, w_np, g_np = data(5, 3), data(2, 3), data(5, 3)
     x = Tensor(x_np, requires_grad=True)
     w = Tensor(w_np, requires_grad=True)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import numpy as np
 import pytest
-import torch
 from tinygrad import Tensor, TinyJit, function
 
 RNG = np.random.default_rng(13)
@@ -187,7 +187,7 @@ def test_bad_return_type() -> None:
     np.testing.assert_allclose(x.numpy() + 0, x.numpy())  # the argument got its own graph back
 
 
-def test_gradients_match_torch() -> None:
+def test_gradients_match_torch(torch: Any) -> None:
     @function
     def f(x: Tensor, w: Tensor) -> Tensor:
         return (x @ w).tanh() * 2
@@ -205,7 +205,7 @@ def test_gradients_match_torch() -> None:
         xv, wv = xv + 0.5, wv * 0.5
 
 
-def test_gradient_reaches_implicit_parameters() -> None:
+def test_gradient_reaches_implicit_parameters(torch: Any) -> None:
     wv, xv = data(4), data(4)
     w = Tensor(wv, requires_grad=True)
 
@@ -221,7 +221,7 @@ def test_gradient_reaches_implicit_parameters() -> None:
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5)  # type: ignore[union-attr]
 
 
-def test_grad_fxn_straight_through_estimator_matches_torch() -> None:
+def test_grad_fxn_straight_through_estimator_matches_torch(torch: Any) -> None:
     def identity_grad(g: Tensor, x: Tensor, s: Tensor) -> tuple[Tensor | None, ...]:
         return g * s, None  # d/dx round(x * s) taken as s (straight through); no gradient for s
 
