@@ -367,6 +367,11 @@ def _dag_of_lists(depth: int, leaf: bytes) -> bytes:
     return pkl(body)
 
 
+#: these inputs take milliseconds when handled right and years (2**60 paths, 3e10 copied items) when not: a limit far
+#: above the first catches the second without failing on a loaded machine (no timing is asserted, only a hang)
+HANG_GUARD_S = 20.0
+
+
 def test_a_dag_of_shared_lists_loads_in_linear_time():
     raws = {"legacy": legacy_checkpoint(_dag_of_lists(60, b"N")),
             "legacy with a tensor": legacy_checkpoint(_dag_of_lists(60, tensor_ops()), {"0": (4, FLOATS.tobytes())}),
@@ -375,7 +380,7 @@ def test_a_dag_of_shared_lists_loads_in_linear_time():
     for name, raw in raws.items():
         start = time.perf_counter()
         got = torch_load(raw)
-        assert time.perf_counter() - start < 1.0, name
+        assert time.perf_counter() - start < HANG_GUARD_S, name
         for _ in range(60):  # still shared, not copied
             assert len(got) == 2 and got[0] is got[1]
             got = got[0]
@@ -395,7 +400,7 @@ def test_dict_keys_that_are_costly_to_hash_are_refused():
             start = time.perf_counter()
             with pytest.raises(TorchLoadError, match="too large or too deeply nested"):
                 torch_load(raw)
-            assert time.perf_counter() - start < 1.0
+            assert time.perf_counter() - start < HANG_GUARD_S
 
 
 def test_deeply_nested_lists_load_without_recursion():
@@ -416,7 +421,7 @@ def test_copying_a_large_object_over_and_over_is_refused():
     start = time.perf_counter()
     with pytest.raises(TorchLoadError, match="far more work"):
         torch_load(raw)
-    assert time.perf_counter() - start < 10.0
+    assert time.perf_counter() - start < HANG_GUARD_S
 
 
 def test_a_huge_view_of_a_tiny_storage_is_refused():
