@@ -18,7 +18,7 @@ from tg_backend_pyref.renderer import PyRefRenderer
 from tinygrad import Device, Tensor, dtypes
 from tinygrad.dtype import DType
 from tinygrad.uop.alu import exec_alu, exec_bitcast, exec_cast
-from tinygrad.uop.ops import Ops, UOp
+from tinygrad.uop.ops import AxisKind, Ops, RangeArg, UOp
 
 IDX = dtypes.int32
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -34,9 +34,9 @@ def param(index: int, size: int, d: DType) -> UOp:
     return UOp(Ops.PARAM, d, (), (index, size))
 
 
-def rng(size: UOp | int, axis: int = 0, kind: str = "global") -> UOp:
+def rng(size: UOp | int, axis: int = 0, kind: AxisKind = AxisKind.GLOBAL) -> UOp:
     end = size if isinstance(size, UOp) else c(size)
-    return UOp(Ops.RANGE, IDX, (end,), (axis, kind))
+    return UOp(Ops.RANGE, IDX, (end,), RangeArg(axis, kind))
 
 
 def load(p: UOp, idx: UOp, gate: UOp | None = None) -> UOp:
@@ -152,7 +152,7 @@ def test_end_must_close_the_innermost_range() -> None:
 def test_loop_accumulator_and_nested_ranges() -> None:
     # out[i] = sum_j a[i*3 + j] over a 2x3 input; the accumulator restarts for every i
     a, out = param(1, 6, dtypes.float32), param(0, 2, dtypes.float32)
-    i, j = rng(2, 0), rng(3, 1, "reduce")
+    i, j = rng(2, 0), rng(3, 1, AxisKind.REDUCE)
     acc = UOp(Ops.DEFINE_ACC, dtypes.float32, (c(0.0, dtypes.float32),), 0)
     update = UOp(Ops.ASSIGN, dtypes.float32, (acc, UOp(Ops.ADD, dtypes.float32, (acc, load(a, i * c(3) + j)))))
     buf, data = bytearray(8), host(np.arange(6, dtype=np.float32))

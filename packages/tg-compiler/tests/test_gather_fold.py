@@ -14,17 +14,17 @@ from tinygrad import Tensor, nn
 from tinygrad.codegen.gather_fold import fold_gather
 from tinygrad.codegen.lowerer import lower_kernel
 from tinygrad.dtype import dtypes
-from tinygrad.uop.ops import Ops, UOp
+from tinygrad.uop.ops import AxisKind, Ops, RangeArg, UOp
 
 
 def lowered_kernels(t: Tensor) -> list[UOp]:
     return [lower_kernel(si.ast) for si in t.schedule() if si.ast.op is Ops.SINK]
 
 
-def loop_sizes(t: Tensor, kind: str = "reduce") -> list[int]:
+def loop_sizes(t: Tensor, kind: AxisKind = AxisKind.REDUCE) -> list[int]:
     """The sizes of the loops of one kind in every kernel that computes t."""
     return [int(r.src[0].arg) for k in lowered_kernels(t) for r in k.toposort()
-            if r.op is Ops.RANGE and r.arg[1] == kind]
+            if r.op is Ops.RANGE and r.arg.kind is kind]
 
 
 def np_take(x: np.ndarray, idx: np.ndarray, axis: int = 0) -> np.ndarray:
@@ -176,12 +176,12 @@ def test_no_fold_when_the_loop_does_more_than_pick(name: str) -> None:
 def test_rule_refuses_a_compare_that_depends_on_the_loop() -> None:
     """`e == r` with e reading at r (x[r] == r) selects many r, not one: no fold."""
     x = UOp(Ops.PARAM, dtypes.int32, (), (1, 8))
-    r = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, 8),), (0, "reduce"))
+    r = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, 8),), RangeArg(0, AxisKind.REDUCE))
     load = UOp(Ops.LOAD, dtypes.int32, (UOp(Ops.INDEX, dtypes.int32, (x, r)),))
     body = load.eq(r.cast(dtypes.int32)).where(UOp.const(dtypes.int32, 1), UOp.const(dtypes.int32, 0))
     assert fold_gather(UOp(Ops.REDUCE, dtypes.int32, (body, r), Ops.ADD)) is None
     # a cast that wraps positions (r up to 299 into int8) could make two r equal: no fold either
-    r300 = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, 300),), (1, "reduce"))
+    r300 = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, 300),), RangeArg(1, AxisKind.REDUCE))
     e = UOp(Ops.LOAD, dtypes.int8, (UOp(Ops.INDEX, dtypes.int8, (UOp(Ops.PARAM, dtypes.int8, (), (2, 1)),
                                                                   UOp.const(dtypes.index, 0))),))
     body = e.eq(r300.cast(dtypes.int8)).where(UOp.const(dtypes.int32, 1), UOp.const(dtypes.int32, 0))

@@ -41,7 +41,7 @@ def index_of(sink: UOp, param: int) -> UOp:
 
 
 def output_ranges(sink: UOp) -> list[UOp]:
-    return sorted((u for u in sink.toposort() if u.op is Ops.RANGE), key=lambda r: r.arg[0])
+    return sorted((u for u in sink.toposort() if u.op is Ops.RANGE), key=lambda r: r.arg.axis)
 
 
 def evaluate(expr: UOp, env: dict[UOp, int]) -> int:

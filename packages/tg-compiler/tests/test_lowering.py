@@ -19,7 +19,7 @@ from tinygrad.codegen.lowerer import lower_kernel
 from tinygrad.dtype import dtypes
 from tinygrad.renderer.cstyle import CStyleRenderer
 from tinygrad.uop.alu import exec_alu, exec_cast
-from tinygrad.uop.ops import GroupOp, Ops, UOp
+from tinygrad.uop.ops import AxisKind, GroupOp, Ops, UOp
 
 F32 = dtypes.float32
 
@@ -80,8 +80,8 @@ def run_lowered(sink: UOp, inputs: dict[int, np.ndarray], out_sizes: dict[int, i
 
     for store in sink.src:
         index, value = store.src
-        loops = sorted({r for r in store.toposort() if r.op is Ops.RANGE and r.arg[1] == "global"},
-                       key=lambda r: r.arg[0])
+        loops = sorted({r for r in store.toposort() if r.op is Ops.RANGE and r.arg.kind is AxisKind.GLOBAL},
+                       key=lambda r: r.arg.axis)
         for point in itertools.product(*(range(r.src[0].arg) for r in loops)):
             env = dict(zip(loops, point, strict=True))
             memo: dict[UOp, object] = {}
@@ -203,7 +203,7 @@ def test_elementwise_kernel_structure() -> None:
     program = linearize(lower_kernel(kernel(param(1, (3, 4)) + param(2, (3, 4)))))
     check_well_formed(program)
     ranges = [u for u in program if u.op is Ops.RANGE]
-    assert [(r.src[0].arg, r.arg[1]) for r in ranges] == [(3, "global"), (4, "global")]
+    assert [(r.src[0].arg, r.arg.kind) for r in ranges] == [(3, AxisKind.GLOBAL), (4, AxisKind.GLOBAL)]
     assert Ops.DEFINE_ACC not in ops_of(program)
     assert ops_of(program)[-2:] == [Ops.END, Ops.END]
     assert sum(1 for u in program if u.op is Ops.STORE) == 1
@@ -212,10 +212,10 @@ def test_elementwise_kernel_structure() -> None:
 def test_reduce_kernel_structure() -> None:
     program = linearize(lower_kernel(kernel(param(1, (3, 4)).reduce_axis(Ops.ADD, (1,)))))
     check_well_formed(program)
-    kinds = [(u.op, u.arg[1] if u.op is Ops.RANGE else None) for u in program
+    kinds = [(u.op, u.arg.kind if u.op is Ops.RANGE else None) for u in program
              if u.op in (Ops.RANGE, Ops.DEFINE_ACC, Ops.ASSIGN, Ops.END, Ops.STORE)]
-    assert kinds == [(Ops.RANGE, "global"), (Ops.DEFINE_ACC, None), (Ops.RANGE, "reduce"), (Ops.ASSIGN, None),
-                     (Ops.END, None), (Ops.STORE, None), (Ops.END, None)]
+    assert kinds == [(Ops.RANGE, AxisKind.GLOBAL), (Ops.DEFINE_ACC, None), (Ops.RANGE, AxisKind.REDUCE),
+                     (Ops.ASSIGN, None), (Ops.END, None), (Ops.STORE, None), (Ops.END, None)]
     acc = next(u for u in program if u.op is Ops.DEFINE_ACC)
     assert acc.src[0].arg == 0.0  # the identity of ADD
 
@@ -231,7 +231,7 @@ def test_loop_invariant_load_is_hoisted_out_of_the_reduce_loop() -> None:
     y = param(2, (1, 4)).expand((3, 4))
     program = linearize(lower_kernel(kernel((x * y).reduce_axis(Ops.ADD, (1,)))))
     check_well_formed(program)
-    reduce_loop = next(i for i, u in enumerate(program) if u.op is Ops.RANGE and u.arg[1] == "reduce")
+    reduce_loop = next(i for i, u in enumerate(program) if u.op is Ops.RANGE and u.arg.kind is AxisKind.REDUCE)
     loads = {u.src[0].src[0].arg[0]: i for i, u in enumerate(program) if u.op is Ops.LOAD}
     assert loads[1] < reduce_loop < loads[2]
 
@@ -240,7 +240,7 @@ def test_full_reduction_nests_its_loops() -> None:
     program = linearize(lower_kernel(kernel(param(1, (3, 4)).reduce_axis(Ops.ADD, (0, 1)), (1,))))
     check_well_formed(program)
     assert [u.src[0].arg for u in program if u.op is Ops.RANGE] == [3, 4]
-    assert all(u.arg[1] == "reduce" for u in program if u.op is Ops.RANGE)
+    assert all(u.arg.kind is AxisKind.REDUCE for u in program if u.op is Ops.RANGE)
 
 
 def test_stores_of_one_shape_share_their_loops() -> None:

@@ -12,7 +12,7 @@ from tinygrad.codegen.opt import Opt, OptError, OptOps, OptState, apply_opt, exp
 from tinygrad.dtype import dtypes
 from tinygrad.helpers import Context
 from tinygrad.renderer.cstyle import CStyleRenderer
-from tinygrad.uop.ops import Ops, UOp
+from tinygrad.uop.ops import AxisKind, Ops, UOp
 
 
 class GPURenderer(CStyleRenderer):
@@ -31,31 +31,31 @@ def state_of(ast: object, *opts: Opt, renderer: CStyleRenderer | None = None) ->
     return state
 
 
-def sizes(state: OptState, kind: str) -> list[int]:
+def sizes(state: OptState, kind: AxisKind) -> list[int]:
     return [int(r.src[0].arg) for r in state.ranges(kind)]
 
 
 def test_upcast_splits_a_global_axis_into_outer_and_upcast_ranges() -> None:
     s = state_of(matmul_ast(8, 16, 12), Opt(OptOps.UPCAST, 1, 4))
-    assert sizes(s, "global") == [8, 3] and sizes(s, "upcast") == [4]
+    assert sizes(s, AxisKind.GLOBAL) == [8, 3] and sizes(s, AxisKind.UPCAST) == [4]
     assert s.applied == (Opt(OptOps.UPCAST, 1, 4),)
 
 
 def test_an_axis_keeps_its_number_after_a_split() -> None:
     s = state_of(matmul_ast(8, 16, 12), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 1, 3))
-    assert sizes(s, "global") == [8] and sizes(s, "upcast") == [4, 3]
+    assert sizes(s, AxisKind.GLOBAL) == [8] and sizes(s, AxisKind.UPCAST) == [4, 3]
 
 
 def test_upcast_of_the_whole_axis_leaves_no_outer_loop_and_later_axes_move_down() -> None:
     s = state_of(matmul_ast(8, 16, 4), Opt(OptOps.UPCAST, 1, 4))
-    assert sizes(s, "global") == [8]
+    assert sizes(s, AxisKind.GLOBAL) == [8]
     s = state_of(matmul_ast(2, 16, 4), Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UNROLL, 1, 4))
-    assert sizes(s, "global") == [4] and sizes(s, "unroll") == [4]
+    assert sizes(s, AxisKind.GLOBAL) == [4] and sizes(s, AxisKind.UNROLL) == [4]
 
 
 def test_unroll_splits_a_reduce_axis() -> None:
     s = state_of(reduce_ast(3, 64), Opt(OptOps.UNROLL, 1, 8))
-    assert sizes(s, "reduce") == [8] and sizes(s, "unroll") == [8]
+    assert sizes(s, AxisKind.REDUCE) == [8] and sizes(s, AxisKind.UNROLL) == [8]
 
 
 @pytest.mark.parametrize("opt, message", [
@@ -104,7 +104,7 @@ def test_swap_exchanges_the_loop_order() -> None:
 
 def test_tile_splits_a_global_axis_into_two_loops_and_swap_moves_the_outer_one_out() -> None:
     s = state_of(matmul_ast(8, 16, 12), Opt(OptOps.TILE, 1, 4))
-    assert sizes(s, "global") == [8, 3, 4] and not s.ranges("upcast")
+    assert sizes(s, AxisKind.GLOBAL) == [8, 3, 4] and not s.ranges(AxisKind.UPCAST)
     loops = [int(u.src[0].arg) for u in linearize(expand_kernel(s)) if u.op is Ops.RANGE]
     assert loops == [8, 3, 4, 16]  # the inner part opens inside every other global loop, the reduce stays inside
     s = state_of(matmul_ast(8, 16, 12), Opt(OptOps.TILE, 1, 4), Opt(OptOps.SWAP, 0, 1))
@@ -126,7 +126,7 @@ def test_cpu_heuristics_block_a_big_matmul_for_l2_and_leave_a_small_one() -> Non
     big = optimize(lower_kernel(matmul_ast(1024, 1024, 1024)), CStyleRenderer())
     assert [o.op for o in big.applied] == [OptOps.UPCAST, OptOps.UPCAST, OptOps.TILE, OptOps.SWAP]
     # the outermost loop now walks blocks of column tiles; a strip of B per tile is 1024 * 32 floats (128 KiB)
-    assert sizes(big, "global") == [8, 128, 4]
+    assert sizes(big, AxisKind.GLOBAL) == [8, 128, 4]
     small = optimize(lower_kernel(matmul_ast(64, 64, 64)), CStyleRenderer())
     assert OptOps.TILE not in [o.op for o in small.applied] and small.applied
 
@@ -136,7 +136,7 @@ def test_upcast_copies_stores_and_their_reductions_share_one_loop() -> None:
     program = linearize(expand_kernel(s))
     assert sum(u.op is Ops.STORE for u in program) == 8
     assert sum(u.op is Ops.DEFINE_ACC for u in program) == 8
-    reduce_loops = [u for u in program if u.op is Ops.RANGE and u.arg[1] == "reduce"]
+    reduce_loops = [u for u in program if u.op is Ops.RANGE and u.arg.kind is AxisKind.REDUCE]
     assert len(reduce_loops) == 1  # eight accumulators, one loop over k
     # the loads are shared: 2 rows of a and 4 columns of b per k, not 8 of each
     assert sum(u.op is Ops.LOAD for u in program) == 6
@@ -194,8 +194,8 @@ def test_heuristics_tile_a_cpu_matmul_and_group_a_gpu_sum() -> None:
 
 def test_heuristics_keep_the_outermost_loop_for_a_threaded_cpu_backend() -> None:
     s = optimize(lower_kernel(matmul_ast(256, 64, 256)), CStyleRenderer())
-    outer = s.ranges("global")[0]
-    assert outer.arg[0] == 0 and int(outer.src[0].arg) > 1
+    outer = s.ranges(AxisKind.GLOBAL)[0]
+    assert outer.arg.axis == 0 and int(outer.src[0].arg) > 1
 
 
 def test_kernels_with_symbolic_sizes_get_no_opts() -> None:
@@ -278,7 +278,7 @@ def test_cpu_heuristics_ignore_loads_outside_the_reduce_loop_when_choosing_the_s
     out = (raw + bias.reshape(1, 4, 1, 1)).relu().conv2d(w)
     (grad_w,) = (out * Tensor.empty(8, 64, 6, 6)).sum().gradient(w)
     state = OptState.from_lowered(lower_kernel(_heaviest_kernel(grad_w)))  # type: ignore[arg-type]
-    channels = state.ranges("global")[-3]  # (chunks,) out channels, in channels, kernel rows, kernel columns
+    channels = state.ranges(AxisKind.GLOBAL)[-3]  # (chunks,) out channels, in channels, kernel rows, kernel columns
     along = access_strides(state, channels)
     in_loop = _accesses_in_the_loop(state)
     # the bias: contiguous along the channels and outside the loop; the windows and g: inside it

@@ -10,7 +10,7 @@ from tinygrad.codegen.opt import Opt, OptOps
 from tinygrad.dtype import DType, dtypes
 from tinygrad.renderer.cstyle import CStyleRenderer
 from tinygrad.renderer.vectorize import multiple_of, split_index
-from tinygrad.uop.ops import Ops, UOp
+from tinygrad.uop.ops import AxisKind, Ops, RangeArg, UOp
 
 
 class VecRenderer(CStyleRenderer):
@@ -32,7 +32,7 @@ class VecRenderer(CStyleRenderer):
 
 
 def test_index_sums_split_into_terms_and_a_constant() -> None:
-    r = UOp(Ops.RANGE, IDX, (UOp.const(IDX, 8),), (0, "global"))
+    r = UOp(Ops.RANGE, IDX, (UOp.const(IDX, 8),), RangeArg(0, AxisKind.GLOBAL))
     terms, const = split_index((r * UOp.const(IDX, 4) + UOp.const(IDX, 3)) + UOp.const(IDX, 2))
     assert const == 5 and len(terms) == 1
     assert multiple_of(r * UOp.const(IDX, 8), 4) and not multiple_of(r * UOp.const(IDX, 6), 4)

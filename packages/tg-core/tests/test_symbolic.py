@@ -16,14 +16,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tinygrad.dtype import DType, dtypes
 from tinygrad.uop.alu import exec_alu, exec_cast
-from tinygrad.uop.ops import GroupOp, Ops, UOp
+from tinygrad.uop.ops import AxisKind, GroupOp, Ops, RangeArg, UOp
 from tinygrad.uop.symbolic import simplify
 
 I32, U32, F32 = dtypes.int32, dtypes.uint32, dtypes.float32
 
 
 def rng(n: int, axis: int = 0, dtype: DType = I32) -> UOp:
-    return UOp(Ops.RANGE, dtype, (UOp.const(dtype, n),), (axis, "loop"))
+    return UOp(Ops.RANGE, dtype, (UOp.const(dtype, n),), RangeArg(axis, AxisKind.GLOBAL))
 
 
 def var(name: str, lo: int, hi: int, dtype: DType = I32) -> UOp:

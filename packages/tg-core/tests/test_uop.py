@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 from tinygrad.dtype import dtypes
-from tinygrad.uop.ops import Ops, UOp, UOpMeta
+from tinygrad.uop.ops import AxisKind, Ops, RangeArg, UOp, UOpMeta
 
 I32, F32 = dtypes.int32, dtypes.float32
 
@@ -18,7 +18,7 @@ def var(name: str, lo: int, hi: int) -> UOp:
 
 
 def rng(n: int, axis: int = 0) -> UOp:
-    return UOp(Ops.RANGE, I32, (UOp.const(I32, n),), (axis, "loop"))
+    return UOp(Ops.RANGE, I32, (UOp.const(I32, n),), RangeArg(axis, AxisKind.GLOBAL))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -33,6 +33,23 @@ def test_equal_structure_is_the_same_object() -> None:
     assert UOp(Ops.ADD, I32, (a, b)) is not UOp(Ops.ADD, dtypes.int64, (a, b))
     assert UOp(Ops.ADD, I32, (a, b)) is not UOp(Ops.SUB, I32, (a, b))
     assert var("a", 0, 9) is not var("a", 0, 10)
+
+
+def test_range_args_compare_by_value() -> None:
+    # hash-consing keys on the arg: two RangeArgs with the same fields must make one RANGE, any field apart two
+    end = UOp.const(I32, 4)
+    r = UOp(Ops.RANGE, I32, (end,), RangeArg(0, AxisKind.REDUCE))
+    assert UOp(Ops.RANGE, I32, (end,), RangeArg(0, AxisKind.REDUCE)) is r
+    assert UOp(Ops.RANGE, I32, (end,), RangeArg(1, AxisKind.REDUCE)) is not r
+    assert UOp(Ops.RANGE, I32, (end,), RangeArg(0, AxisKind.GLOBAL)) is not r
+    assert r.arg.axis == 0 and r.arg.kind is AxisKind.REDUCE
+    assert repr(r.arg) == "RangeArg(0, AxisKind.REDUCE)" and str(AxisKind.REDUCE) == "reduce"
+
+
+def test_range_arg_refuses_a_kind_spelled_as_a_string() -> None:
+    # the old positional arg spelled kinds as strings; one left over would silently match no kind
+    with pytest.raises(TypeError, match=r"AxisKind\.GLOBAL"):
+        RangeArg(0, "global")  # type: ignore[arg-type]
 
 
 def test_signed_zero_constants_are_distinct() -> None:

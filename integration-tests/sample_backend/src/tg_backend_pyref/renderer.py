@@ -22,7 +22,7 @@ from typing import Any
 
 from tinygrad.dtype import DType
 from tinygrad.renderer import Renderer
-from tinygrad.uop.ops import Ops, UOp
+from tinygrad.uop.ops import Ops, RangeArg, UOp
 
 FORMAT_NAME = "tg-pyref-program"
 FORMAT_VERSION = 1
@@ -38,6 +38,8 @@ def encode_arg(arg: Any, where: str) -> Any:
         return {"op": arg.name}
     if isinstance(arg, DType):
         return {"dtype": arg.name}
+    if isinstance(arg, RangeArg):  # [axis, kind name]: the interpreter needs neither, but a reader does
+        return [arg.axis, arg.kind.value]
     if isinstance(arg, (tuple, list)):
         return [encode_arg(a, where) for a in arg]
     raise NotImplementedError(f"the PYREF renderer cannot serialise the argument {arg!r} "

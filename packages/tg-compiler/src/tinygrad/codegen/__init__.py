@@ -16,7 +16,7 @@ from tinygrad.codegen.lowerer import lower_kernel
 from tinygrad.codegen.opt import Opt, OptState, expand_kernel, optimize
 from tinygrad.helpers import DEBUG, prod
 from tinygrad.renderer import Renderer
-from tinygrad.uop.ops import GroupOp, Ops, UOp, sint
+from tinygrad.uop.ops import AxisKind, GroupOp, Ops, UOp, sint
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ def _estimates(ast: UOp, lowered: UOp) -> tuple[int, int]:
     out_size = upper_bound(store.src[0].size)
     reduce_size = 1
     for r in lowered.toposort():
-        if r.op is Ops.RANGE and r.arg[1] == "reduce":
+        if r.op is Ops.RANGE and r.arg.kind is AxisKind.REDUCE:
             reduce_size *= upper_bound(r.src[0])
     # a reduction's accumulate is an op per term too: a matmul is a multiply and an add per term, 2*M*N*K
     alu = sum(1 for u in lowered.toposort() if u.op in (*GroupOp.ALU, Ops.REDUCE) and u.dtype.kind != "bool" and
@@ -94,7 +94,7 @@ def _launch_sizes(program: list[UOp], renderer: Renderer,
         return None, None
     ranges = renderer.global_ranges(program)
     local_of = dict(state.local_sizes)
-    lsize = tuple(int(r.src[0].arg) if r.arg[1] == "group" else local_of.get(r.arg[0], 1) for r in ranges)
+    lsize = tuple(int(r.src[0].arg) if r.arg.kind is AxisKind.GROUP else local_of.get(r.arg.axis, 1) for r in ranges)
     gsize = tuple(-(-upper_bound(r.src[0]) // ls) * ls for r, ls in zip(ranges, lsize))
     return gsize, (lsize if any(ls > 1 for ls in lsize) else None)
 

@@ -8,7 +8,7 @@ and whatever its value needs that does not depend on its loop ranges is emitted 
 (loop-invariant code motion). Every UOp is emitted once, after its sources.
 
 REDUCEs over the same ranges (the copies an UPCAST or UNROLL made, see `opt/expand.py`) share one loop:
-one accumulator each, their loads emitted once. A "group" range (GROUP opt) is a work-item id and is opened
+one accumulator each, their loads emitted once. A GROUP range (GROUP opt) is a work-item id and is opened
 with the output ranges.
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from tinygrad.codegen.lowerer import reduce_identity
 from tinygrad.dtype import dtypes
-from tinygrad.uop.ops import Ops, UOp
+from tinygrad.uop.ops import AxisKind, Ops, UOp
 
 
 class _Linearizer:
@@ -129,8 +129,9 @@ def linearize(sink: UOp) -> list[UOp]:
     # stores over the same output loops share one loop nest; stores of another shape get their own, in order
     nests: dict[tuple[UOp, ...], list[UOp]] = {}
     for store in sink.src:
-        loops = tuple(sorted((r for r in store.toposort() if r.op is Ops.RANGE and r.arg[1] in ("global", "group")),
-                             key=lambda r: r.arg[0]))
+        nest_kinds = (AxisKind.GLOBAL, AxisKind.GROUP)
+        loops = tuple(sorted((r for r in store.toposort() if r.op is Ops.RANGE and r.arg.kind in nest_kinds),
+                             key=lambda r: r.arg.axis))
         nests.setdefault(loops, []).append(store)
     for loops, stores in nests.items():
         start = len(lin.program)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from tinygrad.codegen.gather_fold import gather_fold
 from tinygrad.dtype import DType, dtypes
-from tinygrad.uop.ops import GroupOp, Ops, UOp, sint, sym_prod
+from tinygrad.uop.ops import AxisKind, GroupOp, Ops, RangeArg, UOp, sint, sym_prod
 from tinygrad.uop.rewrite import graph_rewrite
 from tinygrad.uop.symbolic import symbolic
 
@@ -91,8 +91,8 @@ class _Lowering:
     next_axis: int = 0
     memo: dict[tuple, UOp] = field(default_factory=dict)
 
-    def new_range(self, size: sint, kind: str) -> UOp:
-        r = UOp(Ops.RANGE, IDX, (idx_const(size),), (self.next_axis, kind))
+    def new_range(self, size: sint, kind: AxisKind) -> UOp:
+        r = UOp(Ops.RANGE, IDX, (idx_const(size),), RangeArg(self.next_axis, kind))
         self.next_axis += 1
         return r
 
@@ -181,7 +181,7 @@ class _Lowering:
                 if size == 1:
                     new_list[a] = idx_const(0)
                     continue
-                r = self.new_range(size, "reduce")
+                r = self.new_range(size, AxisKind.REDUCE)
                 ranges.append(r)
                 new_list[a] = r
             value = self.lower(src, tuple(new_list), valid)
@@ -203,7 +203,8 @@ def lower_kernel(ast: UOp) -> UOp:
         shape = target.shape
         # stores of one shape share their loops; separate ranges would nest, running each store N times over
         if shape not in loops_for_shape:
-            loops_for_shape[shape] = tuple(state.new_range(s, "global") if s != 1 else idx_const(0) for s in shape)
+            loops_for_shape[shape] = tuple(state.new_range(s, AxisKind.GLOBAL) if s != 1 else idx_const(0)
+                                           for s in shape)
         idxs = loops_for_shape[shape]
         param = target
         while param.op is Ops.RESHAPE:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from tinygrad.dtype import DType, dtypes
-from tinygrad.uop.ops import Ops, UOp
+from tinygrad.uop.ops import AxisKind, Ops, UOp
 
 
 class Renderer:
@@ -47,20 +47,20 @@ class Renderer:
         any, then the innermost output ranges, as many as the target has launch dimensions (3 unless
         `local_max` says otherwise); outer output ranges stay loops. A program with several loop nests (stores
         of different shapes) runs as a single work-item: it has no ranges here."""
-        ranges = [u for u in program if u.op is Ops.RANGE and u.arg[1] in ("global", "group")]
+        ranges = [u for u in program if u.op is Ops.RANGE and u.arg.kind in (AxisKind.GLOBAL, AxisKind.GROUP)]
         first_end = next((i for i, u in enumerate(program) if u.op is Ops.END), len(program))
         if any(program.index(r) > first_end for r in ranges):
             return []
         dims = len(self.local_max) if self.local_max else 3
-        group = [r for r in ranges if r.arg[1] == "group"]
-        outputs = [r for r in ranges if r.arg[1] == "global"]
+        group = [r for r in ranges if r.arg.kind is AxisKind.GROUP]
+        outputs = [r for r in ranges if r.arg.kind is AxisKind.GLOBAL]
         return (group + list(reversed(outputs)))[:dims]
 
     @staticmethod
     def kernel_name(sink: UOp) -> str:
         """A readable name: r_ for kernels with a reduction, E_ for elementwise, then the loop sizes."""
-        ranges = sorted((u for u in sink.toposort() if u.op is Ops.RANGE), key=lambda r: r.arg[0])
-        prefix = "r" if any(r.arg[1] == "reduce" for r in ranges) else "E"
+        ranges = sorted((u for u in sink.toposort() if u.op is Ops.RANGE), key=lambda r: r.arg.axis)
+        prefix = "r" if any(r.arg.kind is AxisKind.REDUCE for r in ranges) else "E"
         sizes = "_".join(_size_name(r.src[0]) for r in ranges) or "1"
         return f"{prefix}_{sizes}"
 

@@ -91,7 +91,9 @@ def find_vector_accesses(program: list[UOp], widths: tuple[int, ...], dtypes_ok:
                     members = tuple(by_const[c0 + i] for i in range(w))
                     if op is Ops.STORE and not _stores_uninterrupted(program, position, members, buf):
                         continue
-                    access = VectorAccess(members, terms, c0)
+                    # the address's terms in program order: the id order that groups them varies from run to run
+                    ordered = tuple(sorted(terms, key=lambda t: position.get(t, -1)))
+                    access = VectorAccess(members, ordered, c0)
                     for m in members:
                         out[m] = access
     return out

@@ -14,6 +14,7 @@ import math
 import struct
 import weakref
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from tinygrad.dtype import DType, dtypes, truncate
@@ -27,7 +28,7 @@ class Ops(enum.Enum):
     # arg: size; shape (size,); element i holds i in the node's integer dtype. Lowering makes it the loop index
     # itself (no buffer), so a compare with it stays visible to the compiler (codegen/gather_fold.py)
     ARANGE = enum.auto()
-    # elementwise ALU; the set a renderer must provide is in DESIGN.md
+    # elementwise ALU; the set a renderer must provide is in docs/device-contract.md, section 2
     NEG = enum.auto(); RECIPROCAL = enum.auto(); SQRT = enum.auto(); EXP2 = enum.auto(); LOG2 = enum.auto()
     SIN = enum.auto(); TRUNC = enum.auto()
     ADD = enum.auto(); SUB = enum.auto(); MUL = enum.auto(); IDIV = enum.auto(); MOD = enum.auto()
@@ -49,7 +50,7 @@ class Ops(enum.Enum):
     PARAM = enum.auto()  # arg: (index, size): a kernel's buffer argument, shape (size,)
     DEFINE_VAR = enum.auto()  # arg: (name, min, max): a symbolic integer bound at launch
     BIND = enum.auto()  # src: (DEFINE_VAR, CONST value): a variable with its value, in the tensor graph
-    RANGE = enum.auto()  # arg: (axis id, kind); src: (end,)
+    RANGE = enum.auto()  # arg: RangeArg(axis id, AxisKind); src: (end,)
     INDEX = enum.auto()  # src: (param, idx) or (param, idx, valid)
     LOAD = enum.auto()  # src: (index,)
     STORE = enum.auto()  # src: (index, value)
@@ -67,6 +68,43 @@ class Ops(enum.Enum):
     # members are singletons, so identity is their hash; Enum's own __hash__ is Python code, and every UOp made or
     # looked up hashes its op
     __hash__ = object.__hash__
+
+
+class AxisKind(enum.Enum):
+    """What a RANGE's loop is for. The value is the kind's name in messages and in serialised programs."""
+
+    GLOBAL = "global"  # an output dimension: a loop on loop targets, work-item ids on work-group targets
+    REDUCE = "reduce"  # a reduced dimension: a loop around an accumulator
+    UPCAST = "upcast"  # inner part of a split GLOBAL axis (opt UPCAST): expanded into copies of the computation
+    UNROLL = "unroll"  # inner part of a split REDUCE axis (opt UNROLL): expanded into independent accumulators
+    GROUP = "group"  # the lane of a reduction shared by a work-group through local memory (opt GROUP)
+
+    # as for Ops: members are singletons, and every RANGE made or looked up hashes its kind
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return f"AxisKind.{self.name}"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class RangeArg:
+    """The arg of a RANGE. `axis` is the loop's id: loops of one nest open in id order, and kernel names list
+    the loop sizes in it. Frozen and compared by value, as hash-consing needs."""
+
+    axis: int
+    kind: AxisKind
+
+    def __post_init__(self) -> None:
+        # a kind spelled as a string (the arg was a tuple like (0, "global") before) would silently match nothing
+        if not isinstance(self.kind, AxisKind):
+            raise TypeError(f"RangeArg kind must be an AxisKind member, got {self.kind!r}; use one of "
+                            + ", ".join(repr(k) for k in AxisKind))
+
+    def __repr__(self) -> str:
+        return f"RangeArg({self.axis}, {self.kind!r})"
 
 
 class GroupOp:

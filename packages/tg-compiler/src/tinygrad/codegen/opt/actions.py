@@ -1,19 +1,19 @@
 """The optimisation actions and how each one rewrites a lowered kernel's loop RANGEs.
 
 A lowered kernel (see `lowerer.py`) is a SINK of STOREs whose indices and values are arithmetic over
-RANGE nodes: one per output dimension (kind "global") and one per reduced dimension (kind "reduce").
+RANGE nodes: one per output dimension (kind GLOBAL) and one per reduced dimension (kind REDUCE).
 An optimisation never changes *what* is computed, only how the iteration space is cut up:
 
 * ``UPCAST axis k``  split a global axis r (size n, k must divide n) into an outer global range of n/k and an
-  inner range of kind "upcast" of size k: ``r = outer*k + inner``. Upcast ranges are unrolled into k copies of
+  inner range of kind UPCAST of size k: ``r = outer*k + inner``. Upcast ranges are unrolled into k copies of
   the computation per work-item (k outputs held in registers), so neighbouring outputs share their loads.
-* ``UNROLL axis k``  the same for a reduce axis; the inner range has kind "unroll". Each unrolled index gets its
+* ``UNROLL axis k``  the same for a reduce axis; the inner range has kind UNROLL. Each unrolled index gets its
   own accumulator in the same loop, combined after it: more independent work per iteration.
 * ``LOCAL axis k``   (GPU only) the global axis runs in work-groups of k work-items along its launch dimension.
   The range is not split: the work-item id *is* the index, and the launch rounds the global size up to a
   multiple of k; the guard every work-item range already has (``if (idx < n)``) masks the tail.
 * ``GROUP axis k``   (GPU with local memory only) split a reduce axis r of size n across k work-items of a
-  group: ``r = inner*k + lane`` with a "group" range ``lane`` (a work-item id) and a reduce loop ``inner`` over
+  group: ``r = inner*k + lane`` with a GROUP range ``lane`` (a work-item id) and a reduce loop ``inner`` over
   ceil(n/k) (indices past n contribute the reduction's identity). Each work-item reduces its share, writes the
   partial result to local memory, waits at a barrier, and reads all k partials back to combine them.
 
@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 from tinygrad.codegen.lowerer import IDX, reduce_identity
 from tinygrad.dtype import dtypes, is_emulated_float
 from tinygrad.renderer import Renderer
-from tinygrad.uop.ops import Ops, UOp
+from tinygrad.uop.ops import AxisKind, Ops, RangeArg, UOp
 from tinygrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite
 from tinygrad.uop.symbolic import symbolic
 
@@ -87,26 +87,26 @@ class OptState:
 
     @staticmethod
     def from_lowered(sink: UOp) -> OptState:
-        ids = [r.arg[0] for r in sink.toposort() if r.op is Ops.RANGE]
+        ids = [r.arg.axis for r in sink.toposort() if r.op is Ops.RANGE]
         return OptState(sink, next_id=max(ids, default=-1) + 1)
 
-    def ranges(self, *kinds: str) -> list[UOp]:
-        return sorted((u for u in self.sink.toposort() if u.op is Ops.RANGE and u.arg[1] in kinds),
-                      key=lambda r: r.arg[0])
+    def ranges(self, *kinds: AxisKind) -> list[UOp]:
+        return sorted((u for u in self.sink.toposort() if u.op is Ops.RANGE and u.arg.kind in kinds),
+                      key=lambda r: r.arg.axis)
 
     @property
     def axes(self) -> list[UOp]:
         """The splittable axes in Opt numbering: global ranges, then reduce ranges."""
-        return self.ranges("global") + self.ranges("reduce")
+        return self.ranges(AxisKind.GLOBAL) + self.ranges(AxisKind.REDUCE)
 
     def upcast_size(self) -> int:
         size = 1
-        for r in self.ranges("upcast", "unroll"):
+        for r in self.ranges(AxisKind.UPCAST, AxisKind.UNROLL):
             size *= int(r.src[0].arg)
         return size
 
     def local_size_of(self, r: UOp) -> int:
-        return dict(self.local_sizes).get(r.arg[0], 1)
+        return dict(self.local_sizes).get(r.arg.axis, 1)
 
     def work_group_size(self) -> int:
         size = max(self.group_size, 1)
@@ -122,16 +122,16 @@ def _const_size(r: UOp) -> int | None:
 def _single_nest(sink: UOp) -> bool:
     """Opts need one loop nest: every store over the same global ranges (stores of different shapes each get
     their own nest, and a work-group launch has one shape)."""
-    shapes = {tuple(r for r in st.toposort() if r.op is Ops.RANGE and r.arg[1] == "global") for st in sink.src}
+    shapes = {tuple(r for r in st.toposort() if r.op is Ops.RANGE and r.arg.kind is AxisKind.GLOBAL) for st in sink.src}
     return len(shapes) == 1
 
 
-def split_range(state: OptState, r: UOp, amount: int, inner_kind: str) -> tuple[OptState, UOp, UOp | None]:
+def split_range(state: OptState, r: UOp, amount: int, inner_kind: AxisKind) -> tuple[OptState, UOp, UOp | None]:
     """Replace r (size n, amount divides n) by outer*amount + inner; returns (state, inner, outer or None when
     the outer range would have size 1)."""
     n = _const_size(r)
     assert n is not None and n % amount == 0
-    inner = UOp(Ops.RANGE, IDX, (UOp.const(IDX, amount),), (state.next_id, inner_kind))
+    inner = UOp(Ops.RANGE, IDX, (UOp.const(IDX, amount),), RangeArg(state.next_id, inner_kind))
     outer = r.replace(src=(UOp.const(IDX, n // amount),)) if n != amount else None
     new_index = outer * UOp.const(IDX, amount) + inner if outer is not None else inner
     sink = _substitute_range(state.sink, r, new_index, (outer, inner) if outer is not None else (inner,))
@@ -164,7 +164,7 @@ def apply_opt(state: OptState, opt: Opt, renderer: Renderer) -> OptState:
     if not 0 <= opt.axis < len(axes):
         raise OptError(f"{opt}: the kernel has {len(axes)} axes")
     r = axes[opt.axis]
-    kind = r.arg[1]
+    kind = r.arg.kind
     n = _const_size(r)
     if n is None:
         raise OptError(f"{opt}: axis {opt.axis} has a symbolic size")
@@ -173,8 +173,8 @@ def apply_opt(state: OptState, opt: Opt, renderer: Renderer) -> OptState:
     if opt.amount < 2:
         raise OptError(f"{opt}: the amount must be at least 2")
     if opt.op in (OptOps.UPCAST, OptOps.UNROLL):
-        want = "global" if opt.op is OptOps.UPCAST else "reduce"
-        if kind != want:
+        want = AxisKind.GLOBAL if opt.op is OptOps.UPCAST else AxisKind.REDUCE
+        if kind is not want:
             raise OptError(f"{opt}: {opt.op.name} applies to {want} axes, axis {opt.axis} is {kind}")
         if n % opt.amount:
             raise OptError(f"{opt}: {opt.amount} does not divide the axis size {n}")
@@ -184,14 +184,14 @@ def apply_opt(state: OptState, opt: Opt, renderer: Renderer) -> OptState:
             raise OptError(f"{opt}: more than {MAX_UPCAST} values per work-item")
         if opt.op is OptOps.UPCAST and state.local_size_of(r) > 1:
             raise OptError(f"{opt}: axis {opt.axis} already runs in work-groups; upcast before LOCAL")
-        new, _, _ = split_range(state, r, opt.amount, "upcast" if opt.op is OptOps.UPCAST else "unroll")
+        new, _, _ = split_range(state, r, opt.amount, AxisKind.UPCAST if opt.op is OptOps.UPCAST else AxisKind.UNROLL)
         return replace(new, applied=(*state.applied, opt))
     if opt.op is OptOps.TILE:
         return _tile(state, opt, r, n, renderer)
     if not renderer.has_local:
         raise OptError(f"{opt}: {type(renderer).__name__} has no work-groups")
     if opt.op is OptOps.LOCAL:
-        if kind != "global":
+        if kind is not AxisKind.GLOBAL:
             raise OptError(f"{opt}: LOCAL applies to global axes")
         if state.local_size_of(r) > 1:
             raise OptError(f"{opt}: axis {opt.axis} already has a work-group size")
@@ -200,29 +200,29 @@ def apply_opt(state: OptState, opt: Opt, renderer: Renderer) -> OptState:
         if state.group_size and n % opt.amount:
             raise OptError(f"{opt}: with GROUP every work-group must be full; {opt.amount} must divide {n}")
         _check_group_limits(state, renderer, opt, state.work_group_size() * opt.amount, r_dim_size=opt.amount, r=r)
-        return replace(state, local_sizes=(*state.local_sizes, (r.arg[0], opt.amount)), applied=(*state.applied, opt))
+        return replace(state, local_sizes=(*state.local_sizes, (r.arg.axis, opt.amount)), applied=(*state.applied, opt))
     # GROUP
-    if kind != "reduce":
+    if kind is not AxisKind.REDUCE:
         raise OptError(f"{opt}: GROUP applies to reduce axes")
     if not renderer.local_mem_max:
         raise OptError(f"{opt}: {type(renderer).__name__} has no local memory")
     if state.group_size:
         raise OptError(f"{opt}: only one GROUP per kernel")
-    if state.ranges("upcast"):
+    if state.ranges(AxisKind.UPCAST):
         raise OptError(f"{opt}: GROUP with upcast outputs is not supported")
-    if state.ranges("unroll"):
+    if state.ranges(AxisKind.UNROLL):
         # the partials of unrolled accumulators would be combined before the group's, which is not implemented
         # (it summed wrongly when tried)
         raise OptError(f"{opt}: GROUP of an unrolled reduction is not supported")
     reduces = [u for u in state.sink.toposort() if u.op is Ops.REDUCE]
     if len(reduces) != 1 or len(state.sink.src) != 1:
         raise OptError(f"{opt}: GROUP needs a kernel with one store and one reduction")
-    for g in state.ranges("global"):
+    for g in state.ranges(AxisKind.GLOBAL):
         size = _const_size(g)
         if size is None or size % state.local_size_of(g):
             raise OptError(f"{opt}: with GROUP every work-group must be full (symbolic or partial work-groups)")
     if len(work_item_ranges(state, renderer)) + 1 > len(renderer.local_max or (0, 0, 0)) or \
-            len(work_item_ranges(state, renderer)) != len(state.ranges("global")):
+            len(work_item_ranges(state, renderer)) != len(state.ranges(AxisKind.GLOBAL)):
         raise OptError(f"{opt}: no launch dimension left for the group")
     if reduces[0].dtype.scalar in (dtypes.float16, dtypes.bool) or is_emulated_float(reduces[0].dtype):
         # these are storage formats on some targets (emulated); the scratch array holds computed values only
@@ -231,7 +231,7 @@ def apply_opt(state: OptState, opt: Opt, renderer: Renderer) -> OptState:
     _check_group_limits(state, renderer, opt, wg, r_dim_size=opt.amount, r=None)
     if wg * reduces[0].dtype.itemsize > renderer.local_mem_max:
         raise OptError(f"{opt}: {wg} partial results do not fit in {renderer.local_mem_max} bytes of local memory")
-    lane = UOp(Ops.RANGE, IDX, (UOp.const(IDX, opt.amount),), (state.next_id, "group"))
+    lane = UOp(Ops.RANGE, IDX, (UOp.const(IDX, opt.amount),), RangeArg(state.next_id, AxisKind.GROUP))
     steps = -(-n // opt.amount)
     inner = r.replace(src=(UOp.const(IDX, steps),))
     index = inner * UOp.const(IDX, opt.amount) + lane
@@ -252,22 +252,23 @@ def _swap(state: OptState, opt: Opt, axes: list[UOp]) -> OptState:
     if not 0 <= opt.amount < len(axes) or opt.amount == opt.axis:
         raise OptError(f"{opt}: the other axis must be another of the kernel's {len(axes)} axes")
     a, b = axes[opt.axis], axes[opt.amount]
-    if a.arg[1] != "global" or b.arg[1] != "global":
+    if a.arg.kind is not AxisKind.GLOBAL or b.arg.kind is not AxisKind.GLOBAL:
         raise OptError(f"{opt}: SWAP exchanges two global axes")
     if state.local_sizes or state.group_size:
         raise OptError(f"{opt}: swap loops before choosing work-groups")
-    sink = state.sink.substitute({a: a.replace(arg=(b.arg[0], "global")), b: b.replace(arg=(a.arg[0], "global"))})
+    sink = state.sink.substitute({a: a.replace(arg=RangeArg(b.arg.axis, AxisKind.GLOBAL)),
+                                  b: b.replace(arg=RangeArg(a.arg.axis, AxisKind.GLOBAL))})
     return replace(state, sink=sink, applied=(*state.applied, opt))
 
 
 def _tile(state: OptState, opt: Opt, r: UOp, n: int, renderer: Renderer) -> OptState:
     if renderer.has_local:
         raise OptError(f"{opt}: TILE is for loop targets; on {type(renderer).__name__} global axes are work-items")
-    if r.arg[1] != "global":
+    if r.arg.kind is not AxisKind.GLOBAL:
         raise OptError(f"{opt}: TILE applies to global axes")
     if n % opt.amount or not 1 < opt.amount < n:
         raise OptError(f"{opt}: {opt.amount} must divide the axis size {n} and leave an outer loop")
-    new, _, _ = split_range(state, r, opt.amount, "global")
+    new, _, _ = split_range(state, r, opt.amount, AxisKind.GLOBAL)
     return replace(new, applied=(*state.applied, opt))
 
 
@@ -285,7 +286,7 @@ def _check_group_limits(state: OptState, renderer: Renderer, opt: Opt, wg: int, 
 def work_item_ranges(state: OptState, renderer: Renderer) -> list[UOp]:
     """The ranges the renderer will run as work-items (launch dimension 0 first), asked of the renderer with
     the kernel's output and group ranges in loop order, as the linearizer will open them."""
-    return renderer.global_ranges(state.ranges("global", "group"))
+    return renderer.global_ranges(state.ranges(AxisKind.GLOBAL, AxisKind.GROUP))
 
 
 def _is_index(x: UOp) -> bool:

@@ -1,11 +1,11 @@
 """After the opts: turn the special RANGE kinds into plain IR the linearizer and renderers know.
 
-* "unroll" ranges: a REDUCE over (loops..., u) of size k becomes k REDUCEs over (loops...), one per value
+* UNROLL ranges: a REDUCE over (loops..., u) of size k becomes k REDUCEs over (loops...), one per value
   of u, combined with the reduction's op. The linearizer runs REDUCEs over the same loops in one loop, so
   this is one loop with k independent accumulators (ILP, and SIMD across them).
-* "upcast" ranges: every STORE that depends on one is copied once per value (k stores of k neighbouring
+* UPCAST ranges: every STORE that depends on one is copied once per value (k stores of k neighbouring
   outputs); their reductions share loops and loads the same way.
-* a "group" range (GROUP opt): the reduction is split into a per-work-item partial REDUCE, a store of the
+* a GROUP range (GROUP opt): the reduction is split into a per-work-item partial REDUCE, a store of the
   partial into local memory (DEFINE_LOCAL), a BARRIER, and a REDUCE over the k partials read back; only
   lane 0 stores the result (STORE with a third source, its gate).
 """
@@ -17,7 +17,7 @@ import itertools
 from tinygrad.codegen.lowerer import IDX
 from tinygrad.codegen.opt.actions import OptState, simplify_kernel
 from tinygrad.dtype import dtypes
-from tinygrad.uop.ops import Ops, UOp
+from tinygrad.uop.ops import AxisKind, Ops, RangeArg, UOp
 
 
 def _values(ranges: list[UOp]) -> list[dict[UOp, UOp]]:
@@ -31,10 +31,10 @@ def expand_unrolls(sink: UOp) -> UOp:
     for red in sink.toposort():
         if red.op is not Ops.REDUCE:
             continue
-        unrolled = [r for r in red.src[1:] if r.arg[1] == "unroll"]
+        unrolled = [r for r in red.src[1:] if r.arg.kind is AxisKind.UNROLL]
         if not unrolled:
             continue
-        loops = tuple(r for r in red.src[1:] if r.arg[1] != "unroll")
+        loops = tuple(r for r in red.src[1:] if r.arg.kind is not AxisKind.UNROLL)
         parts = [red.src[0].substitute(m) for m in _values(unrolled)]
         if loops:
             parts = [UOp(Ops.REDUCE, red.dtype, (p, *loops), red.arg) for p in parts]
@@ -55,8 +55,8 @@ def expand_upcasts(sink: UOp) -> UOp:
     for st in sink.src:
         # the first upcast applied (the heuristics' SIMD axis) varies fastest: neighbouring copies are then
         # neighbouring addresses, which is what a C compiler's SLP vectoriser packs into one register
-        upcast = sorted((r for r in st.toposort() if r.op is Ops.RANGE and r.arg[1] == "upcast"),
-                        key=lambda r: -r.arg[0])
+        upcast = sorted((r for r in st.toposort() if r.op is Ops.RANGE and r.arg.kind is AxisKind.UPCAST),
+                        key=lambda r: -r.arg.axis)
         if upcast:
             stores.extend(st.substitute(m) for m in _values(upcast))
         else:
@@ -68,21 +68,22 @@ def lower_group(state: OptState) -> UOp:
     """The GROUP reduction through local memory (see the module docstring). Needs exactly one STORE and one
     REDUCE; `apply_opt` checked that."""
     sink = state.sink
-    lane = next(r for r in sink.toposort() if r.op is Ops.RANGE and r.arg[1] == "group")
+    lane = next(r for r in sink.toposort() if r.op is Ops.RANGE and r.arg.kind is AxisKind.GROUP)
     red = next(u for u in sink.toposort() if u.op is Ops.REDUCE)
     loops = red.src[1:]
     partial = UOp(Ops.REDUCE, red.dtype, (red.src[0], *loops), red.arg) if loops else red.src[0]
     # the slot of this work-item in the group's scratch: its local id in each LOCAL dimension, then the lane
     local_of = dict(state.local_sizes)
     slot: UOp = UOp.const(IDX, 0)
-    for g in sorted((r for r in sink.toposort() if r.op is Ops.RANGE and r.arg[1] == "global"), key=lambda r: r.arg[0]):
-        if (ls := local_of.get(g.arg[0], 1)) > 1:
+    for g in sorted((r for r in sink.toposort() if r.op is Ops.RANGE and r.arg.kind is AxisKind.GLOBAL),
+                    key=lambda r: r.arg.axis):
+        if (ls := local_of.get(g.arg.axis, 1)) > 1:
             slot = slot * UOp.const(IDX, ls) + g % UOp.const(IDX, ls)
     slot = slot * UOp.const(IDX, state.group_size)
     scratch = UOp(Ops.DEFINE_LOCAL, red.dtype, (), (0, state.work_group_size()))
     write = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, red.dtype, (scratch, slot + lane)), partial))
     barrier = UOp(Ops.BARRIER, dtypes.void, (write,))
-    other = UOp(Ops.RANGE, IDX, (UOp.const(IDX, state.group_size),), (state.next_id, "reduce"))
+    other = UOp(Ops.RANGE, IDX, (UOp.const(IDX, state.group_size),), RangeArg(state.next_id, AxisKind.REDUCE))
     read = UOp(Ops.LOAD, red.dtype, (UOp(Ops.INDEX, red.dtype, (scratch, slot + other)), barrier))
     total = UOp(Ops.REDUCE, red.dtype, (read, other), red.arg)
     (store,) = sink.src
@@ -92,7 +93,7 @@ def lower_group(state: OptState) -> UOp:
 
 
 def expand_kernel(state: OptState) -> UOp:
-    """The optimised kernel as a plain lowered kernel: only "global", "group" and "reduce" ranges remain."""
+    """The optimised kernel as a plain lowered kernel: only GLOBAL, GROUP and REDUCE ranges remain."""
     sink = expand_unrolls(state.sink)
     if state.group_size:
         sink = lower_group(OptState(sink, state.applied, state.local_sizes, state.group_size, state.next_id))

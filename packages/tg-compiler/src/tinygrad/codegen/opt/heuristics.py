@@ -28,7 +28,7 @@ from collections.abc import Callable
 from tinygrad.codegen.lowerer import IDX
 from tinygrad.codegen.opt.actions import Opt, OptError, OptOps, OptState, apply_opt, work_item_ranges
 from tinygrad.renderer import Renderer
-from tinygrad.uop.ops import Ops, UOp
+from tinygrad.uop.ops import AxisKind, Ops, UOp
 from tinygrad.uop.symbolic import simplify
 
 #: CPU register tile: 32 floats along the SIMD axis are two AVX-512 registers; 8 rows make 16 accumulators
@@ -74,7 +74,7 @@ def _accesses_in_the_loop(state: OptState) -> list[bool]:
     """For every access `access_strides` lists: whether its layout matters to the reduce loop. A load that no reduce
     range moves (a convolution's bias, fused into its input) is read once per output, outside the loop; that it is
     contiguous along some output axis must not make that axis the SIMD direction. Stores always count."""
-    reduce_ranges = set(state.ranges("reduce"))
+    reduce_ranges = set(state.ranges(AxisKind.REDUCE))
     return [st or not reduce_ranges or any(r in reduce_ranges for r in u.src[1].toposort())
             for u, st in zip(_accesses(state), _stores(state))]
 
@@ -97,9 +97,9 @@ def _try(state: OptState, opt: Opt, renderer: Renderer) -> OptState:
 
 
 def hand_coded_opts(state: OptState, renderer: Renderer) -> OptState:
-    globals_, reduces = state.ranges("global"), state.ranges("reduce")
+    globals_, reduces = state.ranges(AxisKind.GLOBAL), state.ranges(AxisKind.REDUCE)
     if any(_const(r) is None for r in globals_ + reduces) or len({tuple(r for r in st.toposort()
-           if r.op is Ops.RANGE and r.arg[1] == "global") for st in state.sink.src}) != 1:
+           if r.op is Ops.RANGE and r.arg.kind is AxisKind.GLOBAL) for st in state.sink.src}) != 1:
         return state  # symbolic shapes and multi-shape kernels run as lowered
     out_size = 1
     for g in globals_:
@@ -137,11 +137,11 @@ def _tile_axes(state: OptState, globals_: list[UOp], simd_amounts: tuple[int, ..
         return simd_amount(_const(g) or 1) is not None if simd_amount is not None else fits(g, simd_amounts)
 
     simd = max((g for g in globals_ if sum(contiguous(g)) > 0 and simd_fits(g)),
-               key=lambda g: (contiguous(g), g.arg[0]), default=None)
+               key=lambda g: (contiguous(g), g.arg.axis), default=None)
 
     def reuse_score(g: UOp) -> tuple[int, int, int]:
         vector_reuse = sum(1 for s, v in zip(strides[g], strides[simd]) if s == 0 and v == 1) if simd is not None else 0
-        return vector_reuse, sum(1 for s in strides[g] if s == 0), g.arg[0]
+        return vector_reuse, sum(1 for s in strides[g] if s == 0), g.arg.axis
 
     reuse = max((g for g in globals_ if g is not simd and any(s == 0 for s in strides[g]) and
                  fits(g, reuse_amounts)), key=reuse_score, default=None)
@@ -151,8 +151,8 @@ def _tile_axes(state: OptState, globals_: list[UOp], simd_amounts: tuple[int, ..
 def _simd_amount(n: int) -> int | None:
     """Lanes along the SIMD axis: a short axis (a 20- or 24-wide row of a convolution's output) whole, which the
     C compiler splits into vectors and a rest (and whose edge conditions of padding then fold away); a longer
-    one in a whole number of vectors. Measured on the MNIST example's convolutions: whole rows of 20 and 24
-    run 2-16x faster than rows cut into 4 or 8."""
+    one in a whole number of vectors: on the MNIST example's convolutions whole rows of 20 and 24 ran much
+    faster than rows cut into 4 or 8 (CHANGELOG, "Measurements behind the heuristics")."""
     if 4 <= n <= max(CPU_SIMD):
         return n
     return _largest_divisor(n, CPU_SIMD) or _largest_divisor(n, (4,))
@@ -160,7 +160,7 @@ def _simd_amount(n: int) -> int | None:
 
 def _axis_index(state: OptState, axis_id: int | None) -> int | None:
     """The Opt number of the axis with this RANGE id now (opts before may have moved or used up the axis)."""
-    return next((i for i, r in enumerate(state.axes) if r.arg[0] == axis_id), None)
+    return next((i for i, r in enumerate(state.axes) if r.arg.axis == axis_id), None)
 
 
 def _cpu_opts(state: OptState, renderer: Renderer, globals_: list[UOp], reduces: list[UOp], out_size: int,
@@ -168,9 +168,9 @@ def _cpu_opts(state: OptState, renderer: Renderer, globals_: list[UOp], reduces:
     if not reduces:
         return state
     if red_size < 16:
-        # a small window (a 2x2 pool) unrolled whole: straight-line code per output instead of a loop of 2
-        # (measured on the MNIST example's pools: 7.8 -> 5.9 ms)
-        while state.ranges("reduce") and (n := _const(state.axes[-1])) is not None and n > 1:
+        # a small window (a 2x2 pool) unrolled whole: straight-line code per output instead of a loop of 2, which
+        # made the MNIST example's pools faster (CHANGELOG)
+        while state.ranges(AxisKind.REDUCE) and (n := _const(state.axes[-1])) is not None and n > 1:
             unrolled = _try(state, Opt(OptOps.UNROLL, len(state.axes) - 1, n), renderer)
             if unrolled is state:
                 break
@@ -178,8 +178,8 @@ def _cpu_opts(state: OptState, renderer: Renderer, globals_: list[UOp], reduces:
         return state
     if out_size >= 256:
         simd, reuse = _tile_axes(state, globals_, CPU_SIMD, CPU_REUSE, _simd_amount)
-        simd_id = state.axes[simd].arg[0] if simd is not None else None
-        reuse_id = state.axes[reuse].arg[0] if reuse is not None else None
+        simd_id = state.axes[simd].arg.axis if simd is not None else None
+        reuse_id = state.axes[reuse].arg.axis if reuse is not None else None
         simd_amt = 1
         if simd is not None:
             r = state.axes[simd]
@@ -195,9 +195,9 @@ def _cpu_opts(state: OptState, renderer: Renderer, globals_: list[UOp], reduces:
             if amt is not None:
                 state = _try(state, Opt(OptOps.UPCAST, ax, amt), renderer)
         # grow a small tile along more reuse axes while one fits; not for little work, where the bigger unrolled body
-        # costs more compile time than it saves (the MNIST example's 10x576 weight gradient: 0.4 s of clang)
+        # costs more compile time than it saves (as for the MNIST example's 10x576 weight gradient, CHANGELOG)
         while state.upcast_size() < CPU_MIN_TILE and out_size * red_size >= CPU_SMALL_WORK:
-            grown = _grow_tile(state, renderer, globals_[0].arg[0], reuse_id)
+            grown = _grow_tile(state, renderer, globals_[0].arg.axis, reuse_id)
             if grown is state:
                 break
             state = grown
@@ -205,14 +205,14 @@ def _cpu_opts(state: OptState, renderer: Renderer, globals_: list[UOp], reduces:
             return _block_for_l2(state, renderer, simd_id, simd_amt, red_size)
     # few outputs (or nothing to tile): independent accumulators for the innermost reduce axis; a short one (a row of
     # 20 or 24 in a BatchNorm's statistics) whole, which the C compiler turns into vectors, and then two of the
-    # next axis's rows (measured on the MNIST example's statistics: 46 ms -> 31 ms for the 8 of them)
+    # next axis's rows (faster on the MNIST example's BatchNorm statistics, CHANGELOG)
     last = len(state.axes) - 1
     n = _const(state.axes[last]) or 1
     amt = n if 2 <= n <= CPU_REDUCE_WHOLE else _largest_divisor(n, (16, 8, 4, 2))
     if not amt:
         return state
     unrolled = _try(state, Opt(OptOps.UNROLL, last, amt), renderer)
-    if unrolled is not state and amt == n and unrolled.ranges("reduce"):
+    if unrolled is not state and amt == n and unrolled.ranges(AxisKind.REDUCE):
         nxt = len(unrolled.axes) - 1
         if (_const(unrolled.axes[nxt]) or 1) % 2 == 0:
             unrolled = _try(unrolled, Opt(OptOps.UNROLL, nxt, 2), renderer)
@@ -224,18 +224,19 @@ def _grow_tile(state: OptState, renderer: Renderer, outer_id: int, reuse_id: int
     along one more axis, one along which the loads that the first reuse axis does not reuse stay put: then
     every load of the reduce loop serves several accumulators."""
     tile = state.upcast_size()
-    globals_ = state.ranges("global")
-    first = next((g for g in globals_ if g.arg[0] == reuse_id), None)
+    globals_ = state.ranges(AxisKind.GLOBAL)
+    first = next((g for g in globals_ if g.arg.axis == reuse_id), None)
     not_reused = [s != 0 for s in access_strides(state, first)] if first is not None else None
 
     # per access, the strides along the reduce axes: a load that moves along an output axis exactly as along a
     # reduce axis is a sliding window (a convolution's input along the output rows and the kernel rows)
-    window_strides = [set(col) - {0, None} for col in zip(*(access_strides(state, r) for r in state.ranges("reduce")))]
+    window_strides = [set(col) - {0, None}
+                      for col in zip(*(access_strides(state, r) for r in state.ranges(AxisKind.REDUCE)))]
 
     best: tuple[tuple[bool, int, bool, int], int, UOp] | None = None
     for g in globals_:
         n = _const(g) or 1
-        if g is first or (g.arg[0] == outer_id and n < 32):
+        if g is first or (g.arg.axis == outer_id and n < 32):
             continue
         strides = access_strides(state, g)
         # the loads that stay put along g (among those the first reuse axis does not reuse)
@@ -249,10 +250,10 @@ def _grow_tile(state: OptState, renderer: Renderer, outer_id: int, reuse_id: int
         if amt is None:
             continue
         # first an axis along which the loads slide over the same rows: output rows of a small convolution, whose
-        # rows of input the kernel rows share (measured on the MNIST example's 8x8 and 6x6 layers: 2-3x faster
-        # than tiles grown along the batch). Then ties go to a short axis taken whole: a convolution's kernel
-        # rows, whose loads overlap from one output row to the next (2-3x faster weight gradients than tiles
-        # grown along the channels)
+        # rows of input the kernel rows share (faster than tiles grown along the batch on the MNIST example's 8x8
+        # and 6x6 layers). Then ties go to a short axis taken whole: a convolution's kernel rows, whose loads
+        # overlap from one output row to the next (faster weight gradients than tiles grown along the channels;
+        # both measurements are in the CHANGELOG)
         rank = (slides, reused, amt == n, amt)
         if best is None or rank > best[0]:
             best = (rank, amt, g)
@@ -267,8 +268,8 @@ def _block_for_l2(state: OptState, renderer: Renderer, simd_id: int | None, simd
     into blocks whose strips fit and SWAP the block loop outermost. Each block of B then stays in L2 while
     every row tile of A passes it, and A (read by broadcasts, a quarter of the bytes per FMA) streams from
     farther away instead of B."""
-    globals_ = state.ranges("global")
-    outer = next((g for g in globals_ if g.arg[0] == simd_id), None)
+    globals_ = state.ranges(AxisKind.GLOBAL)
+    outer = next((g for g in globals_ if g.arg.axis == simd_id), None)
     if outer is None or outer is globals_[0] or (tiles := _const(outer)) is None:
         return state
     strip = red_size * simd_amt * 4
@@ -303,13 +304,13 @@ def _gpu_opts(state: OptState, renderer: Renderer, globals_: list[UOp], reduces:
             if ax is not None and (_const(state.axes[ax]) or 1) % 4 == 0 and (_const(state.axes[ax]) or 0) >= 16:
                 state = _try(state, Opt(OptOps.UPCAST, ax, 4), renderer)
     # work-groups: up to 16 work-items in each of the two innermost launch dimensions (dividing sizes first), or
-    # up to 256 along a launch of one dimension (PoCL, a*b+c over 16M floats: 6.6 GB/s in groups of 16, 11.2 in
-    # groups of 256; a GPU wants more than a warp per group as well)
+    # up to 256 along a launch of one dimension (faster than groups of 16 on PoCL, see the CHANGELOG; a GPU wants
+    # more than a warp per group as well)
     budget = renderer.max_work_group_size or 256
     ranges = work_item_ranges(state, renderer)
     one_dim = len(ranges) == 1
     for r in ranges[:2]:
-        if r.arg[1] != "global":
+        if r.arg.kind is not AxisKind.GLOBAL:
             continue
         n = _const(r) or 1
         # a size with no small divisor still gets work-groups of 16: the last one is partial and guarded
