@@ -4,10 +4,12 @@ renderer and compiler, and ignores cache entries that are corrupt or from anothe
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 from opt_helpers import device_or_skip, matmul_ast, run_ast
+from tinygrad import helpers
 from tinygrad.codegen.lowerer import lower_kernel
 from tinygrad.codegen.opt import Opt, OptOps, OptState, search
 from tinygrad.codegen.opt.search import _cache_file, ast_key, beam_opts, candidate_actions, read_cached, write_cached
@@ -61,6 +63,17 @@ def test_cache_entries_round_trip_and_stale_or_corrupt_ones_are_ignored() -> Non
     assert read_cached(key) is None
     path.write_text(json.dumps({**entry, "opts": [["NOT_AN_OPT", 0, 1]]}))
     assert read_cached(key) is None
+
+
+def test_an_unwritable_cache_warns_and_the_search_result_is_still_used(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # a cache folder under a regular file cannot be made, for root as well (CI runs as root)
+    (tmp_path / "a-file").write_text("not a folder")
+    monkeypatch.setenv("TINYGRAD_CACHE_DIR", str(tmp_path / "a-file" / "cache"))
+    monkeypatch.setattr(helpers, "_disk_cache_warned", set())
+    with pytest.warns(RuntimeWarning, match="beam cache cannot be written"):
+        write_cached("test\0kernel-a", (Opt(OptOps.UPCAST, 0, 4),))  # before the shared helper this raised
+    assert read_cached("test\0kernel-a") is None
 
 
 @pytest.mark.parametrize("dev_name", ["CPU", "CL"])

@@ -102,7 +102,7 @@ class CCompiler(Compiler):
         # half arithmetic is done in float and rounded at every step, as on CPUs that lack the extension
         # -mprefer-vector-width=512: clang's -march=native on AVX-512 CPUs (Sapphire Rapids, Zen 4) vectorises
         # to 256-bit registers, which halves a register tile's width and makes the 8x32 matmul tile spill
-        # (measured: 1024 matmul 56 -> 100 GFLOP/s on 2 cores); CPUs without AVX-512 ignore it
+        # (the measurement is in the CHANGELOG); CPUs without AVX-512 ignore it
         # clang 18+ also turns on AVX10.1 with -march=native on such CPUs, which implies AVX512-FP16 again: the
         # AVX10.1 feature goes off too, where the compiler knows it
         x86 = ["-mno-avx512fp16", *_accepted(path, ["-mno-avx10.1-256"]), "-mprefer-vector-width=512"] \
@@ -110,9 +110,9 @@ class CCompiler(Compiler):
         self.flags = [opt, *workaround, "-march=native", *x86, "-fPIC", "-shared", "-pthread", "-fwrapv",
                       "-fno-math-errno", "-ffp-contract=fast", "-x", "c", "-std=gnu11", "-w"]
         # Linking through the compiler driver costs as much as compiling a small kernel (it finds and runs the
-        # system linker with the C runtime's startup files, ~55 ms of a ~95 ms build); a kernel needs none of
-        # that, so on Linux the object goes straight to `ld -shared` (first-step compile of the MNIST example:
-        # 100 kernels). Elsewhere, or without ld, the driver links.
+        # system linker with the C runtime's startup files: over half of a small kernel's build, see the
+        # CHANGELOG); a kernel needs none of that, so on Linux the object goes straight to `ld -shared` (the
+        # first-step compile of the MNIST example builds 100 kernels). Elsewhere, or without ld, the driver links.
         # The compiler's runtime library (libgcc: float16 <-> float64 conversions and such) is linked in, as the
         # driver would.
         self.linker = shutil.which("ld") if platform.system() == "Linux" else None

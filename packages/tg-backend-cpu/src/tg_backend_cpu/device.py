@@ -95,7 +95,7 @@ class CPUDevice(Compiled):
 
     def background_builds(self) -> list[Callable[[], Any]]:
         # the pool's C library is compiled on its first use: in a new process with a cold cache, next to the
-        # first kernels instead of after them (about 0.1 s of the first realize of a matmul)
+        # first kernels instead of after them (it is a noticeable part of the first realize of a matmul)
         return [pool_library] if self.pool is not None and pool_library.cache_info().currsize == 0 else []
 
     def _make_program(self, name: str, lib: bytes) -> CPUProgram:

@@ -18,6 +18,7 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -245,6 +246,54 @@ def cache_dir() -> pathlib.Path:
         return pathlib.Path(override)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return pathlib.Path(base) / "tinygrad"
+
+
+# ---- the disk cache ----
+# One policy for every on-disk cache (compiled binaries, BEAM choices): the cache only saves time, so it must never
+# stop a program. A read that fails is a miss; a write that fails (read-only or full disk, a home that is not a
+# folder) warns once per table and the program goes on; an entry is written to a temporary file in its folder and
+# renamed into place, so concurrent writers and readers only ever see whole entries. Callers check what they read
+# (a checksum, a version): a corrupt entry is theirs to treat as a miss and overwrite.
+
+_disk_cache_warned: set[str] = set()
+
+
+def disk_cache_path(table: str, key: str, suffix: str = ".bin") -> pathlib.Path:
+    """The file of `key` in `table`: `cache_dir()/table/<sha256 of key><suffix>`."""
+    return cache_dir() / table / f"{hashlib.sha256(key.encode()).hexdigest()}{suffix}"
+
+
+def disk_cache_get(table: str, key: str, suffix: str = ".bin") -> bytes | None:
+    """The bytes stored under `key` in `table`, or None when there are none or they cannot be read."""
+    try:
+        return disk_cache_path(table, key, suffix).read_bytes()
+    except OSError:
+        return None
+
+
+def disk_cache_put(table: str, key: str, value: bytes, suffix: str = ".bin") -> bool:
+    """Store `value` under `key` in `table` atomically. Returns whether it was stored; a failure warns once."""
+    path = disk_cache_path(table, key, suffix)
+    tmp: str | None = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(value)
+        os.replace(tmp, path)
+        tmp = None
+        return True
+    except OSError as e:
+        if table not in _disk_cache_warned:
+            _disk_cache_warned.add(table)
+            warnings.warn(f"tinygrad's {table} cache cannot be written ({e}), so its entries are rebuilt in every "
+                          f"process; make {cache_dir()} writable or set TINYGRAD_CACHE_DIR to a writable folder",
+                          RuntimeWarning, stacklevel=2)
+        return False
+    finally:
+        if tmp is not None:  # a write that failed half way must not leave its temporary file behind
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 

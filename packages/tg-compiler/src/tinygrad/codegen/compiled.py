@@ -6,12 +6,10 @@ launcher into. Core asks a device for a runner (`get_runner(ast)`); this turns t
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import functools
 import hashlib
 import os
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,7 +20,15 @@ from tinygrad.codegen.opt import Opt, OptError, OptState, apply_opt
 from tinygrad.codegen.opt.search import BEAM, beam_opts, beam_search
 from tinygrad.device import Allocator, Buffer
 from tinygrad.dtype import DType, dtypes
-from tinygrad.helpers import DEBUG, DISABLE_COMPILER_CACHE, NOOPT, cache_dir
+from tinygrad.helpers import (
+    DEBUG,
+    DISABLE_COMPILER_CACHE,
+    NOOPT,
+    cache_dir,
+    disk_cache_get,
+    disk_cache_path,
+    disk_cache_put,
+)
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import UOp
 
@@ -53,40 +59,21 @@ class Compiler:
 
 
 def disk_cache_get_or_make(namespace: str, src: str, make: Callable[[], bytes]) -> bytes:
-    """A content-addressed cache of compiled binaries.
+    """A content-addressed cache of compiled binaries, in the `compile` table of the disk cache (`helpers`).
 
     Each entry stores a SHA-256 of its payload: a truncated or corrupt entry fails the check and is
-    rebuilt. Entries are written to a temporary file and renamed into place, so two processes sharing
-    the directory never see half-written files.
+    rebuilt and overwritten. A cache that cannot be written is warned about once and compiling goes on.
     """
-    key = hashlib.sha256(f"{namespace}\0{src}".encode()).hexdigest()
-    directory = cache_dir() / "compile"
-    path = directory / f"{key}.bin"
-    try:
-        blob = path.read_bytes()
+    key = f"{namespace}\0{src}"
+    blob = disk_cache_get("compile", key)
+    if blob is not None:
         digest, payload = blob[:32], blob[32:]
         if hashlib.sha256(payload).digest() == digest:
             return payload
         if DEBUG >= 1:
-            print(f"compile cache: ignoring corrupt entry {path}", file=sys.stderr)
-    except OSError:
-        pass
+            print(f"compile cache: ignoring corrupt entry {disk_cache_path('compile', key)}", file=sys.stderr)
     payload = make()
-    tmp: str | None = None
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
-        with os.fdopen(fd, "wb") as f:
-            f.write(hashlib.sha256(payload).digest() + payload)
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as e:  # a read-only or full cache must not stop the program
-        if DEBUG >= 1:
-            print(f"compile cache: could not write {path}: {e}", file=sys.stderr)
-    finally:
-        if tmp is not None:  # a write that failed half way must not leave its temporary file behind
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+    disk_cache_put("compile", key, hashlib.sha256(payload).digest() + payload)
     return payload
 
 

@@ -307,11 +307,18 @@ class _DeviceRegistry:
         if pm.has_plugin(plugin_name):
             pm.unregister(name=plugin_name)
         pm.register(module, name=plugin_name)
-        impl = getattr(module, "tinygrad_backends", None)
-        if impl is None:
-            raise TypeError(f"plugin {plugin_name} has no tinygrad_backends() hook")
-        infos = impl()
-        for info in infos:
+        if not any(impl.plugin_name == plugin_name for impl in pm.hook.tinygrad_backends.get_hookimpls()):
+            pm.unregister(name=plugin_name)
+            unmarked = callable(getattr(module, "tinygrad_backends", None))
+            raise TypeError(f"plugin {plugin_name} has no tinygrad_backends() hook" + (
+                "; its tinygrad_backends function needs the @tinygrad.device.hookimpl decorator" if unmarked else ""))
+        # the hook of this plugin alone: each plugin's backends are recorded with its package, and a plugin whose
+        # hook raises is reported as broken without hiding the backends of the others
+        others = [p for p in pm.get_plugins() if pm.get_name(p) != plugin_name]
+        results = pm.subset_hook_caller("tinygrad_backends", remove_plugins=others)()
+        if not results:  # pluggy leaves out a None result
+            raise TypeError(f"plugin {plugin_name}'s tinygrad_backends() returned None; return a list of BackendInfo")
+        for info in results[0]:
             info.package = info.package or package
             info.version = info.version or version
             self.register(info, source=plugin_name)

@@ -1,6 +1,6 @@
 """The scheduler: split a lazy tensor graph into kernels.
 
-Rules (DESIGN.md section 3):
+Rules (docs/architecture.md, section 2 "The schedule"):
   * every requested tensor, every CONTIGUOUS and every COPY is realized into its own buffer;
   * elementwise ops fuse into whatever consumes them, including reductions;
   * a reduction fuses into its consumer only when each of its values is used once there: no EXPAND

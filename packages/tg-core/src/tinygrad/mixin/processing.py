@@ -471,8 +471,8 @@ def _define_conv_gradient(out: Tensor, xp: Tensor, w: Tensor) -> None:
         # backward of a pool, a norm, a relu) would otherwise be fused into, and redone in, every one of those
         # reads. Then a copy with the full convolution's zero border, which the input's gradient reads without
         # testing for the border. (In one kernel with the border, the index arithmetic of a pool's backward does
-        # not simplify, as the border offset can make an index negative: 42 ms for the MNIST example's second
-        # layer, against 9 in two kernels.)
+        # not simplify, as the border offset can make an index negative: several times slower than two kernels
+        # on the MNIST example's second layer, see the CHANGELOG.)
         border = [(k - 1, k - 1) for k in kernel]
         g = Tensor(g_uop, device=device).contiguous()
         full = _pad_spatial(g, border).contiguous()
@@ -486,7 +486,7 @@ def _define_conv_gradient(out: Tensor, xp: Tensor, w: Tensor) -> None:
         if cin >= CHANNELS_LAST_MIN:
             # the weight gradient's outputs are (cout, cin, taps) and its reduction runs over the batch and the
             # positions, along which the windows are contiguous. In the usual layout no output axis is, and the
-            # compiler finds no SIMD direction (28 GFLOP/s for the MNIST example's second layer); a copy of the
+            # compiler finds no SIMD direction (slow on the MNIST example's second layer, CHANGELOG); a copy of the
             # input with the channels innermost makes cin that direction, and the kernel a register-tiled
             # matmul of g's broadcasts times vectors of channels
             source, gw = _channels_last(xp), _channels_last(g)

@@ -8,23 +8,22 @@ the timing noise) or after `MAX_STEPS` steps.
 The winner is cached on disk, one small JSON file per kernel, under `cache_dir()/beam/`, keyed by the kernel
 AST, the device, the renderer, the compiler (its cache key: version and flags) and the beam width; the file
 repeats the key and a format version, so an entry that is corrupt, from another version, or (after a hash
-collision) for another kernel is ignored and searched again.
+collision) for another kernel is ignored and searched again. It is the `beam` table of the disk cache in
+`tinygrad.helpers`: a cache that cannot be written is warned about once and the search result is still used.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import math
-import os
 import sys
-import tempfile
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tinygrad.codegen.opt.actions import Opt, OptError, OptOps, OptState, apply_opt
-from tinygrad.helpers import BEAM, DEBUG, cache_dir
-from tinygrad.uop.ops import Ops, UOp
+from tinygrad.helpers import BEAM, DEBUG, disk_cache_get, disk_cache_path, disk_cache_put
+from tinygrad.uop.ops import AxisKind, Ops, UOp
 
 if TYPE_CHECKING:
     from tinygrad.codegen.compiled import Compiled
@@ -48,9 +47,9 @@ def candidate_actions(state: OptState, has_local: bool) -> list[Opt]:
     axes = state.axes
     out: list[Opt] = []
     for i, r in enumerate(axes):
-        if r.arg[1] == "global":
+        if r.arg.kind is AxisKind.GLOBAL:
             out += [Opt(OptOps.UPCAST, i, a) for a in UPCAST_AMOUNTS]
-            out += [Opt(OptOps.SWAP, i, j) for j in range(i + 1, len(axes)) if axes[j].arg[1] == "global"]
+            out += [Opt(OptOps.SWAP, i, j) for j in range(i + 1, len(axes)) if axes[j].arg.kind is AxisKind.GLOBAL]
             if has_local:
                 out += [Opt(OptOps.LOCAL, i, a) for a in LOCAL_AMOUNTS]
             else:
@@ -69,33 +68,27 @@ def ast_key(ast: UOp) -> str:
     return "\n".join(f"{u.op.name} {u.dtype!r} {[index[s] for s in u.src]} {u.arg!r}" for u in order)
 
 
-def _cache_file(key: str) -> Any:
-    return cache_dir() / "beam" / f"{hashlib.sha256(key.encode()).hexdigest()}.json"
+def _cache_file(key: str) -> Path:
+    return disk_cache_path("beam", key, ".json")
 
 
 def read_cached(key: str) -> tuple[Opt, ...] | None:
-    path = _cache_file(key)
+    if (text := disk_cache_get("beam", key, ".json")) is None:
+        return None
     try:
-        entry = json.loads(path.read_text())
+        entry = json.loads(text)
         if entry["version"] != SEARCH_VERSION or entry["key"] != key:
             raise ValueError("another version or another kernel")
         return tuple(Opt(OptOps[op], int(axis), int(amount)) for op, axis, amount in entry["opts"])
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, TypeError) as e:  # corrupt or stale: search again and overwrite
+    except (ValueError, KeyError, TypeError) as e:  # corrupt or stale: search again and overwrite
         if DEBUG >= 1:
-            print(f"BEAM cache: ignoring {path} ({e})", file=sys.stderr)
+            print(f"BEAM cache: ignoring {_cache_file(key)} ({e})", file=sys.stderr)
         return None
 
 
 def write_cached(key: str, opts: tuple[Opt, ...]) -> None:
-    path = _cache_file(key)
-    path.parent.mkdir(parents=True, exist_ok=True)
     entry = {"version": SEARCH_VERSION, "key": key, "opts": [[o.op.name, o.axis, o.amount] for o in opts]}
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    with os.fdopen(fd, "w") as f:
-        json.dump(entry, f)
-    os.replace(tmp, path)  # atomic: a reader never sees half an entry
+    disk_cache_put("beam", key, json.dumps(entry).encode(), ".json")
 
 
 class _Timer:
