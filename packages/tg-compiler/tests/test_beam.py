@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from opt_helpers import device_or_skip, matmul_ast, run_ast
 from tinygrad import helpers
+from tinygrad.codegen import beam
+from tinygrad.codegen.beam import _cache_file, ast_key, beam_opts, candidate_actions, read_cached, write_cached
 from tinygrad.codegen.lowerer import lower_kernel
-from tinygrad.codegen.opt import Opt, OptOps, OptState, search
-from tinygrad.codegen.opt.search import _cache_file, ast_key, beam_opts, candidate_actions, read_cached, write_cached
+from tinygrad.codegen.opt import Opt, OptOps, OptState
 from tinygrad.helpers import Context
 
 
@@ -24,12 +25,12 @@ def _own_cache(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def quick_search(monkeypatch: pytest.MonkeyPatch) -> None:
     # one step of one timing run per candidate keeps the test short; the machinery is the same
-    monkeypatch.setattr(search, "MAX_STEPS", 1)
-    monkeypatch.setattr(search, "TIMING_RUNS", 1)
-    monkeypatch.setattr(search, "UPCAST_AMOUNTS", (2, 4))
-    monkeypatch.setattr(search, "UNROLL_AMOUNTS", (4,))
-    monkeypatch.setattr(search, "LOCAL_AMOUNTS", (4,))
-    monkeypatch.setattr(search, "GROUP_AMOUNTS", (16,))
+    monkeypatch.setattr(beam, "MAX_STEPS", 1)
+    monkeypatch.setattr(beam, "TIMING_RUNS", 1)
+    monkeypatch.setattr(beam, "UPCAST_AMOUNTS", (2, 4))
+    monkeypatch.setattr(beam, "UNROLL_AMOUNTS", (4,))
+    monkeypatch.setattr(beam, "LOCAL_AMOUNTS", (4,))
+    monkeypatch.setattr(beam, "GROUP_AMOUNTS", (16,))
 
 
 def test_ast_keys_tell_kernels_apart_and_are_stable() -> None:
@@ -53,7 +54,7 @@ def test_cache_entries_round_trip_and_stale_or_corrupt_ones_are_ignored() -> Non
     assert read_cached(key) == opts
     path = _cache_file(key)
     entry = json.loads(path.read_text())
-    path.write_text(json.dumps({**entry, "version": search.SEARCH_VERSION + 1}))
+    path.write_text(json.dumps({**entry, "version": beam.SEARCH_VERSION + 1}))
     assert read_cached(key) is None  # another version
     path.write_text(json.dumps({**entry, "key": "test\0kernel-b"}))
     assert read_cached(key) is None  # another kernel under the same file name
@@ -86,8 +87,8 @@ def test_search_result_is_correct_cached_and_rebuilt_when_corrupt(dev_name: str,
     assert any(_cache_dir.glob("*.json")), "the search wrote no cache entry"
     # a second call is served by the cache: the search must not run again
     calls = []
-    real = search.beam_search
-    search.beam_search = lambda *a: calls.append(a) or real(*a)  # type: ignore[assignment]
+    real = beam.beam_search
+    beam.beam_search = lambda *a: calls.append(a) or real(*a)  # type: ignore[assignment]
     try:
         assert beam_opts(ast, lowered, dev, 2) == opts and not calls
         for f in _cache_dir.glob("*.json"):
@@ -95,8 +96,8 @@ def test_search_result_is_correct_cached_and_rebuilt_when_corrupt(dev_name: str,
         beam_opts(ast, lowered, dev, 2)
         assert len(calls) == 1  # searched again, and wrote a valid entry
     finally:
-        search.beam_search = real  # type: ignore[assignment]
-    assert all(json.loads(f.read_text())["version"] == search.SEARCH_VERSION for f in _cache_dir.glob("*.json"))
+        beam.beam_search = real  # type: ignore[assignment]
+    assert all(json.loads(f.read_text())["version"] == beam.SEARCH_VERSION for f in _cache_dir.glob("*.json"))
     x = {1: np.random.default_rng(0).standard_normal(8 * 16).astype(np.float32),
          2: np.random.default_rng(1).standard_normal(16 * 12).astype(np.float32)}
     out, _ = run_ast(dev, ast, x, 8 * 12, opts)

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tinygrad.codegen import get_program
 from tinygrad.codegen.opt.actions import Opt, OptError, OptOps, OptState, apply_opt
 from tinygrad.helpers import BEAM, DEBUG, disk_cache_get, disk_cache_path, disk_cache_put
 from tinygrad.uop.ops import AxisKind, Ops, UOp
@@ -107,8 +108,7 @@ class _Timer:
         self.var_max = {u.arg[0]: int(u.arg[2]) for u in ast.toposort() if u.op is Ops.DEFINE_VAR}
 
     def time(self, opts: tuple[Opt, ...]) -> float:
-        from tinygrad.codegen import get_program
-        from tinygrad.codegen.compiled import CompileError
+        from tinygrad.codegen.compiled import CompileError  # compiled.py imports this module
 
         try:
             spec = get_program(self.ast, self.device.renderer, opts)

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tinygrad.codegen import ProgramSpec, get_program
+from tinygrad.codegen.beam import BEAM, beam_opts, beam_search
 from tinygrad.codegen.lowerer import lower_kernel
 from tinygrad.codegen.opt import Opt, OptError, OptState, apply_opt
-from tinygrad.codegen.opt.search import BEAM, beam_opts, beam_search
 from tinygrad.device import Allocator, Buffer
 from tinygrad.dtype import DType, dtypes
 from tinygrad.helpers import (

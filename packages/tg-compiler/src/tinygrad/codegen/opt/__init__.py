@@ -3,8 +3,9 @@
     lowered kernel --(opts: heuristics, BEAM search, or none with NOOPT=1)--> OptState --expand--> plain kernel
 
 `actions.py` defines the opts (UPCAST, UNROLL, LOCAL, GROUP) and how each rewrites the kernel's RANGEs;
-`heuristics.py` picks opts by looking at memory access strides; `search.py` times candidate opt lists on
-the device (BEAM=n) and caches the winner on disk; `expand.py` turns the result back into plain IR.
+`heuristics.py` picks opts by looking at memory access strides; `expand.py` turns the result back into plain IR.
+BEAM search (BEAM=n), which times candidate opt lists on the device through the whole pipeline and caches the
+winner on disk, sits above this layer, beside the device code that runs it: `codegen/beam.py`.
 """
 
 from __future__ import annotations
