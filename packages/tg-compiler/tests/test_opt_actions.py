@@ -168,6 +168,15 @@ def test_group_renders_local_memory_a_barrier_and_a_gated_store() -> None:
     assert "<1000" in spec.src  # 1000 is not a multiple of 32: lanes past the end add the identity
 
 
+def test_group_lanes_past_the_axis_read_nothing() -> None:
+    # 128 lanes over a reduce axis of 100: lanes 100..127 add the identity, and their loads must not run either
+    # (PoCL ran them, reading far past the buffer, and the process crashed in the MNIST step's BatchNorm kernel)
+    s = state_of(reduce_ast(2, 100), Opt(OptOps.GROUP, 1, 128), renderer=GPURenderer())
+    lane = s.ranges(AxisKind.GROUP)[0]
+    loads = [u for u in s.sink.toposort() if u.op is Ops.LOAD and lane in u.src[0].toposort()]
+    assert loads and all(len(u.src[0].src) == 3 for u in loads), "a lane's load is not gated by the lane's check"
+
+
 def test_renderers_without_local_memory_refuse_to_render_it() -> None:
     with pytest.raises(NotImplementedError, match="no local memory"):
         get_program(reduce_ast(2, 1000), GPURenderer(), (Opt(OptOps.GROUP, 1, 32),))

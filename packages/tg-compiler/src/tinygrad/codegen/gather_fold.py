@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 
+from tinygrad.codegen.gates import gate_loads
 from tinygrad.dtype import DType, dtypes
 from tinygrad.uop.ops import Ops, UOp
 from tinygrad.uop.rewrite import PatternMatcher, UPat
@@ -129,17 +130,6 @@ def _clamped(e: UOp, n: UOp) -> UOp:
     return -((-(e.maximum(0))).maximum(-(n - 1)))
 
 
-def _gate_loads(u: UOp, r: UOp, gate: UOp) -> UOp:
-    """u with every load whose address depends on r also gated by `gate` (AND-ed into its valid)."""
-    mapping: dict[UOp, UOp] = {}
-    for node in u.toposort():
-        if node.op is Ops.LOAD and r in node.src[0].toposort():
-            index = node.src[0]
-            valid = gate if len(index.src) < 3 else index.src[2].logical_and(gate)
-            mapping[node] = node.replace(src=(index.replace(src=(index.src[0], index.src[1], valid)),))
-    return u.substitute(mapping) if mapping else u
-
-
 def _identity(op: Ops, dtype: DType) -> object:
     """The value a reduction starts from (and that an extra term leaves unchanged)."""
     return {Ops.ADD: 0, Ops.MUL: 1}.get(op, dtype.min)
@@ -171,7 +161,7 @@ def fold_gather(red: UOp) -> UOp | None:
                 continue
             n = r.src[0]
             in_range = pos.lt(0).ne(True).logical_and(pos.lt(n))
-            gated = _gate_loads(_and_all([in_range, *rest]).where(v, z), r, in_range)
+            gated = gate_loads(_and_all([in_range, *rest]).where(v, z), r, in_range)
             folded = gated.substitute({r: _clamped(pos, n)})
             others = tuple(o for o in ranges if o is not r)
             return UOp(Ops.REDUCE, red.dtype, (folded, *others), red.arg) if others else folded

@@ -36,6 +36,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field, replace
 
+from tinygrad.codegen.gates import gate_loads
 from tinygrad.codegen.lowerer import IDX, reduce_identity
 from tinygrad.dtype import dtypes, is_emulated_float
 from tinygrad.renderer import Renderer
@@ -242,7 +243,8 @@ def apply_opt(state: OptState, opt: Opt, renderer: Renderer) -> OptState:
         # past the end of the axis, a lane contributes the identity of the reduction
         red = next(u for u in sink.toposort() if u.op is Ops.REDUCE)
         guarded = index.substitute({inner: UOp.const(IDX, 0)} if steps == 1 else {}).lt(UOp.const(IDX, n))
-        value = guarded.where(red.src[0], reduce_identity(red.arg, red.dtype))
+        # the loads of those lanes would read past the axis (a fault on devices that check): gate them too
+        value = guarded.where(gate_loads(red.src[0], lane, guarded), reduce_identity(red.arg, red.dtype))
         sink = sink.substitute({red: red.replace(src=(value, *red.src[1:]))})
     return replace(state, sink=sink, group_size=opt.amount, next_id=state.next_id + 1,
                    applied=(*state.applied, opt))
