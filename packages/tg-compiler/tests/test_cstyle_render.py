@@ -155,3 +155,24 @@ def test_kernel_names_say_what_they_do() -> None:
     assert spec.name == "E_3_4"
     assert spec.param_indices == (0, 1)
     assert "const float* restrict data1" in spec.src and "float* restrict data0" in spec.src
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the op table
+
+def test_code_for_op_has_an_entry_for_every_alu_op() -> None:
+    from tinygrad.uop.ops import GroupOp
+    missing = sorted(op.name for op in GroupOp.ALU if op not in CStyleRenderer.code_for_op)
+    assert not missing, f"CStyleRenderer.code_for_op lacks {missing}"
+
+
+def test_a_subclass_changes_an_op_by_overriding_its_table_entry() -> None:
+    class FmaxRenderer(CStyleRenderer):
+        code_for_op = {**CStyleRenderer.code_for_op, Ops.MAX: lambda r, d, src, a, b: f"fmaxf({a},{b})"}
+
+    a, b = UOp(Ops.PARAM, dtypes.float32, (), (1, 4)), UOp(Ops.PARAM, dtypes.float32, (), (2, 4))
+    ast = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (UOp(Ops.PARAM, dtypes.float32, (), (0, 4)),
+                                                                     a.maximum(b))),))
+    src = get_program(ast, FmaxRenderer()).src
+    assert "fmaxf(" in src and "signbit" not in src
+    assert "fmaxf(" not in get_program(ast, R).src  # the base's table is untouched

@@ -13,7 +13,7 @@ bool cannot be a `__global` buffer element in OpenCL C, so bool buffers hold uch
 from __future__ import annotations
 
 from tinygrad.dtype import DType, dtypes, is_emulated_float
-from tinygrad.renderer.cstyle import CStyleRenderer
+from tinygrad.renderer.cstyle import C_CODE_FOR_OP, CStyleRenderer
 from tinygrad.uop.ops import Ops, UOp
 
 CL_BF16_PRELUDE = """inline float tg_bf16_to_f32(ushort b) { return as_float(((uint)b) << 16); }
@@ -51,6 +51,12 @@ CL_TYPES: dict[DType, str] = {
 }
 
 
+def _idiv(r: OpenCLRenderer, d: DType, src: tuple[UOp, ...], a: str, b: str) -> str:
+    if r.emulate_half and src[0].dtype.scalar == dtypes.float16:  # truncate the quotient as rounded to half
+        return f"trunc(tg_round_f16({a}/{b}))"
+    return C_CODE_FOR_OP[Ops.IDIV](r, d, src, a, b)
+
+
 class OpenCLRenderer(CStyleRenderer):
     device = "CL"
     has_local = True
@@ -62,6 +68,7 @@ class OpenCLRenderer(CStyleRenderer):
     helper_qualifier = "inline"
     type_names = CL_TYPES
     address_var_type = None  # 32-bit index math: 64-bit integers are slow on GPUs
+    code_for_op = {**CStyleRenderer.code_for_op, Ops.IDIV: _idiv}
 
     def __init__(self, extensions: frozenset[str] = frozenset(), local_max: tuple[int, ...] = (256, 256, 256),
                  max_work_group_size: int = 256, local_mem_max: int = 16384):
@@ -152,21 +159,6 @@ class OpenCLRenderer(CStyleRenderer):
 
     def math_fn(self, op: Ops, d: DType) -> str:
         return self.math_fns[op]  # OpenCL overloads the math functions by argument type
-
-    def _render_divmod(self, op: Ops, a: str, b: str, d: DType, divisor: UOp) -> str:
-        if d.is_float and op is Ops.MOD:
-            return f"fmod({a},{b})"
-        if self._half(d) and op is Ops.IDIV:  # truncate the quotient as rounded to half
-            return f"trunc(tg_round_f16({a}/{b}))"
-        return super()._render_divmod(op, a, b, d, divisor)
-
-    def _render_shift(self, op: Ops, a: str, b: str, d: DType) -> str:
-        if op is Ops.SHR:
-            return super()._render_shift(op, a, b, d)
-        # shift the unsigned pattern: a signed left shift that overflows is undefined in OpenCL C too
-        utype = "ulong" if d.itemsize == 8 else "uint"
-        zero = self.render_const(0, d)
-        return f"((({b})<0||({b})>={d.bits})?{zero}:(({self.value_type(d)})(({utype})({a})<<({b}))))"
 
     # ---- vector loads and stores: vloadn/vstoren need only element alignment; offsets are multiples of 4 ----
     vector_widths = (4,)

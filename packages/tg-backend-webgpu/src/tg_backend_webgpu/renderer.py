@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import struct
 from collections import defaultdict
+from collections.abc import Callable
 
 from tinygrad.dtype import DType, dtypes
 from tinygrad.renderer import Renderer, loop_depths_and_users
@@ -90,6 +91,89 @@ def _mask(d: DType) -> str:
     return f"0x{(1 << d.bits) - 1:x}u"
 
 
+#: an entry of `WGSL_CODE_FOR_OP`: (renderer, result dtype, source UOps, *rendered operands) -> WGSL text, the
+#: shape of the C-style base's `code_for_op` entries. Bool values compute in bool, so its arithmetic is logic.
+OpFn = Callable[..., str]
+_BOOL_SYMS = {Ops.ADD: "|", Ops.SUB: "!=", Ops.MUL: "&", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "!=", Ops.MAX: "|"}
+
+
+def _infix(op: Ops, sym: str) -> OpFn:
+    return lambda r, d, src, a, b: f"({a} {_BOOL_SYMS[op] if d.scalar == dtypes.bool else sym} {b})"
+
+
+def _compare(op: Ops, sym: str) -> OpFn:
+    def fn(r: WGSLRenderer, d: DType, src: tuple[UOp, ...], a: str, b: str) -> str:
+        sd = src[0].dtype.scalar
+        if sd == dtypes.bool and op is Ops.CMPLT:
+            return f"((!{a}) & {b})"
+        if sd.is_float and op is Ops.CMPNE:
+            return f"(!({a} == {b}))"  # NaN != x must be true; lavapipe's != is ordered
+        return f"({a} {sym} {b})"
+    return fn
+
+
+def _math(op: Ops) -> OpFn:
+    def fn(r: WGSLRenderer, d: DType, src: tuple[UOp, ...], a: str) -> str:
+        if op in (Ops.EXP2, Ops.LOG2) and "shader-f64" in r.features:
+            call = f"{r.helper('tg_exp2_f64' if op is Ops.EXP2 else 'tg_log2_f64')}(f32({a}))"
+            return f"f16({call})" if d.scalar == dtypes.float16 else call
+        if op in (Ops.SIN, Ops.LOG2) and d.scalar != dtypes.float16:  # f16's range needs neither fix
+            return f"{r.helper('tg_sin_f32' if op is Ops.SIN else 'tg_log2_f32')}({a})"
+        return f"{MATH_FNS[op]}({a})"
+    return fn
+
+
+def _neg(r: WGSLRenderer, d: DType, src: tuple[UOp, ...], a: str) -> str:
+    if d.scalar == dtypes.bool:
+        return f"(!{a})"
+    return f"({r.render_const(0, d)} - {a})" if value_type(d)[0] == "u" else f"(-{a})"
+
+
+def _max(r: WGSLRenderer, d: DType, src: tuple[UOp, ...], a: str, b: str) -> str:
+    d = d.scalar
+    if d == dtypes.bool:
+        return f"({a} | {b})"
+    if d.is_float:
+        return f"{r.helper('tg_max_f16' if d == dtypes.float16 else 'tg_max_f32')}({a}, {b})"
+    t = value_type(d)
+    return f"{r.helper('tg_max_' + t)}({a}, {b})" if t in ("i64", "u64") else f"max({a}, {b})"
+
+
+def _divmod(op: Ops) -> OpFn:
+    def fn(r: WGSLRenderer, d: DType, src: tuple[UOp, ...], a: str, b: str) -> str:
+        d = d.scalar
+        if d.is_float and op is Ops.IDIV:  # truncate the quotient as rounded to the dtype
+            quotient = f"({a} / {b})"
+            return f"trunc({r.helper('tg_round_bf16')}{quotient})" if d == dtypes.bfloat16 else f"trunc({quotient})"
+        if d.is_float:  # fmod of the exact values; its result is representable in the operands' dtype
+            fmod = r.helper("tg_fmod_f32")
+            return f"f16({fmod}(f32({a}), f32({b})))" if d == dtypes.float16 else f"{fmod}({a}, {b})"
+        divisor = src[1]
+        if divisor.op is Ops.CONST and int(divisor.arg) > 0:
+            return f"({a} {'/' if op is Ops.IDIV else '%'} {b})"
+        return f"{r.helper(('tg_idiv_' if op is Ops.IDIV else 'tg_mod_') + value_type(d))}({a}, {b})"
+    return fn
+
+
+#: how WGSL spells each value op (LOAD and STORE depend on the buffer's kind and stay in the walk)
+WGSL_CODE_FOR_OP: dict[Ops, OpFn] = {
+    Ops.CONST: lambda r, d, src, value: r.render_kernel_const(value, d),
+    Ops.CAST: lambda r, d, src, x: r.render_cast(x, src[0].dtype, d),
+    Ops.BITCAST: lambda r, d, src, x: r.render_bitcast(x, src[0].dtype, d),
+    **{op: _compare(op, sym) for op, sym in ((Ops.CMPLT, "<"), (Ops.CMPNE, "!="), (Ops.CMPEQ, "=="))},
+    Ops.WHERE: lambda r, d, src, c, a, b: f"select({b}, {a}, {c})",
+    **{op: _math(op) for op in MATH_FNS},
+    Ops.NEG: _neg,
+    Ops.RECIPROCAL: lambda r, d, src, a: f"({r.render_const(1.0, d)} / {a})",
+    Ops.MAX: _max,
+    Ops.IDIV: _divmod(Ops.IDIV), Ops.MOD: _divmod(Ops.MOD),
+    Ops.SHL: lambda r, d, src, a, b: f"{r.helper('tg_shl_' + value_type(d))}({a}, {b}, {d.bits}u)",
+    Ops.SHR: lambda r, d, src, a, b: f"{r.helper('tg_shr_' + value_type(d))}({a}, {b})",
+    **{op: _infix(op, sym) for op, sym in ((Ops.ADD, "+"), (Ops.SUB, "-"), (Ops.MUL, "*"), (Ops.FDIV, "/"),
+                                            (Ops.AND, "&"), (Ops.OR, "|"), (Ops.XOR, "^"))},
+}
+
+
 class WGSLRenderer(Renderer):
     device = "WEBGPU"
     has_local = True
@@ -101,6 +185,8 @@ class WGSLRenderer(Renderer):
     #: that arrays cannot be indexed with): a kernel whose index arithmetic leaves int32's range is refused with an
     #: IndexRangeError naming the value and the limit, instead of wrapping
     index_wide_dtype = None
+    #: the WGSL text of each value op (see WGSL_CODE_FOR_OP)
+    code_for_op: dict[Ops, OpFn] = WGSL_CODE_FOR_OP
 
     def __init__(self, features: frozenset[str] = frozenset({"shader-f16"}), max_loop_iterations: int | None = None,
                  max_loop_iterations_reason: str = "", max_workgroup_invocations: int = DEFAULT_MAX_INVOCATIONS,
@@ -290,74 +376,15 @@ class WGSLRenderer(Renderer):
 
     # ---- ALU ----
     def render_alu(self, op: Ops, d: DType, srcs: list[str], src_uops: tuple[UOp, ...]) -> str:
+        """Look the op up in `code_for_op`, then bring the result back into its dtype: bfloat16 computes in f32,
+        small ints in 32 bits."""
         d = d.scalar
-        sd = src_uops[0].dtype.scalar if src_uops else d
-        a = srcs[0]
-        b = srcs[1] if len(srcs) > 1 else ""
-        if op in GroupOp.Comparison:
-            if sd == dtypes.bool and op is Ops.CMPLT:
-                return f"((!{a}) & {b})"
-            if sd.is_float and op is Ops.CMPNE:
-                return f"(!({a} == {b}))"  # NaN != x must be true; lavapipe's != is ordered
-            return f"({a} {'<' if op is Ops.CMPLT else '!=' if op is Ops.CMPNE else '=='} {b})"
-        if op is Ops.WHERE:
-            return f"select({srcs[2]}, {b}, {a})"
-        if d == dtypes.bool:
-            return self._bool_alu(op, a, b)
+        expr = self.code_for_op[op](self, d, src_uops, *srcs)
+        if op in GroupOp.Comparison or op is Ops.WHERE or d == dtypes.bool:
+            return expr
         if d.is_float:
-            expr = self._float_alu(op, d, a, b)
             return f"{self.helper('tg_round_bf16')}({expr})" if d == dtypes.bfloat16 and op is not Ops.TRUNC else expr
-        return self.wrap(self._int_alu(op, d, a, b, src_uops), d)
-
-    def _bool_alu(self, op: Ops, a: str, b: str) -> str:
-        if op is Ops.NEG:
-            return f"(!{a})"
-        sym = {Ops.AND: "&", Ops.MUL: "&", Ops.OR: "|", Ops.ADD: "|", Ops.MAX: "|", Ops.XOR: "!=", Ops.SUB: "!="}[op]
-        return f"({a} {sym} {b})"
-
-    def _float_alu(self, op: Ops, d: DType, a: str, b: str) -> str:
-        if op in (Ops.EXP2, Ops.LOG2) and "shader-f64" in self.features:
-            fn = f"{self.helper('tg_exp2_f64' if op is Ops.EXP2 else 'tg_log2_f64')}(f32({a}))"
-            return f"f16({fn})" if d == dtypes.float16 else fn
-        if op in (Ops.SIN, Ops.LOG2) and d != dtypes.float16:  # f16's range needs neither fix
-            return f"{self.helper('tg_sin_f32' if op is Ops.SIN else 'tg_log2_f32')}({a})"
-        if op in MATH_FNS:
-            return f"{MATH_FNS[op]}({a})"
-        if op is Ops.NEG:
-            return f"(-{a})"
-        if op is Ops.RECIPROCAL:
-            return f"({self.render_const(1.0, d)} / {a})"
-        if op is Ops.MAX:
-            return f"{self.helper('tg_max_f16' if d == dtypes.float16 else 'tg_max_f32')}({a}, {b})"
-        if op is Ops.IDIV:  # truncate the quotient as rounded to the dtype
-            quotient = f"({a} / {b})"
-            if d == dtypes.bfloat16:
-                quotient = f"{self.helper('tg_round_bf16')}{quotient}"
-            return f"trunc({quotient})"
-        if op is Ops.MOD:  # fmod of the exact values; its result is representable in the operands' dtype
-            fmod = self.helper("tg_fmod_f32")
-            return f"f16({fmod}(f32({a}), f32({b})))" if d == dtypes.float16 else f"{fmod}({a}, {b})"
-        sym = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/"}[op]
-        return f"({a} {sym} {b})"
-
-    def _int_alu(self, op: Ops, d: DType, a: str, b: str, src_uops: tuple[UOp, ...]) -> str:
-        t = value_type(d)
-        if op is Ops.NEG:
-            return f"({self.render_const(0, d)} - {a})" if t[0] == "u" else f"(-{a})"
-        if op is Ops.MAX:
-            return f"{self.helper('tg_max_' + t)}({a}, {b})" if t in ("i64", "u64") else f"max({a}, {b})"
-        if op in (Ops.IDIV, Ops.MOD):
-            divisor = src_uops[1]
-            sym = "/" if op is Ops.IDIV else "%"
-            if divisor.op is Ops.CONST and int(divisor.arg) > 0:
-                return f"({a} {sym} {b})"
-            return f"{self.helper(('tg_idiv_' if op is Ops.IDIV else 'tg_mod_') + t)}({a}, {b})"
-        if op is Ops.SHL:
-            return f"{self.helper('tg_shl_' + t)}({a}, {b}, {d.bits}u)"
-        if op is Ops.SHR:
-            return f"{self.helper('tg_shr_' + t)}({a}, {b})"
-        sym = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^"}[op]
-        return f"({a} {sym} {b})"
+        return self.wrap(expr, d)
 
     # ---- work-items and loops ----
     # `global_ranges` is the base class's: the GROUP lane, then the output loops innermost first, as many as
@@ -467,7 +494,7 @@ class WGSLRenderer(Renderer):
             if op is Ops.PARAM:
                 names[u] = f"data{u.arg[0]}"
             elif op is Ops.CONST:
-                names[u] = self.render_kernel_const(u.arg, u.dtype)
+                names[u] = self.code_for_op[op](self, u.dtype, u.src, u.arg)
             elif op is Ops.DEFINE_VAR:
                 names[u] = var_field[u.arg[0]]
             elif op is Ops.RANGE:
@@ -511,10 +538,8 @@ class WGSLRenderer(Renderer):
                 body.append(f"{pad}var {names[u]}: {value_type(u.dtype)} = {names[u.src[0]]};")
             elif op is Ops.ASSIGN:
                 body.append(f"{pad}{names[u.src[0]]} = {names[u.src[1]]};")
-            elif op is Ops.CAST:
-                emit(u, self.render_cast(names[u.src[0]], u.src[0].dtype, u.dtype), "cast")
-            elif op is Ops.BITCAST:
-                emit(u, self.render_bitcast(names[u.src[0]], u.src[0].dtype, u.dtype), "cast")
+            elif op in (Ops.CAST, Ops.BITCAST):
+                emit(u, self.code_for_op[op](self, u.dtype, u.src, names[u.src[0]]), "cast")
             elif op in GroupOp.ALU:
                 srcs = [names[s] for s in u.src]
                 if len(u.src) == 2 and u.src[0].dtype.is_float and _cancels(op, u.src[0], u.src[1]):

@@ -1,5 +1,7 @@
 """The C-style base renderer. A C-like target (C, OpenCL C, CUDA, Metal, ...) subclasses it and fills
-in the table of type names and the few formats that differ; the walk over the program is shared.
+in the tables - type names (`type_names`), the text of each op (`code_for_op`, from op to a small function of
+the rendered operands) - and the few hooks that differ (kernel prefix, parameters, vector types, barriers); the
+walk over the program (declare, look the op up, emit) is shared.
 
 Semantics that C leaves undefined are pinned down here to match `tinygrad.uop.alu` (integer division
 by zero and shifts past the width give 0; signed overflow wraps, so compile with -fwrapv or the
@@ -97,6 +99,49 @@ def fp8_prelude(d: DType, qualifier: str = "static inline") -> str:
 MAX_INLINE_CHARS = 1000
 
 
+#: an entry of `CStyleRenderer.code_for_op`: (renderer, result dtype, source UOps, *rendered operands) -> C text.
+#: The operands are the sources' names (a LOAD's: its INDEX's buffer, index and gate; a CONST's: its value).
+OpFn = Callable[..., str]
+
+
+def _infix(sym: str) -> OpFn:
+    return lambda r, d, src, a, b: f"({a}{sym}{b})"
+
+
+def _math(op: Ops) -> OpFn:
+    return lambda r, d, src, a: f"{r.math_fn(op, d)}({a})"
+
+
+def _divmod(op: Ops) -> OpFn:
+    return lambda r, d, src, a, b: r.render_divmod(op, a, b, src[0].dtype, src[1])
+
+
+def _shift(op: Ops) -> OpFn:
+    return lambda r, d, src, a, b: r.render_shift(op, a, b, src[0].dtype)
+
+
+#: how C spells each op the renderer can write. A target overrides entries (or the render_* hooks they call)
+#: with `code_for_op = {**CStyleRenderer.code_for_op, Ops.X: ...}`; the walk in `render` only looks ops up here.
+C_CODE_FOR_OP: dict[Ops, OpFn] = {
+    Ops.CONST: lambda r, d, src, value: r.render_const(value, d),
+    Ops.LOAD: lambda r, d, src, buf, idx, gate=None: r.render_load(buf, idx, gate, d),
+    Ops.CAST: lambda r, d, src, x: r.render_cast(x, src[0].dtype, d),
+    Ops.BITCAST: lambda r, d, src, x: r.render_bitcast(x, src[0].dtype, d),
+    **{op: _math(op) for op in (Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC)},
+    Ops.RECIPROCAL: lambda r, d, src, a: f"({r.render_const(1.0, d)}/{a})",
+    Ops.NEG: lambda r, d, src, a: f"(!{a})" if d.is_bool else f"(-{a})",
+    Ops.MAX: lambda r, d, src, a, b: r.render_max(a, b, d),
+    Ops.IDIV: _divmod(Ops.IDIV), Ops.MOD: _divmod(Ops.MOD),
+    Ops.SHL: _shift(Ops.SHL), Ops.SHR: _shift(Ops.SHR),
+    Ops.WHERE: lambda r, d, src, c, a, b: f"({c}?{a}:{b})",
+    **{op: _infix(sym) for op, sym in ((Ops.ADD, "+"), (Ops.SUB, "-"), (Ops.MUL, "*"), (Ops.FDIV, "/"),
+                                        (Ops.CMPLT, "<"), (Ops.CMPNE, "!="), (Ops.CMPEQ, "=="), (Ops.AND, "&"),
+                                        (Ops.OR, "|"), (Ops.XOR, "^"))},
+}
+#: name prefixes of the variables that hold values of these ops (others: "alu")
+VAR_PREFIX = {Ops.LOAD: "val", Ops.CAST: "cast", Ops.BITCAST: "cast"}
+
+
 class CStyleRenderer(Renderer):
     kernel_prefix = ""  # e.g. "__kernel " (OpenCL) or 'extern "C" __global__ ' (CUDA)
     buffer_prefix = ""  # e.g. "__global "
@@ -115,7 +160,10 @@ class CStyleRenderer(Renderer):
         dtypes.fp8e4m3: "float", dtypes.fp8e5m2: "float",
     }
     #: math functions by (op, dtype class): float32 and smaller use the f-suffixed versions
-    math_fns = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.TRUNC: "trunc"}
+    math_fns = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.TRUNC: "trunc",
+                Ops.MOD: "fmod"}  # MOD: of floats
+    #: the C text of each op (see C_CODE_FOR_OP); a subclass overrides entries, not the walk
+    code_for_op: dict[Ops, OpFn] = C_CODE_FOR_OP
 
     #: C type of variables that hold address arithmetic (int32 ALU results that feed an INDEX). 64-bit on a CPU:
     #: under -fwrapv a compiler cannot prove that int `x+1` sign-extends to `sext(x)+1`, so it cannot see that
@@ -261,29 +309,8 @@ class CStyleRenderer(Renderer):
             "".join(fp8_prelude(d, q) for d in used)
 
     def render_alu(self, op: Ops, d: DType, srcs: list[str], src_uops: tuple[UOp, ...]) -> str:
-        sd = src_uops[0].dtype if src_uops else d
-        a = srcs[0]
-        b = srcs[1] if len(srcs) > 1 else ""
-        if op in (Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC):
-            expr = f"{self.math_fn(op, d)}({a})"
-        elif op is Ops.RECIPROCAL:
-            expr = f"({self.render_const(1.0, d)}/{a})"
-        elif op is Ops.NEG:
-            expr = f"(!{a})" if d.is_bool else f"(-{a})"
-        elif op is Ops.MAX:
-            # NaN wins; on a tie +0.0 beats -0.0 whatever the order (the reference's IEEE maximum)
-            expr = f"((({a})>({b})||({a})!=({a})||(({a})==({b})&&!signbit({a})))?({a}):({b}))" if d.is_float \
-                else f"((({a})>({b}))?({a}):({b}))"
-        elif op in (Ops.IDIV, Ops.MOD):
-            expr = self._render_divmod(op, a, b, sd, src_uops[1])
-        elif op in (Ops.SHL, Ops.SHR):
-            expr = self._render_shift(op, a, b, sd)
-        elif op is Ops.WHERE:
-            expr = f"({a}?{b}:{srcs[2]})"
-        else:
-            sym = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.CMPLT: "<", Ops.CMPNE: "!=",
-                   Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^"}[op]
-            expr = f"({a}{sym}{b})"
+        """Look the op up in `code_for_op`, then round the result back to its dtype where C computes wider."""
+        expr = self.code_for_op[op](self, d, src_uops, *srcs)
         if is_emulated_float(d) and op not in GroupOp.Comparison:
             expr = f"{self.rounder(d)}({expr})"
         if d.scalar == dtypes.float16 and op not in GroupOp.Comparison and op is not Ops.WHERE:
@@ -294,11 +321,18 @@ class CStyleRenderer(Renderer):
             expr = f"((bool){expr})"  # true+true is 2 in C: inlined into a comparison it must be 1 again
         return expr
 
-    def _render_divmod(self, op: Ops, a: str, b: str, d: DType, divisor: UOp) -> str:
+    def render_max(self, a: str, b: str, d: DType) -> str:
+        # NaN wins; on a tie +0.0 beats -0.0 whatever the order (the reference's IEEE maximum)
+        if d.is_float:
+            return f"((({a})>({b})||({a})!=({a})||(({a})==({b})&&!signbit({a})))?({a}):({b}))"
+        return f"((({a})>({b}))?({a}):({b}))"
+
+    def render_divmod(self, op: Ops, a: str, b: str, d: DType, divisor: UOp) -> str:
+        """a/b (IDIV: truncated) or a%b (MOD: the sign of a) of dtype `d`, with x/0 = x%0 = 0."""
         sym = "/" if op is Ops.IDIV else "%"
         if d.is_float:
             if op is Ops.MOD:
-                return f"fmod{'' if d == dtypes.float64 else 'f'}({a},{b})"
+                return f"{self.math_fn(Ops.MOD, d)}({a},{b})"
             # truncate the quotient as rounded to the dtype, not the wider float the division ran in
             quotient = f"({a}/{b})"
             if is_emulated_float(d):
@@ -316,11 +350,12 @@ class CStyleRenderer(Renderer):
             return f"(({b})==0?{zero}:(({b})==-1?(-({a})):({a})/({b})))"
         return f"((({b})==0||({b})==-1)?{zero}:({a})%({b}))"
 
-    def _render_shift(self, op: Ops, a: str, b: str, d: DType) -> str:
-        bits = d.bits
-        out_of_range = f"(({b})<0||({b})>={bits})"
+    def render_shift(self, op: Ops, a: str, b: str, d: DType) -> str:
+        """a<<b / a>>b with shifts past the width (or negative) giving 0 (-1 for a negative a>>b)."""
+        out_of_range = f"(({b})<0||({b})>={d.bits})"
         if op is Ops.SHL:
-            utype = "unsigned long long" if d.itemsize == 8 else "unsigned int"
+            # shift the unsigned pattern: a signed left shift that overflows is undefined in C
+            utype = self.value_type(dtypes.uint64 if d.itemsize == 8 else dtypes.uint32)
             return f"({out_of_range}?{self.render_const(0, d)}:(({self.value_type(d)})(({utype})({a})<<({b}))))"
         fill = f"(({a})<0?{self.render_const(-1, d)}:{self.render_const(0, d)})" if not d.is_unsigned else \
             self.render_const(0, d)
@@ -399,8 +434,6 @@ class CStyleRenderer(Renderer):
             if op is Ops.PARAM:
                 params[u.arg[0]] = u
                 names[u] = f"data{u.arg[0]}"
-            elif op is Ops.CONST:
-                names[u] = self.render_const(u.arg, u.dtype)
             elif op is Ops.DEFINE_VAR:
                 names[u] = u.arg[0]
             elif op is Ops.RANGE:
@@ -413,10 +446,6 @@ class CStyleRenderer(Renderer):
                 body.append(pad + "}")
             elif op is Ops.INDEX:
                 names[u] = ""  # rendered by its LOAD or STORE
-            elif op is Ops.LOAD:
-                idx = u.src[0]
-                gate = names[idx.src[2]] if len(idx.src) > 2 else None
-                emit(u, self.render_load(names[idx.src[0]], names[idx.src[1]], gate, u.dtype), "val")
             elif op is Ops.STORE:
                 idx = u.src[0]
                 if idx.src[0].op is Ops.PARAM:
@@ -434,12 +463,16 @@ class CStyleRenderer(Renderer):
                 body.append(f"{pad}{self.value_type(u.dtype)} {names[u]} = {names[u.src[0]]};")
             elif op is Ops.ASSIGN:
                 body.append(f"{pad}{names[u.src[0]]} = {names[u.src[1]]};")
-            elif op is Ops.CAST:
-                emit(u, self.render_cast(names[u.src[0]], u.src[0].dtype, u.dtype), "cast")
-            elif op is Ops.BITCAST:
-                emit(u, self.render_bitcast(names[u.src[0]], u.src[0].dtype, u.dtype), "cast")
-            elif op in GroupOp.ALU:
-                emit(u, self.render_alu(op, u.dtype, [names[s] for s in u.src], u.src), "alu")
+            elif (fn := self.code_for_op.get(op)) is not None:  # a value: its C text from the table
+                sources = u.src[0].src if op is Ops.LOAD else u.src  # a LOAD's operands are its INDEX's
+                operands = [u.arg] if op is Ops.CONST else [names[s] for s in sources]
+                # ALU results also get rounded back to their dtype (render_alu)
+                expr = self.render_alu(op, u.dtype, operands, u.src) if op in GroupOp.ALU else \
+                    fn(self, u.dtype, u.src, *operands)
+                if op is Ops.CONST:
+                    names[u] = expr  # constants are always inlined
+                else:
+                    emit(u, expr, VAR_PREFIX.get(op, "alu"))
             else:
                 raise NotImplementedError(f"{type(self).__name__} cannot render {op}")
         param_decls = [self.render_param(i, params[i].dtype, i in stored) for i in sorted(params)]
