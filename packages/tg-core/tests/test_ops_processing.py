@@ -492,8 +492,11 @@ def test_matmul_and_newton_schulz_bad_input() -> None:
     (((3, 256), (256, 1000)), False),      # 1000 columns are not whole panels: not packed
 ])
 def test_matmul_with_a_panel_packed_right_operand(shapes: tuple[tuple[int, ...], ...], transposed: bool) -> None:
-    from tinygrad.mixin.linalg import PACK_MIN_BYTES, PANEL
+    from tinygrad.device import Device
+    from tinygrad.dtype import dtypes
     from tinygrad.uop.ops import Ops
+    knobs = Device[Device.DEFAULT].knobs
+    PANEL, PACK_MIN_BYTES = 2 * knobs.simd_lanes(dtypes.float32), knobs.l2_cache_bytes  # 32 and 1 MiB on CPU
     rng = np.random.default_rng(0)
     an = rng.standard_normal(shapes[0]).astype(np.float32)
     bn = rng.standard_normal(shapes[1][:-2] + shapes[1][-2:][::-1] if transposed else shapes[1]).astype(np.float32)
@@ -515,21 +518,23 @@ def test_matmul_with_a_panel_packed_right_operand(shapes: tuple[tuple[int, ...],
 
 def test_batch_chunk_of_a_weight_gradient_divides_the_batch_and_fits_the_budget() -> None:
     from tinygrad.mixin import processing
-    budget = processing.WEIGHT_GRAD_CHUNK_BYTES
-    assert processing._batch_chunk(512, 125_000) == 4  # the MNIST example's second layer: 500 KB per chunk
-    assert processing._batch_chunk(512, 1) == 512  # all of it fits: one sum
-    assert processing._batch_chunk(7, budget // 3) == 7  # a prime batch: only single images would divide it
-    assert processing._batch_chunk(0, 1000) == 0
+    budget = 512 * 1024  # half of the 1 MiB L2 the CPU renderer declares
+    assert processing._batch_chunk(512, 125_000, budget) == 4  # the MNIST example's second layer: 500 KB per chunk
+    assert processing._batch_chunk(512, 1, budget) == 512  # all of it fits: one sum
+    assert processing._batch_chunk(7, budget // 3, budget) == 7  # a prime batch: only single images would divide it
+    assert processing._batch_chunk(0, 1000, budget) == 0
     for bs, per_image in ((512, 70_000), (96, 40_000), (64, budget)):
-        chunk = processing._batch_chunk(bs, per_image)
+        chunk = processing._batch_chunk(bs, per_image, budget)
         assert bs % chunk == 0 and (chunk == bs or chunk * per_image <= budget)
 
 
 def test_conv2d_weight_gradient_summed_in_batch_chunks_matches_torch(torch: Any, monkeypatch: Any) -> None:
-    """With a small budget the weight gradient is summed per chunk of images, then over the chunks."""
+    """With a small L2 (the device's knob; chunks take half of it) the weight gradient is summed per chunk of
+    images, then over the chunks."""
+    from tinygrad.device import Device
     from tinygrad.mixin import processing
-    monkeypatch.setattr(processing, "WEIGHT_GRAD_CHUNK_BYTES", 8000)
-    assert processing._batch_chunk(6, (8 * 81 + 5 * 49) * 4) == 2  # the shapes below: three chunks of two
+    monkeypatch.setattr(Device[Device.DEFAULT].renderer, "l2_cache_bytes", 16000)
+    assert processing._batch_chunk(6, (8 * 81 + 5 * 49) * 4, 8000) == 2  # the shapes below: three chunks of two
     rng = np.random.default_rng(7)
     x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((6, 8, 7, 7), (5, 8, 3, 3), (5,)))
     up = rng.standard_normal((6, 5, 7, 7)).astype(np.float32)

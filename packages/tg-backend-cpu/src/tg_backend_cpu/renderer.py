@@ -86,6 +86,13 @@ BUILTIN_MATH_PRELUDE = "".join(f"#define {name} __builtin_{name}\n" for name in 
 class CPURenderer(CStyleRenderer):
     device = "CPU"
     prelude = BUILTIN_MATH_PRELUDE
+    # device knobs: the values the CPU heuristics, the conv gradient's batch chunks and the matmul's B panels were
+    # measured with (the CHANGELOG's measurements, a Zen 4 core). Not read from the host: a larger L2 (2 MiB on
+    # Sapphire Rapids) would change the chosen opts, which wants its own measurement first.
+    l2_cache_bytes = 1 << 20
+    simd_bytes = 64  # AVX-512
+    vector_registers = 32
+    channels_last_min = 8
 
     def __init__(self) -> None:
         # the plan of the kernel being rendered (render_range is called once per RANGE, in program order); per

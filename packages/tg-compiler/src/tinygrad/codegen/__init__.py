@@ -1,7 +1,8 @@
 """From a kernel AST to source code: lower -> linearize -> render.
 
 `get_program(ast, renderer)` is the whole pipeline (lowering, optimisation in `codegen/opt/`, typing the index
-arithmetic in `codegen/index_dtype.py`, linearizing, rendering); DEBUG>=3 prints the chosen optimisations,
+arithmetic in `codegen/index_dtype.py`, rewriting the ops the renderer lacks in `codegen/decompose.py`,
+linearizing, rendering); DEBUG>=3 prints the chosen optimisations,
 >=4 the source, >=5 the AST, >=6 the linearized program.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
+from tinygrad.codegen.decompose import decompose, decompose_program
 from tinygrad.codegen.index_dtype import type_indices
 from tinygrad.codegen.linearize import linearize
 from tinygrad.codegen.lowerer import lower_kernel
@@ -62,8 +64,8 @@ def get_program(ast: UOp, renderer: Renderer, opts: tuple[Opt, ...] | None = Non
         print(ast.pretty(), file=sys.stderr)
     lowered = lower_kernel(ast)
     state = optimize(lowered, renderer, opts)
-    program = linearize(type_indices(expand_kernel(state), renderer.index_wide_dtype, renderer.device or
-                                     type(renderer).__name__))
+    typed = type_indices(expand_kernel(state), renderer.index_wide_dtype, renderer.device or type(renderer).__name__)
+    program = decompose_program(linearize(decompose(typed, renderer)), renderer)
     if DEBUG >= 6:
         for i, u in enumerate(program):
             srcs = [program.index(s) if s in program else "-" for s in u.src]

@@ -18,7 +18,7 @@ from tinygrad.codegen import ProgramSpec, get_program
 from tinygrad.codegen.beam import BEAM, beam_opts, beam_search
 from tinygrad.codegen.lowerer import lower_kernel
 from tinygrad.codegen.opt import Opt, OptError, OptState, apply_opt
-from tinygrad.device import Allocator, Buffer
+from tinygrad.device import Allocator, Buffer, DeviceKnobs
 from tinygrad.dtype import DType, dtypes
 from tinygrad.helpers import (
     DEBUG,
@@ -120,6 +120,11 @@ class Compiled:
 
     def supports_dtype(self, dtype: DType) -> bool:
         return self.renderer.supports_dtype(dtype)
+
+    @property
+    def knobs(self) -> DeviceKnobs:
+        """What the renderer declares about the target, for core (the conv gradient's and matmul's layouts) to read."""
+        return self.renderer.knobs
 
     def get_runner(self, ast: UOp) -> CompiledRunner:
         if (hit := self._runners.get(ast)) is not None:

@@ -1,21 +1,26 @@
 """Renderers turn a linearized program (a list of UOps) into source code for one target.
 
-`Renderer` is the backend's part of the device contract: it names the ops it can write
-(`code_for_op`) and the dtypes it supports; the compiler decomposes anything else before rendering.
+`Renderer` is the backend's part of the device contract: it names the ALU ops it can write
+(`supported_ops`) and the dtypes it supports; the compiler decomposes any other op into those before rendering
+(`tinygrad/codegen/decompose.py`).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 
+from tinygrad.device import DeviceKnobs
 from tinygrad.dtype import DType, dtypes
-from tinygrad.uop.ops import AxisKind, Ops, UOp
+from tinygrad.uop.ops import AxisKind, GroupOp, Ops, UOp
 
 
 class Renderer:
     device: str = ""
     #: dtypes this target can hold in memory and compute with (directly or by emulation in the renderer)
     supported_dtypes: frozenset[DType] = frozenset(dtypes.all())
+    #: ALU ops this target writes itself; the decomposition pass rewrites every other ALU op into these before
+    #: rendering (or refuses the kernel, naming the op). The default is every op, so nothing is rewritten
+    supported_ops: frozenset[Ops] = GroupOp.ALU
     #: GPU-style targets map global ranges to work-item ids; CPU-style ones loop
     has_local: bool = False
     #: launch limits of a `has_local` target, per launch dimension (dimension 0 first): the most work-items in
@@ -34,6 +39,23 @@ class Renderer:
     #: the integer type of index arithmetic that leaves int32's range (`tinygrad.codegen.index_dtype`); None for a
     #: target without 64-bit integers, which then refuses such kernels with a clear error
     index_wide_dtype: DType | None = dtypes.int64
+    #: ---- device knobs (`DeviceKnobs`, read through `knobs` by the hand-coded heuristics and, through the device,
+    #: by core's convolution gradient and matmul packing). The defaults are what the CPU heuristics were measured
+    #: with (a core of Zen 4: 1 MiB of L2, 32 AVX-512 registers of 64 bytes); GPU-style targets keep them for core's
+    #: layouts (the conv gradient's, the matmul's), which they have always been given.
+    #: bytes of one core's L2: cache-blocked kernels and the conv weight gradient's batch chunks take half of it, a
+    #: matmul's B of at least all of it is packed into panels
+    l2_cache_bytes: int = 1 << 20
+    #: bytes of one SIMD register: a CPU register tile is two registers of float32 wide
+    simd_bytes: int = 64
+    #: SIMD registers: a CPU register tile grows to a quarter of them and stops at half
+    vector_registers: int = 32
+    #: input channels from which a convolution's weight gradient makes channels-last copies; 0: never
+    channels_last_min: int = 8
+
+    @property
+    def knobs(self) -> DeviceKnobs:
+        return DeviceKnobs(self.l2_cache_bytes, self.simd_bytes, self.vector_registers, self.channels_last_min)
 
     def supports_dtype(self, dtype: DType) -> bool:
         return dtype.scalar in self.supported_dtypes

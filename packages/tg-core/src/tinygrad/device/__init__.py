@@ -87,6 +87,27 @@ class Allocator(ABC):
     def copyout(self, dest: memoryview, src: Any) -> None: ...
 
 
+@dataclass(frozen=True)
+class DeviceKnobs:
+    """What the layers that tune code without knowing the device ask of it: the hand-coded heuristics that
+    choose a kernel's opts (tg-compiler) and the gradient rules that choose a computation's layout (core). Core
+    holds no values: a device's renderer declares them (`Renderer` in tg-compiler documents the defaults)."""
+
+    #: bytes of one core's L2 cache; the tuning sizes the working sets it keeps there to half of it
+    l2_cache_bytes: int
+    #: bytes of one SIMD register (64 for AVX-512)
+    simd_bytes: int
+    #: SIMD registers a kernel's accumulators may take (a register tile uses at most half of them)
+    vector_registers: int
+    #: input channels from which a convolution's weight gradient reads a channels-last copy of its input and of
+    #: the output gradient (which gives the compiler a SIMD direction); 0: the copies never pay on this device
+    channels_last_min: int
+
+    def simd_lanes(self, dtype: DType) -> int:
+        """Elements of `dtype` in one SIMD register."""
+        return max(1, self.simd_bytes // dtype.itemsize)
+
+
 class Runner(Protocol):
     display_name: str
     global_size: tuple[int, ...] | None
@@ -103,6 +124,9 @@ class DeviceRuntime(Protocol):
     def get_runner(self, ast: UOp) -> Runner: ...
     def supports_dtype(self, dtype: DType) -> bool: ...
     def synchronize(self) -> None: ...
+
+    @property
+    def knobs(self) -> DeviceKnobs: ...
 
 
 # ---- buffers ----

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tinygrad.dtype import DTypeLike, least_upper_dtype, to_numpy
+from tinygrad.device import Device
+from tinygrad.dtype import DTypeLike, dtypes, least_upper_dtype, to_numpy
 from tinygrad.errors import DTypeError, ShapeError
 from tinygrad.mixin.common import acc_dtype, broadcast_shape
 
@@ -97,14 +98,10 @@ def _diagonal(x: Tensor, labels: list[Any], k: int) -> tuple[Tensor, list[Any]]:
         labels = [labels[a] for a in keep] + [dup]
 
 
-#: a matmul's right operand of at least this many bytes is read from a copy packed into column panels
-PACK_MIN_BYTES = 1 << 20
-#: columns per panel: the widest register tile of the CPU heuristics (two AVX-512 registers of float32)
-PANEL = 32
-
-
 def _panel_packed(y: Tensor) -> Tensor:
-    """y (..., k, m) unchanged in value, but read from a copy laid out as (..., m/PANEL, k, PANEL).
+    """y (..., k, m) unchanged in value, but read from a copy laid out as (..., m/PANEL, k, PANEL), where PANEL is
+    the widest register tile of the CPU heuristics: two of the device's SIMD registers of float32 (its knobs,
+    32 columns with AVX-512). Only a y of at least the device's L2 is packed: a smaller one stays in L2 whole.
 
     A register-tiled matmul reads, per output tile, a strip of B: PANEL columns over all k rows. In row-major B
     those rows lie a whole row apart; with a power-of-two row length (1024 floats = 4 KiB) they all fall in
@@ -115,11 +112,13 @@ def _panel_packed(y: Tensor) -> Tensor:
     k, m = y.shape[-2:]
     if not all(isinstance(s, int) for s in y.shape):
         return y  # symbolic sizes: the layout would change with the variable's value
-    if m % PANEL or m == PANEL or k < PANEL or y.numel() * y.dtype.itemsize < PACK_MIN_BYTES:
+    knobs = Device[y.device].knobs
+    panel = 2 * knobs.simd_lanes(dtypes.float32)
+    if m % panel or m == panel or k < panel or y.numel() * y.dtype.itemsize < knobs.l2_cache_bytes:
         return y
     lead = y.shape[:-2]
     n = len(lead)
-    panels = y.reshape(lead + (k, m // PANEL, PANEL)).permute(*range(n), n + 1, n, n + 2).contiguous()
+    panels = y.reshape(lead + (k, m // panel, panel)).permute(*range(n), n + 1, n, n + 2).contiguous()
     return panels.permute(*range(n), n + 1, n, n + 2).reshape(lead + (k, m))
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tinygrad.device import Device
 from tinygrad.dtype import DTypeLike, dtypes, least_upper_dtype
 from tinygrad.errors import DTypeError
 from tinygrad.helpers import prod
@@ -422,18 +423,11 @@ def _check_groups(name: str, groups: int, channels: int, what: str) -> None:
         raise ValueError(f"{name}: groups={groups} must divide the {channels} {what}")
 
 
-#: input channels from which a convolution's weight gradient reads a channels-last copy of the input
-CHANNELS_LAST_MIN = 8
-
-
-#: bytes of input (the images and their output gradients) one partial sum of a weight gradient reads (in L2)
-WEIGHT_GRAD_CHUNK_BYTES = 512 * 1024
-
-
-def _batch_chunk(bs: int, bytes_per_image: int) -> int:
-    """The images per partial sum of a weight gradient: the most whose inputs fit WEIGHT_GRAD_CHUNK_BYTES, a divisor
-    of the batch; the whole batch when it fits (or when only single images would, which gain nothing)."""
-    fitting = max(1, WEIGHT_GRAD_CHUNK_BYTES // max(bytes_per_image, 1))
+def _batch_chunk(bs: int, bytes_per_image: int, chunk_bytes: int) -> int:
+    """The images per partial sum of a weight gradient: the most whose inputs (images and output gradients) fit
+    chunk_bytes, a divisor of the batch; the whole batch when it fits (or when only single images would, which
+    gain nothing)."""
+    fitting = max(1, chunk_bytes // max(bytes_per_image, 1))
     if fitting >= bs:
         return bs
     chunk = max(d for d in range(1, fitting + 1) if bs % d == 0)
@@ -480,10 +474,12 @@ def _define_conv_gradient(out: Tensor, xp: Tensor, w: Tensor) -> None:
         dx = _conv(full, flipped, None, 1, (1,) * n, (1,) * n, [(0, 0)] * n, None, "conv2d (gradient)")
         # split-K over the batch: every output tile of the weight gradient reads all of its share of the inputs
         # again, which for a whole batch (tens of MB) streams from memory. Partial sums over chunks of images
-        # whose inputs fit in L2, then one small sum over the chunks
-        chunk = _batch_chunk(bs, (cin * math.prod(xp.shape[2:]) + cout * math.prod(outs)) * g.dtype.itemsize)
+        # whose inputs fit in half of the device's L2 (its knobs), then one small sum over the chunks
+        knobs = Device[device].knobs
+        chunk = _batch_chunk(bs, (cin * math.prod(xp.shape[2:]) + cout * math.prod(outs)) * g.dtype.itemsize,
+                             knobs.l2_cache_bytes // 2)
         batch = (bs // chunk, chunk) if chunk < bs else (1, bs)
-        if cin >= CHANNELS_LAST_MIN:
+        if knobs.channels_last_min and cin >= knobs.channels_last_min:
             # the weight gradient's outputs are (cout, cin, taps) and its reduction runs over the batch and the
             # positions, along which the windows are contiguous. In the usual layout no output axis is, and the
             # compiler finds no SIMD direction (slow on the MNIST example's second layer, CHANGELOG); a copy of the

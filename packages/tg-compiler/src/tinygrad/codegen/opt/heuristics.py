@@ -5,9 +5,10 @@ stride of the index along that axis (0: the buffer is reused along the axis, 1: 
 
 * CPU-style targets (loops, SIMD by the C compiler):
   - a reduction with outputs to tile (matmul, conv): UPCAST the axis that is contiguous in the most loads
-    of the reduce loop (the SIMD direction; 32 floats are two AVX-512 registers; the store breaks ties) and a
-    second axis along which some input is reused (8 rows). The tile of 8x32 accumulators stays in registers
-    over the whole reduce loop, and each loaded value is used 8 or 32 times: a register-tiled matmul. A tile
+    of the reduce loop (the SIMD direction, by two of the renderer's SIMD registers of floats, 32 for AVX-512;
+    the store breaks ties) and a second axis along which some input is reused (8 rows). The tile of 8x32
+    accumulators stays in registers over the whole reduce loop, and each loaded value is used 8 or 32 times: a
+    register-tiled matmul. A tile
     still small grows along one more axis, first one whose loads slide along a reduce axis (a small
     convolution's output rows, which share input rows with the kernel rows).
   - a reduction to few outputs (sum of a big vector): UNROLL the reduce axis by 8, eight accumulators in one
@@ -27,22 +28,43 @@ from collections.abc import Callable
 
 from tinygrad.codegen.lowerer import IDX
 from tinygrad.codegen.opt.actions import Opt, OptError, OptOps, OptState, apply_opt, work_item_ranges
+from tinygrad.dtype import dtypes
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import AxisKind, Ops, UOp
 from tinygrad.uop.symbolic import simplify
 
-#: CPU register tile: 32 floats along the SIMD axis are two AVX-512 registers; 8 rows make 16 accumulators
-CPU_SIMD = (32, 16, 8)
+#: CPU register tile: rows along the reuse axis (the SIMD axis's amounts come from the renderer's knobs, `_Cpu`)
 CPU_REUSE = (8, 6, 4, 3, 2)
-#: register tiles smaller than this many accumulators grow along more reuse axes, up to CPU_MAX_TILE
-CPU_MIN_TILE, CPU_MAX_TILE = 128, 256
 #: multiply-adds below which a kernel's register tile does not grow past its SIMD and reuse axes
 CPU_SMALL_WORK = 1 << 23
 #: a reduce axis up to this long is unrolled whole in a reduction to few outputs
 CPU_REDUCE_WHOLE = 32
-#: bytes of the vector operand a cache-blocked CPU kernel keeps in L2 (half of a 1 MiB L2: Zen 4 has 1 MiB per
-#: core, Sapphire Rapids 2 MiB; the other half holds A's rows and the output tiles)
-CPU_L2_BUDGET = 512 * 1024
+
+
+class _Cpu:
+    """The CPU tuning the renderer's knobs (`Renderer.knobs`) give, planned in float32 lanes."""
+
+    def __init__(self, renderer: Renderer):
+        knobs = renderer.knobs
+        lanes = knobs.simd_lanes(dtypes.float32)
+        #: amounts of the SIMD axis: two registers, one, half of one (32, 16, 8 with AVX-512)
+        self.simd = (2 * lanes, lanes, max(1, lanes // 2))
+        #: register tiles smaller than min_tile accumulators grow along more reuse axes, up to max_tile: a quarter
+        #: and a half of the registers (128 and 256 floats with 32 AVX-512 registers)
+        self.min_tile = knobs.vector_registers // 4 * lanes
+        self.max_tile = knobs.vector_registers // 2 * lanes
+        #: bytes of the vector operand a cache-blocked kernel keeps in L2: half of it (the other half holds A's rows
+        #: and the output tiles)
+        self.l2_budget = knobs.l2_cache_bytes // 2
+
+    def simd_amount(self, n: int) -> int | None:
+        """Lanes along the SIMD axis: a short axis (a 20- or 24-wide row of a convolution's output) whole, which
+        the C compiler splits into vectors and a rest (and whose edge conditions of padding then fold away); a
+        longer one in a whole number of vectors: on the MNIST example's convolutions whole rows of 20 and 24 ran
+        much faster than rows cut into 4 or 8 (CHANGELOG, "Measurements behind the heuristics")."""
+        if 4 <= n <= max(self.simd):
+            return n
+        return _largest_divisor(n, self.simd) or _largest_divisor(n, (4,))
 
 
 def _const(r: UOp) -> int | None:
@@ -148,14 +170,6 @@ def _tile_axes(state: OptState, globals_: list[UOp], simd_amounts: tuple[int, ..
     return (axes.index(simd) if simd is not None else None), (axes.index(reuse) if reuse is not None else None)
 
 
-def _simd_amount(n: int) -> int | None:
-    """Lanes along the SIMD axis: a short axis (a 20- or 24-wide row of a convolution's output) whole, which the
-    C compiler splits into vectors and a rest (and whose edge conditions of padding then fold away); a longer
-    one in a whole number of vectors: on the MNIST example's convolutions whole rows of 20 and 24 ran much
-    faster than rows cut into 4 or 8 (CHANGELOG, "Measurements behind the heuristics")."""
-    if 4 <= n <= max(CPU_SIMD):
-        return n
-    return _largest_divisor(n, CPU_SIMD) or _largest_divisor(n, (4,))
 
 
 def _axis_index(state: OptState, axis_id: int | None) -> int | None:
@@ -177,7 +191,8 @@ def _cpu_opts(state: OptState, renderer: Renderer, globals_: list[UOp], reduces:
             state = unrolled
         return state
     if out_size >= 256:
-        simd, reuse = _tile_axes(state, globals_, CPU_SIMD, CPU_REUSE, _simd_amount)
+        cpu = _Cpu(renderer)
+        simd, reuse = _tile_axes(state, globals_, cpu.simd, CPU_REUSE, cpu.simd_amount)
         simd_id = state.axes[simd].arg.axis if simd is not None else None
         reuse_id = state.axes[reuse].arg.axis if reuse is not None else None
         simd_amt = 1
@@ -185,7 +200,7 @@ def _cpu_opts(state: OptState, renderer: Renderer, globals_: list[UOp], reduces:
             r = state.axes[simd]
             # keep the outermost global axis a loop of more than one iteration: a threaded backend splits it
             n = _const(r) or 1
-            amt = _simd_amount(n) if r is not globals_[0] or n >= 64 else None
+            amt = cpu.simd_amount(n) if r is not globals_[0] or n >= 64 else None
             if amt is not None:
                 state, simd_amt = _try(state, Opt(OptOps.UPCAST, simd, amt), renderer), amt
         if (ax := _axis_index(state, reuse_id)) is not None:
@@ -196,13 +211,13 @@ def _cpu_opts(state: OptState, renderer: Renderer, globals_: list[UOp], reduces:
                 state = _try(state, Opt(OptOps.UPCAST, ax, amt), renderer)
         # grow a small tile along more reuse axes while one fits; not for little work, where the bigger unrolled body
         # costs more compile time than it saves (as for the MNIST example's 10x576 weight gradient, CHANGELOG)
-        while state.upcast_size() < CPU_MIN_TILE and out_size * red_size >= CPU_SMALL_WORK:
-            grown = _grow_tile(state, renderer, globals_[0].arg.axis, reuse_id)
+        while state.upcast_size() < cpu.min_tile and out_size * red_size >= CPU_SMALL_WORK:
+            grown = _grow_tile(state, renderer, cpu.max_tile, globals_[0].arg.axis, reuse_id)
             if grown is state:
                 break
             state = grown
         if state.applied:
-            return _block_for_l2(state, renderer, simd_id, simd_amt, red_size)
+            return _block_for_l2(state, renderer, cpu.l2_budget, simd_id, simd_amt, red_size)
     # few outputs (or nothing to tile): independent accumulators for the innermost reduce axis; a short one (a row of
     # 20 or 24 in a BatchNorm's statistics) whole, which the C compiler turns into vectors, and then two of the
     # next axis's rows (faster on the MNIST example's BatchNorm statistics, CHANGELOG)
@@ -219,7 +234,7 @@ def _cpu_opts(state: OptState, renderer: Renderer, globals_: list[UOp], reduces:
     return unrolled
 
 
-def _grow_tile(state: OptState, renderer: Renderer, outer_id: int, reuse_id: int | None) -> OptState:
+def _grow_tile(state: OptState, renderer: Renderer, max_tile: int, outer_id: int, reuse_id: int | None) -> OptState:
     """A small register tile (a 5-wide kernel row times 8 channels in a convolution's weight gradient) grows
     along one more axis, one along which the loads that the first reuse axis does not reuse stay put: then
     every load of the reduce loop serves several accumulators."""
@@ -246,7 +261,7 @@ def _grow_tile(state: OptState, renderer: Renderer, outer_id: int, reuse_id: int
         slides = any(st in ws for st, ws in zip(strides, window_strides))
         # a short axis whole (the 5 rows of a 5x5 kernel) where it fits, else by a divisor
         amounts = ((n,) if n <= max(CPU_REUSE) else ()) + CPU_REUSE
-        amt = next((c for c in amounts if n % c == 0 and c <= n and tile * c <= CPU_MAX_TILE), None)
+        amt = next((c for c in amounts if n % c == 0 and c <= n and tile * c <= max_tile), None)
         if amt is None:
             continue
         # first an axis along which the loads slide over the same rows: output rows of a small convolution, whose
@@ -262,7 +277,8 @@ def _grow_tile(state: OptState, renderer: Renderer, outer_id: int, reuse_id: int
     return _try(state, Opt(OptOps.UPCAST, state.axes.index(best[2]), best[1]), renderer)
 
 
-def _block_for_l2(state: OptState, renderer: Renderer, simd_id: int | None, simd_amt: int, red_size: int) -> OptState:
+def _block_for_l2(state: OptState, renderer: Renderer, l2_budget: int, simd_id: int | None, simd_amt: int,
+                  red_size: int) -> OptState:
     """Cache blocking of a register-tiled kernel: when the strips of the vector operand that one pass over the
     SIMD axis reads (a tile's columns of B, over the whole reduction) outgrow the L2 budget, TILE the SIMD axis
     into blocks whose strips fit and SWAP the block loop outermost. Each block of B then stays in L2 while
@@ -274,7 +290,7 @@ def _block_for_l2(state: OptState, renderer: Renderer, simd_id: int | None, simd
         return state
     strip = red_size * simd_amt * 4
     # at least 8 blocks where there are tiles enough: the block loop is the one a threaded backend splits
-    per_block = max(1, min(CPU_L2_BUDGET // strip, tiles // 8))
+    per_block = max(1, min(l2_budget // strip, tiles // 8))
     if per_block >= tiles:
         return state
     block = max((d for d in range(1, per_block + 1) if tiles % d == 0), default=1)

@@ -1,0 +1,75 @@
+"""The device knobs (`DeviceKnobs`): the CPU renderer declares them, the heuristics and core's convolution gradient
+read them (the first through the renderer, the second through `Device[...]`), and changing one changes what they
+choose but not what the program computes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from tg_backend_cpu.renderer import CPURenderer
+from tinygrad import Device, Tensor
+from tinygrad.codegen import get_program
+from tinygrad.device import DeviceKnobs
+from tinygrad.dtype import dtypes
+from tinygrad.uop.ops import Ops, UOp
+
+
+def _matmul_ast(m: int, k: int, n: int) -> UOp:
+    a = UOp(Ops.PARAM, dtypes.float32, (), (1, m * k)).reshape((m, 1, k)).expand((m, n, k))
+    b = UOp(Ops.PARAM, dtypes.float32, (), (2, k * n)).reshape((k, n)).permute((1, 0)).reshape((1, n, k))
+    out = UOp(Ops.PARAM, dtypes.float32, (), (0, m * n)).reshape((m, n, 1))
+    value = (a * b.expand((m, n, k))).reduce_axis(Ops.ADD, (2,))
+    return UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (out, value)),))
+
+
+def test_the_device_exposes_its_renderers_knobs() -> None:
+    dev = Device["CPU"]
+    assert isinstance(dev.knobs, DeviceKnobs)
+    assert dev.knobs == dev.renderer.knobs
+    assert dev.knobs.simd_lanes(dtypes.float32) == dev.knobs.simd_bytes // 4
+    assert dev.knobs.simd_lanes(dtypes.float16) == dev.knobs.simd_bytes // 2
+
+
+def test_the_heuristics_tile_by_the_declared_simd_width() -> None:
+    class Avx2(CPURenderer):
+        simd_bytes = 32
+
+    ast = _matmul_ast(256, 256, 256)
+    # two registers of float32 along the SIMD axis: 32 lanes with AVX-512, 16 with AVX2
+    assert get_program(ast, CPURenderer()).applied_opts[0] == "UPCAST(1,32)"
+    assert get_program(ast, Avx2()).applied_opts[0] == "UPCAST(1,16)"
+
+
+def _conv_grads(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, bool]:
+    """dx, dw, the kernels of dw, and whether dw sums partial sums over chunks of 2 images (of the 8)."""
+    tx, tw = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+    tx.conv2d(tw).sum().backward()
+    assert tx.grad is not None and tw.grad is not None
+    chunked = any(u.op is Ops.RESHAPE and tuple(u.arg[:2]) == (4, 2) for u in tw.grad.uop.toposort())
+    kernels = len(tw.grad.schedule())
+    return tx.grad.numpy(), tw.grad.numpy(), kernels, chunked
+
+
+@pytest.mark.parametrize("l2, channels_last_min", [(1 << 20, 8), (1 << 15, 8), (1 << 20, 0)])
+def test_the_conv_gradient_reads_the_device_knobs(monkeypatch: pytest.MonkeyPatch, l2: int,
+                                                   channels_last_min: int) -> None:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 8, 10, 10)).astype(np.float32)
+    w = rng.standard_normal((4, 8, 3, 3)).astype(np.float32)
+    _, _, default_kernels, default_chunked = _conv_grads(x, w)
+    renderer = Device["CPU"].renderer
+    monkeypatch.setattr(renderer, "l2_cache_bytes", l2)
+    monkeypatch.setattr(renderer, "channels_last_min", channels_last_min)
+    dx, dw, kernels, chunked = _conv_grads(x, w)
+
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    torch.nn.functional.conv2d(tx, tw).sum().backward()
+    assert tx.grad is not None and tw.grad is not None
+    np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(dw, tw.grad.numpy(), rtol=1e-4, atol=1e-4)
+    # (8*100 + 4*64) * 4 bytes an image: all 8 fit half of 1 MiB, 3 fit half of 32 KiB (chunks of 2, dividing 8)
+    assert not default_chunked
+    assert chunked == (l2 < 1 << 20)
+    # a kernel that sums the chunks' partial sums; none for the channels-last copies of the input and g
+    assert kernels == default_kernels + chunked - (2 if channels_last_min == 0 else 0)
