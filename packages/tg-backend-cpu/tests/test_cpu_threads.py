@@ -276,7 +276,7 @@ def test_only_the_outermost_loop_takes_a_slice() -> None:
 
 def test_a_renderer_that_opens_loops_its_own_way_gets_kernels_that_run_whole(split_everything: None) -> None:
     class OwnLoops(CPURenderer):
-        def render_range(self, name: str, bound: str, work_item_dim: int | None) -> str:
+        def render_range(self, name: str, bound: str) -> str:
             return f"for (int {name} = 0; {name} < {bound}; {name}++) {{ /* own */"
 
     n = 40

@@ -62,7 +62,8 @@ def test_the_conv_gradient_reads_the_device_knobs(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(renderer, "channels_last_min", channels_last_min)
     dx, dw, kernels, chunked = _conv_grads(x, w)
 
-    torch = pytest.importorskip("torch", reason="the reference gradients come from PyTorch, installed in the tests-3.11 session only")
+    # the reference gradients come from PyTorch, installed in the tests-3.11 session only
+    torch = pytest.importorskip("torch")
     tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
     torch.nn.functional.conv2d(tx, tw).sum().backward()
     assert tx.grad is not None and tw.grad is not None

@@ -216,8 +216,11 @@ def test_an_oversized_local_size_is_only_a_hint_for_kernels_without_local_memory
     args = [b.opaque for b in bufs]
     # each dimension within the device's per-dimension limits, the product over the kernel's limit
     local = (min(program.max_work_group_size, qcom_device.device.max_work_item_sizes[0]), 2)
-    program(*args, global_size=local, local_size=local)  # the driver chooses the group size instead
-    np.testing.assert_array_equal(bufs[0].numpy(), np.arange(n) + 1)
+    # a kernel as long as that launch's first dimension: its ids are guarded only where its own launch would pass
+    # its bound, and this one's does not (the second dimension writes the same elements again)
+    wide, wide_bufs = _copy_kernel(qcom_device, local[0])
+    wide.program(*[b.opaque for b in wide_bufs], global_size=local, local_size=local)  # the driver picks instead
+    np.testing.assert_array_equal(wide_bufs[0].numpy(), np.arange(local[0]) + 1)
     program(*args, global_size=(n,), local_size=(16,))  # within every limit: as asked
     np.testing.assert_array_equal(bufs[0].numpy(), np.arange(n) + 1)
 

@@ -51,7 +51,7 @@ def test_a_big_reduction_to_few_outputs_is_grouped_and_exact(Tensor, webgpu_devi
     src = runner.spec.src
     assert "var<workgroup> temp0: array<f32, 256>;" in src and "workgroupBarrier();" in src
     # the barrier is reached in uniform control flow: no guard on the invocation's index encloses it
-    assert "if (ridx0 <" not in src
+    assert "if ((gidx0 <" not in src
 
 
 @pytest.mark.parametrize("shape,axis", [((3, 65537), 1), ((65537, 3), 0), ((2, 3, 70001), 2)])
@@ -96,6 +96,24 @@ def test_local_opts_set_the_work_group_shape(webgpu_device) -> None:  # type: ig
     runner(bufs, {})
     np.testing.assert_array_equal(bufs[0].numpy(), data * 3 + 1)
     assert [key[2] for key in runner.program._pipelines] == [(32, 4)]
+
+
+def test_a_grouped_reduction_of_a_packed_dtype_keeps_its_scratch_unpacked(webgpu_device) -> None:  # type: ignore[no-untyped-def]
+    """int16 buffers hold two elements per word; the GROUP scratch holds i32 values, read and written directly."""
+    from tinygrad.codegen import get_program
+    from tinygrad.codegen.compiled import CompiledRunner
+    from tinygrad.codegen.opt import Opt, OptOps
+
+    rows, n = 3, 1000
+    spec = get_program(_sum_rows_ast(rows, n, dtypes.int16), webgpu_device.renderer, (Opt(OptOps.GROUP, 1, 16),))
+    assert "var<workgroup> temp0: array<i32, 16>;" in spec.src and "atomicOr(&data0[" in spec.src
+    runner = CompiledRunner(webgpu_device, spec, webgpu_device.compiler.compile(spec.src))
+    data = np.random.default_rng(5).integers(-2**15, 2**15, rows * n).astype(np.int16)
+    bufs = [Buffer("WEBGPU", rows, dtypes.int16), Buffer("WEBGPU", rows * n, dtypes.int16)]
+    bufs[1].copyin(memoryview(data).cast("B"))
+    runner(bufs, {})
+    # the sums wrap to int16, as the reference's
+    np.testing.assert_array_equal(bufs[0].numpy(), data.reshape(rows, n).sum(1, dtype=np.int16))
 
 
 def test_the_runtime_picks_a_shape_when_the_kernel_leaves_it(webgpu_device) -> None:  # type: ignore[no-untyped-def]
@@ -171,7 +189,9 @@ def test_unrolled_source_under_a_small_cap() -> None:
 
     renderer = WGSLRenderer(max_loop_iterations=100, max_loop_iterations_reason="a test cap")
     src = get_program(_sum_rows_ast(4, 350), renderer, opts=()).src
-    assert "ridx1 += 4i" in src and src.count("if (ridx1 + ") == 3  # 88 iterations of 4 guarded copies
+    # 88 iterations of 4 copies, 3 of them guarded; each copy binds the loop index for the body's one text
+    assert "ridx0_first += 4i" in src and src.count("if (ridx0_first + ") == 3
+    assert src.count("let ridx0: i32 = ridx0_first") == 4
     assert get_program(_sum_rows_ast(4, 100), renderer, opts=()).src.count("for (") == 1  # under the cap: as is
     with pytest.raises(LoopLimitError, match=r"runs 3201 loop iterations per invocation \(101 with its innermost "
                                              r"loops unrolled 32 times\), but this device \(a test cap\)"):

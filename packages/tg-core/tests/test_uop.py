@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 from tinygrad.dtype import dtypes
-from tinygrad.uop.ops import AxisKind, Ops, RangeArg, UOp, UOpMeta
+from tinygrad.uop.ops import AxisKind, Ops, RangeArg, UOp, UOpMeta, VarArg
 
 I32, F32 = dtypes.int32, dtypes.float32
 
@@ -91,7 +91,7 @@ def test_unreferenced_nodes_leave_the_cache() -> None:
 
 
 def test_a_node_made_again_after_its_twin_died_is_cached_again() -> None:
-    key = (Ops.DEFINE_VAR, I32, (), (tuple, ("again", 0, 3)))
+    key = (Ops.DEFINE_VAR, I32, (), (VarArg, VarArg("again", 0, 3)))
     first = var("again", 0, 3)
     assert UOpMeta.cache[key]() is first
     del first
@@ -108,7 +108,7 @@ def test_a_stale_reference_never_removes_a_newer_entry() -> None:
     from tinygrad.uop.ops import _forget_node
 
     node = var("stale", 0, 1)
-    key = (Ops.DEFINE_VAR, I32, (), (tuple, ("stale", 0, 1)))
+    key = (Ops.DEFINE_VAR, I32, (), (VarArg, VarArg("stale", 0, 1)))
     _forget_node(key, weakref.ref(node))  # as a dead twin's reference would, arriving late
     assert UOpMeta.cache[key]() is node
 

@@ -177,11 +177,13 @@ class _Builder:
             elif op is Ops.PARAM:
                 if not (isinstance(ins.arg, tuple) and len(ins.arg) == 2):
                     raise self.fail(i, f"expected arg (index, size), got {ins.arg!r}")
-                self.params.append((i, int(ins.arg[0]), int(ins.arg[1]), ins.dtype))
+                slot, size = ins.arg
+                self.params.append((i, int(slot), int(size), ins.dtype))
             elif op is Ops.DEFINE_VAR:
                 if not (isinstance(ins.arg, tuple) and len(ins.arg) == 3):
                     raise self.fail(i, f"expected arg (name, min, max), got {ins.arg!r}")
-                self.vars.append((i, str(ins.arg[0]), int(ins.arg[1]), int(ins.arg[2])))
+                name, vmin, vmax = ins.arg
+                self.vars.append((i, str(name), int(vmin), int(vmax)))
             elif op in (Ops.RANGE, Ops.IF):
                 if len(ins.src) < 1 or (op is Ops.RANGE and not self.program[ins.src[0]].dtype.is_int):
                     raise self.fail(i, "expected an integer end as its source" if op is Ops.RANGE else
@@ -267,7 +269,8 @@ class _Builder:
         index = self.program[ins.src[0]]
         param = self.program[index.src[0]]
         gate = index.src[2] if len(index.src) == 3 else None
-        return index.src[0], index.src[1], gate, param.dtype, f"data{param.arg[0]} ({param.dtype.name}[{param.arg[1]}])"
+        slot, size = param.arg
+        return index.src[0], index.src[1], gate, param.dtype, f"data{slot} ({param.dtype.name}[{size}])"
 
     def _out_of_bounds(self, what: str, buf: str, idx: Any) -> OutOfBoundsError:
         return OutOfBoundsError(f"kernel {self.name} {what} {buf} at index {idx}, outside the buffer: the compiler "

@@ -99,12 +99,12 @@ class CPURenderer(CStyleRenderer):
         # thread, so that two threads can render with one renderer
         self._state = threading.local()
 
-    def render_range(self, name: str, bound: str, work_item_dim: int | None, dtype: DType = dtypes.int32) -> str:
+    def render_range(self, name: str, bound: str, dtype: DType = dtypes.int32) -> str:
         plan: SplitPlan | None = getattr(self._state, "plan", None)
         k = getattr(self._state, "opened", 0)
         self._state.opened = k + 1
         if plan is None or k >= len(plan.sliced) or not plan.sliced[k]:
-            return super().render_range(name, bound, work_item_dim, dtype)
+            return super().render_range(name, bound, dtype)
         start, end, total = SLICE_PARAMS
         t = self.value_type(dtype)
         # the slice ends are products in 64 bits: bound * tg_end passes 2**63 only past any addressable size
@@ -134,8 +134,8 @@ class CPURenderer(CStyleRenderer):
 
     def render_entry_points(self, name: str, program: list[UOp], plan: SplitPlan) -> str:
         # the kernel's parameters as the base orders them: buffers by index, then variables by name
-        buffers = sorted({u.arg[0]: u for u in program if u.op is Ops.PARAM}.items())
-        variables = sorted({u.arg[0]: u for u in program if u.op is Ops.DEFINE_VAR}.items())
+        buffers = sorted({u.arg.slot: u for u in program if u.op is Ops.PARAM}.items())
+        variables = sorted({u.arg.name: u for u in program if u.op is Ops.DEFINE_VAR}.items())
         args = [f"({self.memory_type(u.dtype)}*)(__INTPTR_TYPE__)args[{i}]" for i, (_, u) in enumerate(buffers)]
         args += [f"({self.value_type(u.dtype)})args[{len(buffers) + i}]" for i, (_, u) in enumerate(variables)]
         call = ", ".join([*args, "start", "end", "total"])

@@ -1,6 +1,6 @@
 """OpenCL C on top of the C-style base: `__kernel`/`__global`, OpenCL's type names, overloaded math
-functions (no f suffix), `as_<type>` for bit casts, output ranges run as work-items (up to three launch
-dimensions, see `Renderer.global_ranges`), `__local` scratch arrays and barriers for GROUP reductions.
+functions (no f suffix), `as_<type>` for bit casts, work-item ids from `get_global_id` (up to three launch
+dimensions, see `tinygrad.codegen.work_items`), `__local` scratch arrays and barriers for GROUP reductions.
 
 Which dtypes exist depends on the device: float64 needs `cl_khr_fp64`. float16 without `cl_khr_fp16` (PoCL
 here) is emulated: buffers hold half, read and written with vload_half/vstore_half_rte, and values are
@@ -182,10 +182,3 @@ class OpenCLRenderer(CStyleRenderer):
 
     def render_barrier(self) -> str:
         return "barrier(CLK_LOCAL_MEM_FENCE);"
-
-    def render_range(self, name: str, bound: str, work_item_dim: int | None, dtype: DType = dtypes.int32) -> str:
-        if work_item_dim is None:
-            return super().render_range(name, bound, work_item_dim, dtype)
-        # the launch may be larger than the bound (a symbolic bound launches its largest value): guard it
-        t = self.value_type(dtype)
-        return f"{t} {name} = ({t})get_global_id({work_item_dim}); if ({name} < {bound}) {{"

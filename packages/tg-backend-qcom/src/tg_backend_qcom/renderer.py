@@ -85,7 +85,7 @@ class QCOMRenderer(OpenCLRenderer):
         for p in program:
             if p.op is not Ops.PARAM or p.dtype.scalar not in self.image_dtypes or p.dtype.vcount != 1:
                 continue
-            size = p.arg[1]
+            size = p.arg.size
             if not isinstance(size, int) or not 0 < texels_for(size) <= self.image_max_texels:
                 continue
             uses = users[p]
@@ -93,7 +93,7 @@ class QCOMRenderer(OpenCLRenderer):
                 idx.op is Ops.INDEX and idx.src[0] is p and users[idx] and
                 all(ld.op is Ops.LOAD and ld.dtype.vcount == 1 for ld in users[idx]) for idx in uses)
             if read_only:
-                out[p.arg[0]] = p.dtype.scalar
+                out[p.arg.slot] = p.dtype.scalar
         return out
 
     def render(self, name: str, program: list[UOp]) -> str:
@@ -105,7 +105,7 @@ class QCOMRenderer(OpenCLRenderer):
             self._images = {}
         if not images:
             return src
-        order = sorted(u.arg[0] for u in program if u.op is Ops.PARAM)  # kernel argument order
+        order = sorted(u.arg.slot for u in program if u.op is Ops.PARAM)  # kernel argument order
         mark = IMAGE_ARGS_MARK + "".join(f" {order.index(i)}:{CHANNEL_TYPES[d]}" for i, d in sorted(images.items()))
         helpers = "".join(self._image_read_fn(d) for d in sorted(set(images.values()), key=lambda d: d.name))
         at = src.index(f"{self.kernel_prefix}void ")  # after the pragmas and the half/bf16 helpers

@@ -1,4 +1,6 @@
-"""WGSL from the linearized program: one compute entry point per kernel.
+"""WGSL from the linearized program: one compute entry point per kernel. The walk is the C-style base's
+(`tinygrad.renderer.cstyle`); this module fills in WGSL's entries of the op table and its hooks: `let`/`var`
+declarations, storage buffers bound with @group/@binding, loops, the work-item entry point and helpers.
 
 Types. WGSL computes in bool, i32, u32, f32 and (with the `shader-f16` feature) f16, with no 64-bit and no
 8/16-bit integer types. So int8/int16 values live sign-extended in i32 and uint8/uint16 in u32, wrapped back
@@ -8,16 +10,17 @@ loads extract them, and stores change only their own bits with atomicAnd/atomicO
 writing neighbouring elements of one word do not race. int64/uint64 need wgpu-native's `shader-int64`.
 
 Work-items. The output loops of a kernel with one loop nest (and the lane of a GROUP reduction) run as
-work-items, launch dimension 0 first as `Renderer.global_ranges` orders them. A launch is a flat list of
+work-items: the SPECIALs of `tinygrad.codegen.work_items`, launch dimension 0 first. A launch is a flat list of
 workgroups, each a flat block of invocations: the kernel takes its workgroup's linear id apart into one block
 coordinate per dimension and its `local_invocation_index` into one local coordinate per dimension, and a
 range's index is block * local size + local. The local sizes are pipeline-overridable constants
 (`tg_local_<d>`, and `tg_workgroup_size` their product): the runtime sets them from the ProgramSpec's local
 size (LOCAL/GROUP opts) or picks them itself, so one shader serves any workgroup shape, and a launch of any
-size fits in up to three dimensions of at most 65535 workgroups. Each index is guarded against its loop's
-bound, since the last block of a dimension may be partial. A GROUP reduction combines its lanes' partials
-in a `var<workgroup>` array after a `workgroupBarrier()`; its workgroups are always full (the GROUP opt
-requires it), so it has no per-index guards: a barrier must be reached in uniform control flow.
+size fits in up to three dimensions of at most 65535 workgroups. Where the runtime picks the shape, the last
+block of a dimension may be partial (`launch_rounds_up`): the work-item mapping guards each index against its
+loop's bound. A GROUP reduction combines its lanes' partials in a `var<workgroup>` array after a
+`workgroupBarrier()`; its workgroups are always full (the GROUP opt requires it), so it has no per-index guards:
+a barrier must be reached in uniform control flow.
 
 Loop cap. lavapipe stops an invocation after 65535 loop iterations, all loops together. A kernel that would
 run more has its innermost loops unrolled in the source (2 to 32 copies of the body per iteration, in order,
@@ -30,11 +33,11 @@ from __future__ import annotations
 
 import math
 import struct
-from collections import defaultdict
-from collections.abc import Callable
+from dataclasses import dataclass, field
 
+from tinygrad.codegen.work_items import global_size
 from tinygrad.dtype import DType, dtypes
-from tinygrad.renderer import Renderer, loop_depths_and_users
+from tinygrad.renderer.cstyle import CStyleRenderer, OpFn
 from tinygrad.uop.ops import GroupOp, Ops, UOp
 
 from tg_backend_webgpu.wgsl_lib import helper_source
@@ -49,8 +52,6 @@ MAX_WORK_ITEM_DIMS = 8
 DEFAULT_MAX_INVOCATIONS, DEFAULT_WORKGROUP_STORAGE = 256, 16384
 #: unroll factors tried, smallest first, to bring a kernel's loop iterations under a driver's cap
 UNROLL_FACTORS = (2, 4, 8, 16, 32)
-#: longer expressions get a `let`, so that a long elementwise chain does not become one enormous line
-MAX_INLINE_CHARS = 1000
 
 #: the most loop iterations one call of the exact float fmod helper runs (277 exponent steps of 8 bits)
 FMOD_MAX_ITERATIONS = 35
@@ -58,7 +59,6 @@ FMOD_MAX_ITERATIONS = 35
 PACKED = frozenset({dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.bfloat16})
 SIGNED_SMALL = frozenset({dtypes.int8, dtypes.int16})
 UNSIGNED_SMALL = frozenset({dtypes.uint8, dtypes.uint16})
-F32_VALUED = frozenset({dtypes.float32, dtypes.bfloat16})
 
 VALUE_TYPES: dict[DType, str] = {
     dtypes.bool: "bool", dtypes.int8: "i32", dtypes.int16: "i32", dtypes.int32: "i32", dtypes.uint8: "u32",
@@ -69,7 +69,6 @@ VALUE_TYPES: dict[DType, str] = {
 FEATURE_DTYPES = {dtypes.float16: "shader-f16", dtypes.int64: "shader-int64", dtypes.uint64: "shader-int64"}
 #: float ops whose result the shader compiler may fold for equal operands without changing it (x+x, x*x, max)
 SAFE_SAME = frozenset({Ops.ADD, Ops.MUL, Ops.MAX})
-MATH_FNS = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.TRUNC: "trunc"}
 
 
 class LoopLimitError(RuntimeError):
@@ -83,18 +82,12 @@ def _cancels(op: Ops, a: UOp, b: UOp) -> bool:
     return op is Ops.ADD and ((b.op is Ops.NEG and b.src[0] is a) or (a.op is Ops.NEG and a.src[0] is b))
 
 
-def value_type(d: DType) -> str:
-    return VALUE_TYPES[d.scalar]
-
-
 def _mask(d: DType) -> str:
     return f"0x{(1 << d.bits) - 1:x}u"
 
 
-#: an entry of `WGSL_CODE_FOR_OP`: (renderer, result dtype, source UOps, *rendered operands) -> WGSL text, the
-#: shape of the C-style base's `code_for_op` entries. Bool values compute in bool, so its arithmetic is logic.
-OpFn = Callable[..., str]
-_BOOL_SYMS = {Ops.ADD: "|", Ops.SUB: "!=", Ops.MUL: "&", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "!=", Ops.MAX: "|"}
+#: bool values compute in bool, so its arithmetic is logic
+_BOOL_SYMS = {Ops.ADD: "|", Ops.SUB: "!=", Ops.MUL: "&", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "!="}
 
 
 def _infix(op: Ops, sym: str) -> OpFn:
@@ -119,68 +112,60 @@ def _math(op: Ops) -> OpFn:
             return f"f16({call})" if d.scalar == dtypes.float16 else call
         if op in (Ops.SIN, Ops.LOG2) and d.scalar != dtypes.float16:  # f16's range needs neither fix
             return f"{r.helper('tg_sin_f32' if op is Ops.SIN else 'tg_log2_f32')}({a})"
-        return f"{MATH_FNS[op]}({a})"
+        return f"{r.math_fns[op]}({a})"  # WGSL's builtins are overloaded by argument type: no f suffix
     return fn
 
 
 def _neg(r: WGSLRenderer, d: DType, src: tuple[UOp, ...], a: str) -> str:
     if d.scalar == dtypes.bool:
         return f"(!{a})"
-    return f"({r.render_const(0, d)} - {a})" if value_type(d)[0] == "u" else f"(-{a})"
+    return f"({r.render_const(0, d)} - {a})" if r.value_type(d)[0] == "u" else f"(-{a})"
 
 
-def _max(r: WGSLRenderer, d: DType, src: tuple[UOp, ...], a: str, b: str) -> str:
-    d = d.scalar
-    if d == dtypes.bool:
-        return f"({a} | {b})"
-    if d.is_float:
-        return f"{r.helper('tg_max_f16' if d == dtypes.float16 else 'tg_max_f32')}({a}, {b})"
-    t = value_type(d)
-    return f"{r.helper('tg_max_' + t)}({a}, {b})" if t in ("i64", "u64") else f"max({a}, {b})"
-
-
-def _divmod(op: Ops) -> OpFn:
-    def fn(r: WGSLRenderer, d: DType, src: tuple[UOp, ...], a: str, b: str) -> str:
-        d = d.scalar
-        if d.is_float and op is Ops.IDIV:  # truncate the quotient as rounded to the dtype
-            quotient = f"({a} / {b})"
-            return f"trunc({r.helper('tg_round_bf16')}{quotient})" if d == dtypes.bfloat16 else f"trunc({quotient})"
-        if d.is_float:  # fmod of the exact values; its result is representable in the operands' dtype
-            fmod = r.helper("tg_fmod_f32")
-            return f"f16({fmod}(f32({a}), f32({b})))" if d == dtypes.float16 else f"{fmod}({a}, {b})"
-        divisor = src[1]
-        if divisor.op is Ops.CONST and int(divisor.arg) > 0:
-            return f"({a} {'/' if op is Ops.IDIV else '%'} {b})"
-        return f"{r.helper(('tg_idiv_' if op is Ops.IDIV else 'tg_mod_') + value_type(d))}({a}, {b})"
-    return fn
-
-
-#: how WGSL spells each value op (LOAD and STORE depend on the buffer's kind and stay in the walk)
+#: the C table with WGSL's entries where the text differs (MAX, IDIV, MOD and the shifts go through the
+#: render_max/render_divmod/render_shift hooks, LOAD through render_load/render_local_load)
 WGSL_CODE_FOR_OP: dict[Ops, OpFn] = {
+    **CStyleRenderer.code_for_op,
     Ops.CONST: lambda r, d, src, value: r.render_kernel_const(value, d),
-    Ops.CAST: lambda r, d, src, x: r.render_cast(x, src[0].dtype, d),
-    Ops.BITCAST: lambda r, d, src, x: r.render_bitcast(x, src[0].dtype, d),
     **{op: _compare(op, sym) for op, sym in ((Ops.CMPLT, "<"), (Ops.CMPNE, "!="), (Ops.CMPEQ, "=="))},
     Ops.WHERE: lambda r, d, src, c, a, b: f"select({b}, {a}, {c})",
-    **{op: _math(op) for op in MATH_FNS},
+    **{op: _math(op) for op in (Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC)},
     Ops.NEG: _neg,
     Ops.RECIPROCAL: lambda r, d, src, a: f"({r.render_const(1.0, d)} / {a})",
-    Ops.MAX: _max,
-    Ops.IDIV: _divmod(Ops.IDIV), Ops.MOD: _divmod(Ops.MOD),
-    Ops.SHL: lambda r, d, src, a, b: f"{r.helper('tg_shl_' + value_type(d))}({a}, {b}, {d.bits}u)",
-    Ops.SHR: lambda r, d, src, a, b: f"{r.helper('tg_shr_' + value_type(d))}({a}, {b})",
     **{op: _infix(op, sym) for op, sym in ((Ops.ADD, "+"), (Ops.SUB, "-"), (Ops.MUL, "*"), (Ops.FDIV, "/"),
                                             (Ops.AND, "&"), (Ops.OR, "|"), (Ops.XOR, "^"))},
 }
 
 
-class WGSLRenderer(Renderer):
+@dataclass
+class _Kernel:
+    """What the hooks need to know about the kernel being rendered (`WGSLRenderer.render` sets it)."""
+
+    #: buffer slot -> binding: buffers are bound in slot order, the uniform of symbolic variables after them
+    bindings: dict[int, int] = field(default_factory=dict)
+    #: symbolic variable -> its field in the uniform (by name, as ProgramSpec.var_names orders the values)
+    variables: dict[str, int] = field(default_factory=dict)
+    #: the buffers the kernel stores to: packed ones are atomic words, so their loads are atomic too
+    written: frozenset[str] = frozenset()
+    #: the launch's global size per dimension (the sizes of the kernel's SPECIALs); () for one invocation
+    launch: tuple[int, ...] = ()
+    #: the innermost loops written `unroll` copies of the body per iteration (see `WGSLRenderer.render_loop`)
+    unrolled: frozenset[UOp] = frozenset()
+    unroll: int = 1
+
+
+class WGSLRenderer(CStyleRenderer):
     device = "WEBGPU"
     has_local = True
     # not the 8-bit floats (fp8e4m3, fp8e5m2): they are refused with the device's dtype error rather than emulated
     supported_dtypes = frozenset(VALUE_TYPES)
+    type_names = VALUE_TYPES
+    #: index arithmetic stays i32: WGSL has no wider integer that arrays can be indexed with
+    address_var_type = None
     #: a flat launch in workgroups of 64: faster than groups of 256 on lavapipe (the measurement is in the CHANGELOG)
     flat_work_group = 64
+    #: a kernel that leaves the work-group shape to the runtime gets `default_local_size`'s, in whole workgroups
+    launch_rounds_up = True
     #: WGSL indexes arrays with i32/u32 and its loops count in i32 (64-bit integers are an optional native feature
     #: that arrays cannot be indexed with): a kernel whose index arithmetic leaves int32's range is refused with an
     #: IndexRangeError naming the value and the limit, instead of wrapping
@@ -205,6 +190,7 @@ class WGSLRenderer(Renderer):
         self.local_max = (max_workgroup_invocations,) * MAX_WORK_ITEM_DIMS
         self.local_mem_max = workgroup_storage
         self._helpers: set[str] = set()
+        self._kernel = _Kernel()
 
     def supports_dtype(self, dtype: DType) -> bool:
         need = FEATURE_DTYPES.get(dtype.scalar)
@@ -229,11 +215,11 @@ class WGSLRenderer(Renderer):
                 body = repr(v) + "f"
             return f"f16({body})" if d == dtypes.float16 else body
         iv = int(value)
-        if value_type(d) == "u32":
+        if self.value_type(d) == "u32":
             return f"{iv & 0xffffffff}u"
-        if value_type(d) == "u64":
+        if self.value_type(d) == "u64":
             return f"{iv & 0xffffffffffffffff}lu"
-        if value_type(d) == "i64":
+        if self.value_type(d) == "i64":
             return f"({iv + 1}li - 1li)" if iv == -(2**63) else f"{iv}li"
         return f"i32({iv})" if iv == -(2**31) else f"{iv}i"  # 2147483648i does not parse
 
@@ -269,13 +255,13 @@ class WGSLRenderer(Renderer):
             # !(x == 0) rather than x != 0: the float != is an ordered comparison here, and NaN is true
             return f"(!({x} == {self.render_const(0, frm)}))"
         if frm == dtypes.bool:
-            expr = f"{value_type(to)}({x})"
+            expr = f"{self.value_type(to)}({x})"
             return expr
         if to.is_float:
             if to == dtypes.bfloat16:
                 return f"{self.helper('tg_round_bf16')}(f32({x}))"
-            return f"{value_type(to)}({x})"
-        tf, tt = value_type(frm), value_type(to)
+            return f"{self.value_type(to)}({x})"
+        tf, tt = self.value_type(frm), self.value_type(to)
         if tt in ("i64", "u64"):
             if frm.is_float:
                 if tt == "u64":  # as with u32: negatives wrap through i64, values past i64's range convert directly
@@ -324,28 +310,37 @@ class WGSLRenderer(Renderer):
     def render_bitcast(self, x: str, frm: DType, to: DType) -> str:
         frm, to = frm.scalar, to.scalar
         if frm.itemsize in (4, 8):
-            return f"bitcast<{value_type(to)}>({x})"
+            return f"bitcast<{self.value_type(to)}>({x})"
         if frm.itemsize == 2:
             return self._from_bits16(self._bits16(x, frm), to)
         # int8 <-> uint8: reinterpret the low byte
-        return self.wrap(f"bitcast<{value_type(to)}>({x})", to)
+        return self.wrap(f"bitcast<{self.value_type(to)}>({x})", to)
 
     # ---- memory ----
-    def render_param(self, binding: int, name: str, d: DType, atomic: bool) -> str:
+    def render_param(self, index: int, d: DType, is_output: bool) -> str:
+        # a packed buffer the kernel writes is atomic words (see render_store)
         if d.scalar in PACKED:
-            elem = "atomic<u32>" if atomic else "u32"
+            elem = "atomic<u32>" if is_output else "u32"
         else:
-            elem = value_type(d)
-        return f"@group(0) @binding({binding}) var<storage, read_write> {name}: array<{elem}>;"
+            elem = self.value_type(d)
+        binding = self._kernel.bindings[index]
+        return f"@group(0) @binding({binding}) var<storage, read_write> data{index}: array<{elem}>;"
 
-    def render_load(self, buf: str, idx: str, gate: str | None, d: DType, atomic: bool) -> str:
+    def render_var_param(self, name: str, d: DType) -> str:
+        # a field of the uniform struct TgVars (render_source); the runtime writes the values as int32
+        return f"v{self._kernel.variables[name]}: i32"
+
+    def render_var_ref(self, name: str) -> str:
+        return f"tg_vars.v{self._kernel.variables[name]}"
+
+    def render_load(self, buf: str, idx: str, gate: str | None, d: DType) -> str:
         d = d.scalar
         if d not in PACKED:
             val = f"{buf}[{idx}]"
         else:
             per_word = 4 // d.itemsize
             word_idx = f"{buf}[{idx} >> {per_word.bit_length() - 1}u]"
-            word = f"atomicLoad(&{word_idx})" if atomic else word_idx
+            word = f"atomicLoad(&{word_idx})" if buf in self._kernel.written else word_idx
             bits = d.itemsize * 8
             shift = f"(u32({idx} & {per_word - 1}i) * {bits}u)"
             if d in SIGNED_SMALL:  # the element's top bit to bit 31, then an arithmetic shift back
@@ -374,11 +369,39 @@ class WGSLRenderer(Renderer):
         return (f"atomicAnd({word}, ~({_mask(d)} << {shift})); "
                 f"atomicOr({word}, {pattern} << {shift});")
 
+    # the GROUP scratch holds computed values (value types, no packing: no other work-item shares a word)
+    def render_define_local(self, name: str, d: DType, size: int) -> str:
+        return f"var<workgroup> {name}: array<{self.value_type(d)}, {int(size)}>;"
+
+    def render_local_load(self, buf: str, idx: str, gate: str | None, d: DType) -> str:
+        val = f"{buf}[{idx}]"
+        return val if gate is None else f"select({self.render_const(0, d)}, {val}, {gate})"
+
+    def render_local_store(self, buf: str, idx: str, value: str, d: DType) -> str:
+        return f"{buf}[{idx}] = {value};"
+
+    def render_barrier(self) -> str:
+        return "workgroupBarrier();"
+
+    def repeats_operands(self, u: UOp) -> bool:
+        """A packed element's index is used twice (its word and its place in the word): it gets a `let`. MAX,
+        the shifts, IDIV and MOD, which C writes with repeated operands, are helper calls here."""
+        return u.op is Ops.INDEX and u.src[0].op is Ops.PARAM and u.src[0].dtype.scalar in PACKED
+
+    def render_declaration(self, name: str, type_name: str, expr: str, mutable: bool = False) -> str:
+        return f"{'var' if mutable else 'let'} {name}: {type_name} = {expr};"
+
     # ---- ALU ----
     def render_alu(self, op: Ops, d: DType, srcs: list[str], src_uops: tuple[UOp, ...]) -> str:
         """Look the op up in `code_for_op`, then bring the result back into its dtype: bfloat16 computes in f32,
-        small ints in 32 bits."""
+        small ints in 32 bits. Float operands the shader compiler would fold wrongly are hidden from it first."""
         d = d.scalar
+        if len(src_uops) == 2 and src_uops[0].dtype.is_float and _cancels(op, *src_uops):
+            srcs = [srcs[0], self.opaque_copy(srcs[1], src_uops[1].dtype)]
+        if op in (Ops.ADD, Ops.SUB) and d in (dtypes.float32, dtypes.float16):
+            # a*b+c must round twice, as the reference does: hide the product from the compiler, which would
+            # otherwise fuse it into an fma (naga asks for no NoContraction)
+            srcs = [self.opaque_copy(n, s.dtype) if s.op is Ops.MUL else n for n, s in zip(srcs, src_uops)]
         expr = self.code_for_op[op](self, d, src_uops, *srcs)
         if op in GroupOp.Comparison or op is Ops.WHERE or d == dtypes.bool:
             return expr
@@ -386,230 +409,165 @@ class WGSLRenderer(Renderer):
             return f"{self.helper('tg_round_bf16')}({expr})" if d == dtypes.bfloat16 and op is not Ops.TRUNC else expr
         return self.wrap(expr, d)
 
+    def render_max(self, a: str, b: str, d: DType) -> str:
+        d = d.scalar
+        if d == dtypes.bool:
+            return f"({a} | {b})"
+        if d.is_float:
+            return f"{self.helper('tg_max_f16' if d == dtypes.float16 else 'tg_max_f32')}({a}, {b})"
+        t = self.value_type(d)
+        return f"{self.helper('tg_max_' + t)}({a}, {b})" if t in ("i64", "u64") else f"max({a}, {b})"
+
+    def render_divmod(self, op: Ops, a: str, b: str, d: DType, divisor: UOp) -> str:
+        d = d.scalar
+        if d.is_float and op is Ops.IDIV:  # truncate the quotient as rounded to the dtype
+            quotient = f"({a} / {b})"
+            return f"trunc({self.helper('tg_round_bf16')}{quotient})" if d == dtypes.bfloat16 else f"trunc({quotient})"
+        if d.is_float:  # fmod of the exact values; its result is representable in the operands' dtype
+            fmod = self.helper("tg_fmod_f32")
+            return f"f16({fmod}(f32({a}), f32({b})))" if d == dtypes.float16 else f"{fmod}({a}, {b})"
+        if divisor.op is Ops.CONST and int(divisor.arg) > 0:
+            return f"({a} {'/' if op is Ops.IDIV else '%'} {b})"
+        return f"{self.helper(('tg_idiv_' if op is Ops.IDIV else 'tg_mod_') + self.value_type(d))}({a}, {b})"
+
+    def render_shift(self, op: Ops, a: str, b: str, d: DType) -> str:
+        if op is Ops.SHL:  # the helper needs the dtype's width: small ints live in 32 bits
+            return f"{self.helper('tg_shl_' + self.value_type(d))}({a}, {b}, {d.bits}u)"
+        return f"{self.helper('tg_shr_' + self.value_type(d))}({a}, {b})"
+
     # ---- work-items and loops ----
-    # `global_ranges` is the base class's: the GROUP lane, then the output loops innermost first, as many as
-    # `local_max` has dimensions (MAX_WORK_ITEM_DIMS); a kernel with several loop nests runs as one invocation
+    # the work-items are `tinygrad.codegen.work_items`'s SPECIALs: the GROUP lane, then the output loops innermost
+    # first, as many as `local_max` has dimensions (MAX_WORK_ITEM_DIMS); a kernel with several loop nests runs as
+    # one invocation
 
     @staticmethod
-    def innermost_loops(program: list[UOp], work_items: set[UOp]) -> dict[int, int]:
-        """Position of the RANGE -> position of its END, for every loop with no loop inside it: the ones that
-        unrolling shortens."""
-        ends: dict[int, int] = {}
+    def innermost_loops(program: list[UOp]) -> set[int]:
+        """Positions of the RANGEs of the loops with no loop inside them: the ones that unrolling shortens."""
+        innermost: set[int] = set()
         opened: list[int] = []
         outer: set[int] = set()
         for i, u in enumerate(program):
-            if u.op is Ops.RANGE and u not in work_items:
+            if u.op is Ops.RANGE:
                 if opened:
                     outer.add(opened[-1])
                 opened.append(i)
-            elif u.op is Ops.END and u.src[0] not in work_items:
+            elif u.op is Ops.END:
                 start = opened.pop()
                 if start not in outer:
-                    ends[start] = i
-        return ends
+                    innermost.add(start)
+        return innermost
 
-    def loop_iterations(self, program: list[UOp], work_items: set[UOp], unroll: int = 1) -> int:
+    def loop_iterations(self, program: list[UOp], unroll: int = 1) -> int:
         """The most loop iterations one invocation runs (each loop's trip count times the number of times its
         body is entered), with the innermost loops unrolled `unroll` times."""
-        innermost = self.innermost_loops(program, work_items) if unroll > 1 else {}
+        innermost = self.innermost_loops(program) if unroll > 1 else set()
         total, runs = 0, [1]  # runs: how often the enclosing loop body runs
         for i, u in enumerate(program):
-            if u.op is Ops.RANGE and u not in work_items:
+            if u.op is Ops.RANGE:
                 trips = max(int(u.src[0].vmax), 0)
                 total += runs[-1] * (-(-trips // unroll) if i in innermost else trips)
                 runs.append(runs[-1] * trips)
-            elif u.op is Ops.END and u.src[0] not in work_items:
+            elif u.op is Ops.END:
                 runs.pop()
             elif u.op is Ops.MOD and u.dtype.is_float:  # tg_fmod_f32 loops too, once per element
                 total += runs[-1] * FMOD_MAX_ITERATIONS
         return total
 
-    def unroll_factor(self, name: str, program: list[UOp], work_items: set[UOp]) -> int:
+    def unroll_factor(self, name: str, program: list[UOp]) -> int:
         """1 where the kernel stays under the device's loop cap, else the smallest unroll factor that brings it
         under; LoopLimitError where none does."""
         limit = self.max_loop_iterations
-        if limit is None or (iterations := self.loop_iterations(program, work_items)) <= limit:
+        if limit is None or (iterations := self.loop_iterations(program)) <= limit:
             return 1
         for factor in UNROLL_FACTORS:
-            if self.loop_iterations(program, work_items, factor) <= limit:
+            if self.loop_iterations(program, factor) <= limit:
                 return factor
         most = UNROLL_FACTORS[-1]
         raise LoopLimitError(
             f"kernel {name} runs {iterations} loop iterations per invocation "
-            f"({self.loop_iterations(program, work_items, most)} with its innermost loops unrolled {most} times), "
+            f"({self.loop_iterations(program, most)} with its innermost loops unrolled {most} times), "
             f"but this device ({self.max_loop_iterations_reason}) stops every invocation after {limit}: its results "
             f"would be wrong. Reduce in steps (for example sum over one axis of a reshape at a time), or use "
             f"another device")
 
-    # ---- the walk over the program ----
+    # ---- the kernel: the base's walk, with this kernel's facts for the hooks ----
     def render(self, name: str, program: list[UOp]) -> str:
-        self._helpers = set()
-        depth_of, users = loop_depths_and_users(program)
-        stored = {u.src[0].src[0] for u in program if u.op is Ops.STORE}
-        # a packed element's index is used twice (word and position in the word): name it once
-        packed_indices = {u.src[1] for u in program if u.op is Ops.INDEX and u.src[0].op is Ops.PARAM
-                          and u.src[0].dtype.scalar in PACKED}
-        work_ranges = self.global_ranges(program)
-        dim_of = {r: d for d, r in enumerate(work_ranges)}
-        # a GROUP reduction's workgroups are full (the GROUP opt refuses symbolic or partial ones), and its barrier
-        # must be reached in uniform control flow: no guard that depends on the invocation may enclose it
-        grouped = any(u.op is Ops.BARRIER for u in program)
-        if grouped and any(r.src[0].op is not Ops.CONST for r in work_ranges):
+        # a GROUP reduction's barrier must be reached in uniform control flow: no guard that depends on the
+        # invocation may enclose it (the work-item mapping guards a launch past its bounds: a symbolic one)
+        if any(u.op is Ops.BARRIER for u in program) and any(u.op is Ops.IF for u in program):
             raise NotImplementedError(f"kernel {name}: a GROUP reduction over a symbolic launch size")
-        unroll = self.unroll_factor(name, program, set(work_ranges))
-        unrolled = self.innermost_loops(program, set(work_ranges)) if unroll > 1 else {}
+        unroll = self.unroll_factor(name, program)
+        unrolled = self.innermost_loops(program) if unroll > 1 else set()
+        slots = sorted(u.arg.slot for u in program if u.op is Ops.PARAM)
+        variables = sorted({u.arg.name for u in program if u.op is Ops.DEFINE_VAR})
+        written = {f"data{u.src[0].src[0].arg.slot}" for u in program
+                   if u.op is Ops.STORE and u.src[0].src[0].op is Ops.PARAM}
+        self._helpers = set()
+        self._kernel = _Kernel({slot: i for i, slot in enumerate(slots)}, {v: i for i, v in enumerate(variables)},
+                               frozenset(written), global_size(program), frozenset(program[i] for i in unrolled),
+                               unroll)
+        try:
+            return super().render(name, program)
+        finally:
+            self._kernel = _Kernel()
 
-        names: dict[UOp, str] = {}
-        pending: dict[UOp, str] = {}
-        body: list[str] = []
-        local_decls: list[str] = []
-        counters: dict[str, int] = defaultdict(int)
+    def render_range(self, name: str, bound: str, dtype: DType = dtypes.int32) -> str:
+        return f"for (var {name}: i32 = 0i; {name} < {bound}; {name}++) {{"
 
-        def fresh(prefix: str) -> str:
-            n = counters[prefix]
-            counters[prefix] += 1
-            return f"{prefix}{n}"
+    def render_special(self, name: str, dim: int, dtype: DType) -> str:
+        # the coordinates `_work_item_ids` takes apart from the linear ids
+        return f"let {name}: i32 = i32(tg_b{dim} * tg_local_{dim} + tg_l{dim});"
 
-        def inlinable(u: UOp) -> bool:
-            us = users[u]
-            return (u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST, Ops.LOAD)) and len(us) == 1 \
-                and depth_of[us[0]] == depth_of[u] and us[0].op is not Ops.DEFINE_ACC \
-                and u not in packed_indices and len(pending[u]) <= MAX_INLINE_CHARS
+    def render_loop(self, lines: list[str], rng: UOp, name: str, bound: str, pad: str) -> list[str]:
+        """An unrolled loop (see `unroll_factor`) runs `unroll` copies of the body per iteration, in order, so that
+        the accumulation order (and so the result) is that of the plain loop. Each copy is a block that binds the
+        loop's index name, so the body's text serves every copy; copies past the first are guarded against the
+        bound, unless the factor divides a constant trip count."""
+        if rng not in self._kernel.unrolled:
+            return super().render_loop(lines, rng, name, bound, pad)
+        unroll = self._kernel.unroll
+        whole = rng.src[0].op is Ops.CONST and int(rng.src[0].arg) % unroll == 0
+        first = f"{name}_first"  # the index of the iteration's first copy
+        out = [f"{pad}for (var {first}: i32 = 0i; {first} < {bound}; {first} += {unroll}i) {{"]
+        for copy in range(unroll):
+            at = f"{first} + {copy}i" if copy else first
+            guard = f"if ({at} < {bound}) " if copy and not whole else ""  # the loop condition covers copy 0
+            out += [f"{pad}  {guard}{{ let {name}: i32 = {at};", *lines[1:], f"{pad}  }}"]
+        return [*out, pad + "}"]
 
-        def emit(u: UOp, expr: str, prefix: str) -> None:
-            pending[u] = expr
-            if inlinable(u):
-                names[u] = expr
-            else:
-                names[u] = fresh(prefix)
-                body.append("  " * depth_of[u] + f"let {names[u]}: {value_type(u.dtype)} = {expr};")
-
-        params = sorted((u for u in program if u.op is Ops.PARAM), key=lambda u: u.arg[0])
-        variables = sorted({u.arg[0]: u for u in program if u.op is Ops.DEFINE_VAR}.items())
-        var_field = {var_name: f"tg_vars.v{i}" for i, (var_name, _) in enumerate(variables)}
-
-        def render_uop(u: UOp) -> None:
-            pad = "  " * depth_of[u]
-            op = u.op
-            if op is Ops.PARAM:
-                names[u] = f"data{u.arg[0]}"
-            elif op is Ops.CONST:
-                names[u] = self.code_for_op[op](self, u.dtype, u.src, u.arg)
-            elif op is Ops.DEFINE_VAR:
-                names[u] = var_field[u.arg[0]]
-            elif op is Ops.RANGE:
-                names[u] = fresh("ridx")
-                bound = names[u.src[0]]
-                if (d := dim_of.get(u)) is not None:
-                    index = f"let {names[u]}: i32 = i32(tg_b{d} * tg_local_{d} + tg_l{d});"
-                    # the last block of a dimension may be partial (and a symbolic size launches its largest
-                    # value): guard each index against its bound, except in a GROUP reduction (full blocks)
-                    body.append(f"{pad}{index} {{" if grouped else f"{pad}{index} if ({names[u]} < {bound}) {{")
-                else:
-                    body.append(f"{pad}for (var {names[u]}: i32 = 0i; {names[u]} < {bound}; {names[u]}++) {{")
-            elif op is Ops.END:
-                body.append(pad + "}")
-            elif op is Ops.INDEX:
-                names[u] = ""  # rendered by its LOAD or STORE
-            elif op is Ops.DEFINE_LOCAL:
-                # the GROUP scratch holds computed values (value types; no packing: nothing else shares a word)
-                names[u] = fresh("temp")
-                local_decls.append(f"var<workgroup> {names[u]}: array<{value_type(u.dtype)}, {int(u.arg[1])}>;")
-            elif op is Ops.BARRIER:
-                body.append(pad + "workgroupBarrier();")
-            elif op is Ops.LOAD:
-                idx = u.src[0]
-                gate = names[idx.src[2]] if len(idx.src) > 2 else None
-                buf, i = names[idx.src[0]], names[idx.src[1]]
-                if idx.src[0].op is Ops.DEFINE_LOCAL:
-                    val = f"{buf}[{i}]"
-                    emit(u, val if gate is None else f"select({self.render_const(0, u.dtype)}, {val}, {gate})", "val")
-                else:
-                    emit(u, self.render_load(buf, i, gate, u.dtype, idx.src[0] in stored), "val")
-            elif op is Ops.STORE:
-                idx = u.src[0]
-                buf, i, value = names[idx.src[0]], names[idx.src[1]], names[u.src[1]]
-                line = f"{buf}[{i}] = {value};" if idx.src[0].op is Ops.DEFINE_LOCAL else \
-                    self.render_store(buf, i, value, idx.dtype)
-                # a third source gates the store (only lane 0 of a GROUP writes the result)
-                body.append(pad + (f"if ({names[u.src[2]]}) {{ {line} }}" if len(u.src) > 2 else line))
-            elif op is Ops.DEFINE_ACC:
-                names[u] = fresh("acc")
-                body.append(f"{pad}var {names[u]}: {value_type(u.dtype)} = {names[u.src[0]]};")
-            elif op is Ops.ASSIGN:
-                body.append(f"{pad}{names[u.src[0]]} = {names[u.src[1]]};")
-            elif op in (Ops.CAST, Ops.BITCAST):
-                emit(u, self.code_for_op[op](self, u.dtype, u.src, names[u.src[0]]), "cast")
-            elif op in GroupOp.ALU:
-                srcs = [names[s] for s in u.src]
-                if len(u.src) == 2 and u.src[0].dtype.is_float and _cancels(op, u.src[0], u.src[1]):
-                    srcs[1] = self.opaque_copy(srcs[1], u.src[1].dtype)
-                if op in (Ops.ADD, Ops.SUB) and u.dtype.scalar in (dtypes.float32, dtypes.float16):
-                    # a*b+c must round twice, as the reference does: hide the product from the compiler,
-                    # which would otherwise fuse it into an fma (naga asks for no NoContraction)
-                    srcs = [self.opaque_copy(n, s.dtype) if s.op is Ops.MUL else n for n, s in zip(srcs, u.src)]
-                emit(u, self.render_alu(op, u.dtype, srcs, u.src), "alu")
-            else:
-                raise NotImplementedError(f"{type(self).__name__} cannot render {op}")
-
-        def walk(start: int, stop: int) -> None:
-            i = start
-            while i < stop:
-                u = program[i]
-                if i not in unrolled:
-                    render_uop(u)
-                    i += 1
-                    continue
-                # an unrolled loop: `unroll` guarded copies of the body per iteration, in order, so that the
-                # accumulation order (and so the result) is that of the plain loop
-                end, pad, bound = unrolled[i], "  " * depth_of[u], names[u.src[0]]
-                # a constant trip count that the factor divides needs no guards
-                whole = u.src[0].op is Ops.CONST and int(u.src[0].arg) % unroll == 0
-                loop = fresh("ridx")
-                body.append(f"{pad}for (var {loop}: i32 = 0i; {loop} < {bound}; {loop} += {unroll}i) {{")
-                for copy in range(unroll):
-                    names[u] = fresh("ridx")
-                    at = f"{loop} + {copy}i" if copy else loop
-                    guard = f"if ({at} < {bound}) " if copy and not whole else ""  # the loop condition covers copy 0
-                    body.append(f"{pad}  {guard}{{ let {names[u]}: i32 = {at};")
-                    walk(i + 1, end)
-                    body.append(f"{pad}  }}")
-                body.append(pad + "}")
-                i = end + 1
-
-        walk(0, len(program))
-
-        decls = [self.render_param(i, names[p], p.dtype, p in stored) for i, p in enumerate(params)]
-        if variables:
-            fields = ", ".join(f"v{i}: i32" for i in range(len(variables)))
-            decls.append(f"struct TgVars {{ {fields} }}")
+    def render_source(self, name: str, program: list[UOp], params: list[str], var_params: list[str],
+                      local_decls: list[str], body: list[str]) -> str:
+        decls = list(params)
+        if var_params:
+            decls.append(f"struct TgVars {{ {', '.join(var_params)} }}")
             decls.append(f"@group(0) @binding({len(params)}) var<uniform> tg_vars: TgVars;")
-        decls += local_decls
+        decls += local_decls  # workgroup variables live at module scope
         uses_f16 = any(u.dtype.scalar == dtypes.float16 for u in program)
         head = ("enable f16;\n" if uses_f16 else "") + "\n".join(decls) + "\n" + helper_source(self._helpers)
         # 0 at run time (a launch has far fewer than 2^31 workgroups), unknown to the shader compiler
         opaque = "  let tg_opaque: u32 = tg_nwg.x >> 31u;\n"
-        if not work_ranges:
+        launch = self._kernel.launch
+        if not launch:
             entry = f"@compute @workgroup_size(1)\nfn {name}(@builtin(num_workgroups) tg_nwg: vec3<u32>) {{\n"
             return head + entry + opaque + "\n".join(body) + "\n}\n"
-        return head + self._work_item_entry(name, work_ranges) + opaque + self._work_item_ids(work_ranges) + \
+        return head + self._work_item_entry(name, launch) + opaque + self._work_item_ids(launch) + \
             "\n".join(body) + "\n}\n"
 
     @staticmethod
-    def _work_item_entry(name: str, work_ranges: list[UOp]) -> str:
-        overrides = "".join(f"override tg_local_{d}: u32 = 1u;\n" for d in range(len(work_ranges)))
+    def _work_item_entry(name: str, launch: tuple[int, ...]) -> str:
+        overrides = "".join(f"override tg_local_{d}: u32 = 1u;\n" for d in range(len(launch)))
         return (f"{overrides}override tg_workgroup_size: u32 = 1u;\n"
                 f"@compute @workgroup_size(tg_workgroup_size)\nfn {name}(@builtin(workgroup_id) tg_wid: vec3<u32>, "
                 f"@builtin(local_invocation_index) tg_lid: u32, @builtin(num_workgroups) tg_nwg: vec3<u32>) {{\n")
 
     @staticmethod
-    def _work_item_ids(work_ranges: list[UOp]) -> str:
+    def _work_item_ids(launch: tuple[int, ...]) -> str:
         """The block (tg_b<d>) and local (tg_l<d>) coordinate of this invocation in every launch dimension,
         dimension 0 varying fastest in both, from the linear workgroup id and the local invocation index."""
-        dims = range(len(work_ranges))
+        dims = range(len(launch))
         lines = ["  let tg_group: u32 = tg_wid.x + tg_nwg.x * (tg_wid.y + tg_nwg.y * tg_wid.z);"]
-        lines += [f"  let tg_nb{d}: u32 = ({int(r.src[0].vmax)}u + tg_local_{d} - 1u) / tg_local_{d};"
-                  for d, r in enumerate(work_ranges)]
+        lines += [f"  let tg_nb{d}: u32 = ({size}u + tg_local_{d} - 1u) / tg_local_{d};"
+                  for d, size in enumerate(launch)]
         # the grid is rounded up to whole rows and planes of workgroups: the spare ones have nothing to do (the
         # condition is the same for the whole workgroup, so a GROUP barrier after it stays in uniform control flow)
         lines.append(f"  if (tg_group >= {' * '.join(f'tg_nb{d}' for d in dims)}) {{ return; }}")
@@ -618,7 +576,7 @@ class WGSLRenderer(Renderer):
             locals_before = " * ".join(f"tg_local_{e}" for e in range(d))
             block = f"(tg_group / ({blocks_before}))" if d else "tg_group"
             local = f"(tg_lid / ({locals_before}))" if d else "tg_lid"
-            last = d == len(work_ranges) - 1  # below the product of all sizes: no modulo needed
+            last = d == len(launch) - 1  # below the product of all sizes: no modulo needed
             lines.append(f"  let tg_b{d}: u32 = {block if last else f'{block} % tg_nb{d}'};")
             lines.append(f"  let tg_l{d}: u32 = {local if last else f'{local} % tg_local_{d}'};")
         return "\n".join(lines) + "\n"

@@ -40,7 +40,7 @@ from tinygrad.engine import jit_state
 from tinygrad.gradient import define_gradient
 from tinygrad.helpers import DEBUG, GlobalCounters
 from tinygrad.tensor import Tensor
-from tinygrad.uop.ops import Ops, UOp
+from tinygrad.uop.ops import Ops, UOp, post_order
 
 R = TypeVar("R")
 
@@ -285,22 +285,9 @@ def _independent(outputs: tuple[UOp, ...], stand_ins: set[UOp]) -> list[UOp]:
     alone), sources first. The stand-ins' own graphs (the arguments) are not entered."""
     depends: set[UOp] = set()
     out: list[UOp] = []
-    stack: list[tuple[UOp, bool]] = [(u, False) for u in outputs]
-    done: set[UOp] = set()
-    while stack:
-        node, expanded = stack.pop()
-        if node in done:
-            continue
-        if node in stand_ins:
-            done.add(node)
-            depends.add(node)
-            continue
-        if not expanded:
-            stack.append((node, True))
-            stack.extend((s, False) for s in node.src if s not in done)
-            continue
-        done.add(node)
-        if any(s in depends for s in node.src):
+    # last output and last source first: the order in which the implicit inputs have always been listed
+    for node in post_order(outputs[::-1], children=lambda n: () if n in stand_ins else n.src[::-1]):
+        if node in stand_ins or any(s in depends for s in node.src):
             depends.add(node)
         else:
             out.append(node)

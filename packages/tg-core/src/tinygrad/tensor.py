@@ -63,7 +63,7 @@ from tinygrad.mixin.reduce import ReduceMixin
 from tinygrad.mixin.unary import UnaryMixin
 from tinygrad.mixin.utility import UtilityMixin
 from tinygrad.mixin.views import ViewRecord, record_view, view_record, write_through, written_base
-from tinygrad.uop.ops import Ops, UOp, _arg_key, resolve_size
+from tinygrad.uop.ops import Ops, UOp, _arg_key, post_order, resolve_size
 
 #: (dtype, scalar, shape) -> the broadcast constant that `x + scalar` reads. Hash-consing would return the same node;
 #: remembering it skips the rounding of the scalar and three lookups on every eager op. Cleared when full.
@@ -534,16 +534,7 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
 
 def _grad_reachable(root: UOp) -> set[UOp]:
     """The nodes of root's graph that a gradient reaches: all of them but what lies behind a DETACH."""
-    seen: set[UOp] = set()
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        if node.op is not Ops.DETACH:
-            stack.extend(node.src)
-    return seen
+    return set(post_order((root,), children=lambda n: () if n.op is Ops.DETACH else n.src))
 
 
 def _list_to_numpy(data: list | tuple, want: DType | None) -> tuple[np.ndarray, DType | None]:

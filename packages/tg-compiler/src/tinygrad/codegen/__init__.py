@@ -2,8 +2,8 @@
 
 `get_program(ast, renderer)` is the whole pipeline (lowering, optimisation in `codegen/opt/`, typing the index
 arithmetic in `codegen/index_dtype.py`, rewriting the ops the renderer lacks in `codegen/decompose.py`,
-linearizing, rendering); DEBUG>=3 prints the chosen optimisations,
->=4 the source, >=5 the AST, >=6 the linearized program.
+linearizing, mapping loops to work-items for GPU-style targets in `codegen/work_items.py`, rendering);
+DEBUG>=3 prints the chosen optimisations, >=4 the source, >=5 the AST, >=6 the linearized program.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from tinygrad.codegen.decompose import decompose, decompose_program
 from tinygrad.codegen.index_dtype import type_indices
 from tinygrad.codegen.linearize import linearize
 from tinygrad.codegen.lowerer import lower_kernel
-from tinygrad.codegen.opt import Opt, OptState, expand_kernel, optimize
+from tinygrad.codegen.opt import Opt, expand_kernel, optimize
+from tinygrad.codegen.work_items import global_size, map_work_items
 from tinygrad.helpers import DEBUG, prod
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import AxisKind, GroupOp, Ops, UOp, sint
@@ -46,7 +47,7 @@ def _estimates(ast: UOp, lowered: UOp) -> tuple[int, int]:
     alu = sum(1 for u in lowered.toposort() if u.op in (*GroupOp.ALU, Ops.REDUCE) and u.dtype.kind != "bool" and
               not u.dtype.is_int)
     ops = max(alu, 1) * out_size * max(reduce_size, 1)
-    nbytes = sum(upper_bound(u.arg[1]) * u.dtype.itemsize for u in ast.toposort() if u.op is Ops.PARAM)
+    nbytes = sum(upper_bound(u.arg.size) * u.dtype.itemsize for u in ast.toposort() if u.op is Ops.PARAM)
     return ops, nbytes
 
 
@@ -66,39 +67,28 @@ def get_program(ast: UOp, renderer: Renderer, opts: tuple[Opt, ...] | None = Non
     state = optimize(lowered, renderer, opts)
     typed = type_indices(expand_kernel(state), renderer.index_wide_dtype, renderer.device or type(renderer).__name__)
     program = decompose_program(linearize(decompose(typed, renderer)), renderer)
+    # (global size, work-group size) per launch dimension; (None, None) for a target that loops
+    gsize: tuple[int, ...] | None = None
+    lsize: tuple[int, ...] | None = None
+    if renderer.has_local:
+        program, lsize = map_work_items(program, renderer, dict(state.local_sizes))
+        gsize = global_size(program)
     if DEBUG >= 6:
         for i, u in enumerate(program):
             srcs = [program.index(s) if s in program else "-" for s in u.src]
             print(f"{i:4d} {u.op.name:<12} {u.dtype!s:<20} {srcs!s:<20} {u.arg!r}", file=sys.stderr)
     name = renderer.kernel_name(lowered)
     src = renderer.render(name, program)
-    params = tuple(sorted(u.arg[0] for u in program if u.op is Ops.PARAM))
+    params = tuple(sorted(u.arg.slot for u in program if u.op is Ops.PARAM))
     ops, nbytes = _estimates(ast, lowered)
-    gsize, lsize = _launch_sizes(program, renderer, state)
     if DEBUG >= 3:
         applied = ", ".join(str(o) for o in state.applied) or "none"
         print(f"{name}: opts applied: {applied} (global {gsize}, local {lsize})", file=sys.stderr)
     if DEBUG >= 4:
         print(src, file=sys.stderr)
-    var_names = tuple(sorted({u.arg[0] for u in program if u.op is Ops.DEFINE_VAR}))
+    var_names = tuple(sorted({u.arg.name for u in program if u.op is Ops.DEFINE_VAR}))
     return ProgramSpec(name, src, params, gsize, lsize, ops, nbytes, tuple(str(o) for o in state.applied),
                        var_names=var_names)
-
-
-def _launch_sizes(program: list[UOp], renderer: Renderer,
-                  state: OptState) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
-    """(global size in work-items, work-group size) per launch dimension, or (None, None) for a loop target.
-
-    A symbolic size launches its largest value, and a size that is not a multiple of its work-group size is
-    rounded up: the kernel guards each work-item id against the real bound. Without LOCAL or GROUP opts the
-    work-group size is left to the runtime (None)."""
-    if not renderer.has_local:
-        return None, None
-    ranges = renderer.global_ranges(program)
-    local_of = dict(state.local_sizes)
-    lsize = tuple(int(r.src[0].arg) if r.arg.kind is AxisKind.GROUP else local_of.get(r.arg.axis, 1) for r in ranges)
-    gsize = tuple(-(-upper_bound(r.src[0]) // ls) * ls for r, ls in zip(ranges, lsize))
-    return gsize, (lsize if any(ls > 1 for ls in lsize) else None)
 
 
 __all__ = ["ProgramSpec", "get_program", "prod"]

@@ -97,15 +97,15 @@ class _Timer:
 
     def __init__(self, ast: UOp, device: Compiled):
         self.ast, self.device = ast, device
-        params = sorted({u.arg[0]: u for u in ast.toposort() if u.op is Ops.PARAM}.items())
+        params = sorted({u.arg.slot: u for u in ast.toposort() if u.op is Ops.PARAM}.items())
         self.buffers = []
         for _, p in params:
-            nbytes = max(int(p.arg[1]) * p.dtype.itemsize, 1)
+            nbytes = max(int(p.arg.size) * p.dtype.itemsize, 1)
             buf = device.allocator.alloc(nbytes)
             device.allocator.copyin(buf, memoryview(bytes(nbytes)))  # zeros: no NaN or denormal slow paths
             self.buffers.append((buf, nbytes))
         self.index_of = {i: n for n, (i, _) in enumerate(params)}
-        self.var_max = {u.arg[0]: int(u.arg[2]) for u in ast.toposort() if u.op is Ops.DEFINE_VAR}
+        self.var_max = {u.arg.name: int(u.arg.vmax) for u in ast.toposort() if u.op is Ops.DEFINE_VAR}
 
     def time(self, opts: tuple[Opt, ...]) -> float:
         from tinygrad.codegen.compiled import CompileError  # compiled.py imports this module

@@ -63,7 +63,7 @@ class _IndexTyper:
             return u.replace(dtype=NARROW if fits_narrow(u) else self._wide_for(u), src=src)
         if u.op is Ops.DEFINE_VAR:
             if not fits_narrow(u):
-                raise IndexRangeError(f"Variable {u.arg[0]} ranges over [{u.arg[1]}, {u.arg[2]}], past the int32 "
+                raise IndexRangeError(f"Variable {u.arg.name} ranges over [{u.arg.vmin}, {u.arg.vmax}], past the int32 "
                                       f"kernel argument it is passed as (largest {NARROW.max}); give it a smaller "
                                       f"max_val")
             return u.replace(dtype=NARROW)

@@ -14,9 +14,11 @@ with the output ranges.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tinygrad.codegen.lowerer import reduce_identity
 from tinygrad.dtype import dtypes
-from tinygrad.uop.ops import AxisKind, Ops, UOp
+from tinygrad.uop.ops import AxisKind, Ops, UOp, post_order
 
 
 class _Linearizer:
@@ -33,17 +35,8 @@ class _Linearizer:
         """The loop ranges u's value depends on (a REDUCE does not depend on the ranges it closes)."""
         if (hit := self.deps.get(u)) is not None:
             return hit
-        # iterative post-order that stops at nodes already known: a toposort per node would make this
-        # quadratic in the length of a chain
-        stack: list[tuple[UOp, bool]] = [(u, False)]
-        while stack:
-            node, ready = stack.pop()
-            if node in self.deps:
-                continue
-            if not ready:
-                stack.append((node, True))
-                stack.extend((s, False) for s in node.src if s not in self.deps)
-                continue
+        # stops at nodes already known: a toposort per node would make this quadratic in the length of a chain
+        for node in post_order((u,), skip=self.deps.__contains__):
             if node.op is Ops.RANGE:
                 out = frozenset((node,))
             else:
@@ -58,20 +51,17 @@ class _Linearizer:
         return u
 
     def emit(self, u: UOp) -> UOp:
-        """Emit u after its sources. An explicit stack: a 5000-op chain must not hit the recursion limit."""
-        stack: list[tuple[UOp, bool]] = [(u, False)]
-        while stack:
-            node, ready = stack.pop()
-            if node in self.emitted:
+        """Emit u after its sources. A REDUCE is emitted whole where the walk meets it (its loop nest opens there), so
+        the walk does not enter it."""
+        for node in post_order((u,), children=lambda n: () if n.op in (Ops.REDUCE, Ops.RANGE) else n.src,
+                               skip=self.emitted.__contains__):
+            if node in self.emitted:  # emitted by a REDUCE's nest met earlier in this walk
                 continue
             if node.op is Ops.REDUCE:
                 # nests only as deep as the reductions do
                 self.emitted[node] = self.emit_reduce(node)
             elif node.op is Ops.RANGE:
                 raise RuntimeError(f"range {node.arg} used outside of its loop")
-            elif not ready:
-                stack.append((node, True))
-                stack.extend((s, False) for s in reversed(node.src) if s not in self.emitted)
             else:
                 new_src = tuple(self.emitted[s] if s in self.emitted else self.emit(s) for s in node.src)
                 self.emitted[node] = self.push(node if new_src == node.src else node.replace(src=new_src))
@@ -79,20 +69,15 @@ class _Linearizer:
 
     def hoist(self, u: UOp, ranges: frozenset[UOp]) -> None:
         """Emit every maximal subexpression of u that does not depend on `ranges`."""
-        stack = [u]
-        seen: set[UOp] = set()
-        while stack:
-            node = stack.pop()
-            if node in seen or node in self.emitted:
-                continue
-            seen.add(node)
-            if node.op is Ops.RANGE:
-                continue
-            if not (self.range_deps(node) & ranges):
-                if node.op is not Ops.CONST:
-                    self.emit(node)
-            else:
-                stack.extend(node.src)
+
+        def depends(node: UOp) -> Sequence[UOp]:
+            # below a node that depends on none of the ranges there is nothing left to look for; the last source
+            # first, so that hoisted values come in the order the kernels have always listed them
+            return node.src[::-1] if node.op is not Ops.RANGE and self.range_deps(node) & ranges else ()
+
+        for node in post_order((u,), children=depends, skip=self.emitted.__contains__):
+            if node.op not in (Ops.RANGE, Ops.CONST) and not (self.range_deps(node) & ranges):
+                self.emit(node)
 
     def emit_reduce(self, u: UOp) -> UOp:
         ranges = u.src[1:]

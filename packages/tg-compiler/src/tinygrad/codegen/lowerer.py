@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from tinygrad.codegen.gather_fold import gather_fold
 from tinygrad.dtype import DType, dtypes
-from tinygrad.uop.ops import AxisKind, GroupOp, Ops, RangeArg, UOp, sint, sym_prod
+from tinygrad.uop.ops import AxisKind, GroupOp, Ops, RangeArg, UOp, post_order, sint, sym_prod
 from tinygrad.uop.rewrite import graph_rewrite
 from tinygrad.uop.symbolic import symbolic
 
@@ -110,20 +110,8 @@ class _Lowering:
         return out
 
     def _elementwise_postorder(self, root: UOp, idxs: tuple[UOp, ...], valid: UOp | None) -> list[UOp]:
-        order: list[UOp] = []
-        seen: set[UOp] = set()
-        stack: list[tuple[UOp, bool]] = [(root, False)]
-        while stack:
-            node, ready = stack.pop()
-            if ready:
-                order.append(node)
-                continue
-            if node in seen or (node, idxs, valid) in self.memo:
-                continue
-            seen.add(node)
-            stack.append((node, True))
-            stack.extend((s, False) for s in reversed(node.src) if s.op in GroupOp.Elementwise)
-        return order
+        return post_order((root,), children=lambda n: [s for s in n.src if s.op in GroupOp.Elementwise],
+                          skip=lambda n: (n, idxs, valid) in self.memo)
 
     def _lower(self, node: UOp, idxs: tuple[UOp, ...], valid: UOp | None) -> UOp:
         op = node.op
@@ -217,6 +205,6 @@ def lower_kernel(ast: UOp) -> UOp:
     # index arithmetic that puts in
     lowered = graph_rewrite(lowered, gather_fold + symbolic)
     # a buffer seen through a symbolic shape has a symbolic size; below the AST only its largest value matters
-    sized = {u: u.replace(arg=(u.arg[0], int(u.arg[1].vmax))) for u in lowered.toposort()
-             if u.op is Ops.PARAM and isinstance(u.arg[1], UOp)}
+    sized = {u: u.replace(arg=u.arg._replace(size=int(u.arg.size.vmax))) for u in lowered.toposort()
+             if u.op is Ops.PARAM and isinstance(u.arg.size, UOp)}
     return lowered.substitute(sized) if sized else lowered

@@ -21,8 +21,12 @@ class Renderer:
     #: ALU ops this target writes itself; the decomposition pass rewrites every other ALU op into these before
     #: rendering (or refuses the kernel, naming the op). The default is every op, so nothing is rewritten
     supported_ops: frozenset[Ops] = GroupOp.ALU
-    #: GPU-style targets map global ranges to work-item ids; CPU-style ones loop
+    #: GPU-style targets run output loops as work-items (the SPECIALs of `tinygrad.codegen.work_items`);
+    #: CPU-style ones loop
     has_local: bool = False
+    #: whether the runtime, when a kernel leaves the work-group size to it, may launch more work-items than the
+    #: global size asks (it picks the work-group size and launches whole ones): every work-item id is guarded then
+    launch_rounds_up: bool = False
     #: launch limits of a `has_local` target, per launch dimension (dimension 0 first): the most work-items in
     #: a launch and in one work-group, and the work-group's total size; None/0 where the target sets no limit
     global_max: tuple[int, ...] | None = None
@@ -63,21 +67,6 @@ class Renderer:
     def render(self, name: str, program: list[UOp]) -> str:
         raise NotImplementedError
 
-    def global_ranges(self, program: list[UOp]) -> list[UOp]:
-        """The loop RANGEs a `has_local` target runs as work-items, launch dimension 0 first; the launch's
-        global size is their sizes (rounded up to the work-group size). With one loop nest: the GROUP lane if
-        any, then the innermost output ranges, as many as the target has launch dimensions (3 unless
-        `local_max` says otherwise); outer output ranges stay loops. A program with several loop nests (stores
-        of different shapes) runs as a single work-item: it has no ranges here."""
-        ranges = [u for u in program if u.op is Ops.RANGE and u.arg.kind in (AxisKind.GLOBAL, AxisKind.GROUP)]
-        first_end = next((i for i, u in enumerate(program) if u.op is Ops.END), len(program))
-        if any(program.index(r) > first_end for r in ranges):
-            return []
-        dims = len(self.local_max) if self.local_max else 3
-        group = [r for r in ranges if r.arg.kind is AxisKind.GROUP]
-        outputs = [r for r in ranges if r.arg.kind is AxisKind.GLOBAL]
-        return (group + list(reversed(outputs)))[:dims]
-
     @staticmethod
     def kernel_name(sink: UOp) -> str:
         """A readable name: r_ for kernels with a reduction, E_ for elementwise, then the loop sizes."""
@@ -91,21 +80,21 @@ def _size_name(size: UOp) -> str:
     if size.op is Ops.CONST:
         return str(size.arg)
     if size.op is Ops.DEFINE_VAR:
-        return str(size.arg[0])
+        return str(size.arg.name)
     return "s"  # a symbolic expression
 
 
 def loop_depths_and_users(program: list[UOp]) -> tuple[dict[UOp, int], dict[UOp, list[UOp]]]:
-    """For a renderer's walk: each UOp's loop nesting depth (1 outside every loop, for indentation) and the UOps
-    that use each one (a value with one user can be inlined into it)."""
+    """For a renderer's walk: each UOp's block nesting depth (loops and IFs; 1 outside every block, for
+    indentation) and the UOps that use each one (a value with one user can be inlined into it)."""
     depth_of: dict[UOp, int] = {}
     users: dict[UOp, list[UOp]] = defaultdict(list)
     depth = 1
     for u in program:
-        if u.op is Ops.END:
+        if u.op in (Ops.END, Ops.ENDIF):
             depth -= 1
         depth_of[u] = depth
-        if u.op is Ops.RANGE:
+        if u.op in (Ops.RANGE, Ops.IF):
             depth += 1
         for s in u.src:
             users[s].append(u)

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from tinygrad.dtype import EMULATED_FLOATS, FP8_FORMATS, DType, FP8Format, dtypes, is_emulated_float
 from tinygrad.renderer import Renderer, loop_depths_and_users
 from tinygrad.renderer.vectorize import VectorAccess, find_vector_accesses
-from tinygrad.uop.ops import GroupOp, Ops, UOp
+from tinygrad.uop.ops import GroupOp, Ops, UOp, post_order
 
 BF16_PRELUDE = """static inline float tg_bf16_to_f32(unsigned short b) {
   unsigned int u = ((unsigned int)b) << 16; float f; __builtin_memcpy(&f, &u, 4); return f;
@@ -120,11 +120,17 @@ def _shift(op: Ops) -> OpFn:
     return lambda r, d, src, a, b: r.render_shift(op, a, b, src[0].dtype)
 
 
+def _load(r: CStyleRenderer, d: DType, src: tuple[UOp, ...], buf: str, idx: str, gate: str | None = None) -> str:
+    # src[0] is the INDEX, whose first source is the memory: a buffer parameter or the work-group's scratch
+    local = src[0].src[0].op is Ops.DEFINE_LOCAL
+    return (r.render_local_load if local else r.render_load)(buf, idx, gate, d)
+
+
 #: how C spells each op the renderer can write. A target overrides entries (or the render_* hooks they call)
 #: with `code_for_op = {**CStyleRenderer.code_for_op, Ops.X: ...}`; the walk in `render` only looks ops up here.
 C_CODE_FOR_OP: dict[Ops, OpFn] = {
     Ops.CONST: lambda r, d, src, value: r.render_const(value, d),
-    Ops.LOAD: lambda r, d, src, buf, idx, gate=None: r.render_load(buf, idx, gate, d),
+    Ops.LOAD: _load,
     Ops.CAST: lambda r, d, src, x: r.render_cast(x, src[0].dtype, d),
     Ops.BITCAST: lambda r, d, src, x: r.render_bitcast(x, src[0].dtype, d),
     **{op: _math(op) for op in (Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC)},
@@ -253,19 +259,40 @@ class CStyleRenderer(Renderer):
         v = f"{self.encoder(d)}({value})" if is_emulated_float(d) else value
         return f"{buf}[{idx}] = {v};"
 
+    def render_local_load(self, buf: str, idx: str, gate: str | None, d: DType) -> str:
+        """A load from the work-group's scratch array (DEFINE_LOCAL). C reads it like a buffer; a target whose
+        buffers hold a storage format (packed words) keeps the scratch in value types instead."""
+        return self.render_load(buf, idx, gate, d)
+
+    def render_local_store(self, buf: str, idx: str, value: str, d: DType) -> str:
+        return self.render_store(buf, idx, value, d)
+
     def render_param(self, index: int, d: DType, is_output: bool) -> str:
         const = "" if is_output else "const "
         return f"{self.buffer_prefix}{const}{self.memory_type(d)}* {self.restrict} data{index}"
 
-    def render_range(self, name: str, bound: str, work_item_dim: int | None, dtype: DType = dtypes.int32) -> str:
+    def render_range(self, name: str, bound: str, dtype: DType = dtypes.int32) -> str:
         """Open a loop over [0, bound) with a counter of type `dtype` (int32, or int64 for a bound past int32's
-        range). `work_item_dim` is the launch dimension the range runs on for a `has_local` target (None: a loop);
-        a target with work-items opens a guarded block instead. Either way the END closes it with one brace."""
+        range); `render_loop` closes it at its END."""
         return f"for ({self.value_type(dtype)} {name} = 0; {name} < {bound}; {name}++) {{"
+
+    # ---- work-items (`has_local` targets: the SPECIAL, IF and ENDIF of `tinygrad.codegen.work_items`) ----
+    def render_special(self, name: str, dim: int, dtype: DType) -> str:
+        """Declare `name`, of type `dtype`, as this work-item's global id in launch dimension `dim`. Spelled as
+        OpenCL C does; a target with other builtins (CUDA's blockIdx/threadIdx, WGSL's) overrides it."""
+        t = self.value_type(dtype)
+        return f"{t} {name} = ({t})get_global_id({dim});"
+
+    def render_if(self, cond: str) -> str:
+        """Open a block that runs when `cond` holds (a work-item id within its bound); ENDIF closes it."""
+        return f"if ({cond}) {{"
+
+    def render_endif(self) -> str:
+        return "}"
 
     def render_define_local(self, name: str, d: DType, size: int) -> str:
         """Declare a work-group's shared scratch array (GROUP reductions). Only targets with `local_mem_max`
-        get DEFINE_LOCAL; the declaration goes at the top of the kernel body."""
+        get DEFINE_LOCAL; `render_source` places the declaration (C: at the top of the kernel body)."""
         raise NotImplementedError(f"{type(self).__name__} has no local memory (set local_mem_max and override "
                                   f"render_define_local and render_barrier)")
 
@@ -290,6 +317,33 @@ class CStyleRenderer(Renderer):
 
     def render_var_param(self, name: str, d: DType) -> str:
         return f"const {self.value_type(d)} {name}"
+
+    def render_var_ref(self, name: str) -> str:
+        """How the body reads the symbolic variable `name`: in C, by the parameter of that name."""
+        return name
+
+    def render_declaration(self, name: str, type_name: str, expr: str, mutable: bool = False) -> str:
+        """A body variable named `name` of type `type_name`, initialised to `expr`. `mutable`: an accumulator,
+        which ASSIGNs update; C declares both kinds alike (a target like WGSL tells `let` from `var`)."""
+        return f"{type_name} {name} = {expr};"
+
+    def render_loop(self, lines: list[str], rng: UOp, name: str, bound: str, pad: str) -> list[str]:
+        """The whole loop of `rng` (counter `name`, bound `bound`), once its END is reached: `lines` are its
+        opening line (`render_range`'s) and its body, `pad` the indentation of its closing line. C closes it with
+        a brace; a target can rewrite it (WGSL unrolls loops for drivers that cap their iterations)."""
+        return [*lines, pad + "}"]
+
+    def render_source(self, name: str, program: list[UOp], params: list[str], var_params: list[str],
+                      local_decls: list[str], body: list[str]) -> str:
+        """The kernel's whole source from its parts: the buffer parameters (by slot) and the symbolic variable
+        ones (by name), the scratch arrays' declarations and the body lines. C: one function, the scratch
+        arrays at the top of its body, after the preludes and helpers the kernel uses."""
+        lines = ["  " + decl for decl in local_decls] + body
+        uses_bf16 = any(u.dtype.scalar == dtypes.bfloat16 for u in program)
+        if helpers := self.fp8_helpers(program):
+            return self.render_kernel(name, params + var_params, lines, uses_bf16, helpers)
+        # without helpers, the call a renderer written before `helpers` existed overrides (CPURenderer did)
+        return self.render_kernel(name, params + var_params, lines, uses_bf16)
 
     def render_kernel(self, name: str, params: list[str], body: list[str], uses_bf16: bool = False,
                       helpers: str = "") -> str:
@@ -394,7 +448,6 @@ class CStyleRenderer(Renderer):
 
         pending: dict[UOp, str] = {}
         local_decls: list[str] = []
-        work_items = {r: dim for dim, r in enumerate(self.global_ranges(program))} if self.has_local else {}
 
         address_math = _address_math(program) if self.address_var_type else set()
 
@@ -404,8 +457,13 @@ class CStyleRenderer(Renderer):
                 names[u] = expr
             else:
                 names[u] = fresh(prefix)
-                vtype = self.address_var_type if u in address_math else self.value_type(u.dtype)
-                body.append("  " * depth_of[u] + f"{vtype} {names[u]} = {expr};")
+                vtype = self.value_type(u.dtype)
+                if u in address_math and self.address_var_type is not None:
+                    vtype = self.address_var_type
+                body.append("  " * depth_of[u] + self.render_declaration(names[u], vtype, expr))
+
+        # where each open loop's lines start in `body` (render_loop gets them back at its END)
+        loop_starts: list[int] = []
 
         vectors = find_vector_accesses(program, self.vector_widths, self.vector_dtypes, depth_of)
         position = {u: i for i, u in enumerate(program)} if vectors else {}
@@ -422,45 +480,56 @@ class CStyleRenderer(Renderer):
                 if op is Ops.LOAD and access not in vector_names:
                     vector_names[access] = vname = fresh("vec")
                     load = self.render_vector_load(buf, vector_index(access), access.width, u.dtype)
-                    body.append(f"{pad}{self.vector_type(u.dtype, access.width)} {vname} = {load};")
+                    body.append(pad + self.render_declaration(vname, self.vector_type(u.dtype, access.width), load))
                     for lane, m in enumerate(access.members):
                         names[m] = self.render_vector_lane(vname, lane)
                 elif op is Ops.STORE:
-                    stored.add(u.src[0].src[0].arg[0])
+                    stored.add(u.src[0].src[0].arg.slot)
                     if u is max(access.members, key=position.__getitem__):  # every value exists by the last
                         values = [names[m.src[1]] for m in access.members]
                         body.append(pad + self.render_vector_store(buf, vector_index(access), values, u.src[0].dtype))
                 continue
             if op is Ops.PARAM:
-                params[u.arg[0]] = u
-                names[u] = f"data{u.arg[0]}"
+                params[u.arg.slot] = u
+                names[u] = f"data{u.arg.slot}"
             elif op is Ops.DEFINE_VAR:
-                names[u] = u.arg[0]
+                names[u] = self.render_var_ref(u.arg.name)
             elif op is Ops.RANGE:
                 names[u] = fresh("ridx")
-                loop = (names[u], names[u.src[0]], work_items.get(u))
-                # an int32 counter is the default: renderers written before 64-bit loops take three arguments
+                loop = (names[u], names[u.src[0]])
+                loop_starts.append(len(body))
+                # an int32 counter is the default: renderers written before 64-bit loops take two arguments
                 body.append(pad + (self.render_range(*loop) if u.dtype == dtypes.int32 else
                                    self.render_range(*loop, u.dtype)))
+            elif op is Ops.SPECIAL:
+                names[u] = u.arg.name
+                body.append(pad + self.render_special(u.arg.name, u.arg.dim, u.dtype))
+            elif op is Ops.IF:
+                body.append(pad + self.render_if(names[u.src[0]]))
+            elif op is Ops.ENDIF:
+                body.append(pad + self.render_endif())
             elif op is Ops.END:
-                body.append(pad + "}")
+                rng = u.src[0]
+                start = loop_starts.pop()
+                body[start:] = self.render_loop(body[start:], rng, names[rng], names[rng.src[0]], pad)
             elif op is Ops.INDEX:
                 names[u] = ""  # rendered by its LOAD or STORE
             elif op is Ops.STORE:
                 idx = u.src[0]
                 if idx.src[0].op is Ops.PARAM:
-                    stored.add(idx.src[0].arg[0])
-                line = self.render_store(names[idx.src[0]], names[idx.src[1]], names[u.src[1]], idx.dtype)
+                    stored.add(idx.src[0].arg.slot)
+                store = self.render_local_store if idx.src[0].op is Ops.DEFINE_LOCAL else self.render_store
+                line = store(names[idx.src[0]], names[idx.src[1]], names[u.src[1]], idx.dtype)
                 # a third source gates the store (only lane 0 of a GROUP writes the result)
                 body.append(pad + (f"if ({names[u.src[2]]}) {{ {line} }}" if len(u.src) > 2 else line))
             elif op is Ops.DEFINE_LOCAL:
                 names[u] = fresh("temp")
-                local_decls.append("  " + self.render_define_local(names[u], u.dtype, u.arg[1]))
+                local_decls.append(self.render_define_local(names[u], u.dtype, u.arg.size))
             elif op is Ops.BARRIER:
                 body.append(pad + self.render_barrier())
             elif op is Ops.DEFINE_ACC:
                 names[u] = fresh("acc")
-                body.append(f"{pad}{self.value_type(u.dtype)} {names[u]} = {names[u.src[0]]};")
+                body.append(pad + self.render_declaration(names[u], self.value_type(u.dtype), names[u.src[0]], True))
             elif op is Ops.ASSIGN:
                 body.append(f"{pad}{names[u.src[0]]} = {names[u.src[1]]};")
             elif (fn := self.code_for_op.get(op)) is not None:  # a value: its C text from the table
@@ -477,26 +546,15 @@ class CStyleRenderer(Renderer):
                 raise NotImplementedError(f"{type(self).__name__} cannot render {op}")
         param_decls = [self.render_param(i, params[i].dtype, i in stored) for i in sorted(params)]
         # symbolic variables follow the buffers, sorted by name (ProgramSpec.var_names is the same order)
-        variables = sorted({u.arg[0]: u for u in program if u.op is Ops.DEFINE_VAR}.items())
-        param_decls += [self.render_var_param(name, u.dtype) for name, u in variables]
-        uses_bf16 = any(u.dtype.scalar == dtypes.bfloat16 for u in program)
-        if helpers := self.fp8_helpers(program):
-            return self.render_kernel(name, param_decls, local_decls + body, uses_bf16, helpers)
-        # without helpers, the call a renderer written before `helpers` existed overrides (CPURenderer did)
-        return self.render_kernel(name, param_decls, local_decls + body, uses_bf16)
+        variables = sorted({u.arg.name: u for u in program if u.op is Ops.DEFINE_VAR}.items())
+        var_decls = [self.render_var_param(name, u.dtype) for name, u in variables]
+        return self.render_source(name, program, param_decls, var_decls, local_decls, body)
 
 
 def _address_math(program: list[UOp]) -> set[UOp]:
     """The int32 ALU nodes an INDEX's index is computed from."""
-    out: set[UOp] = set()
-    stack = [u.src[1] for u in program if u.op is Ops.INDEX]
-    while stack:
-        u = stack.pop()
-        if u in out or u.op not in GroupOp.ALU or u.dtype != dtypes.int32:
-            continue
-        out.add(u)
-        stack.extend(u.src)
-    return out
+    indices = [u.src[1] for u in program if u.op is Ops.INDEX]
+    return set(post_order(indices, skip=lambda u: u.op not in GroupOp.ALU or u.dtype != dtypes.int32))
 
 
 RenderFn = Callable[..., str]

@@ -74,7 +74,7 @@ class _Signature:
 
 
 def _dim_name(d: Any) -> Any:
-    return d if isinstance(d, int) else next((u.arg[0] for u in d.toposort() if u.op is Ops.DEFINE_VAR), "?")
+    return d if isinstance(d, int) else next((u.arg.name for u in d.toposort() if u.op is Ops.DEFINE_VAR), "?")
 
 
 class TinyJit(Generic[R]):
@@ -307,7 +307,7 @@ def _bound_values(args: tuple, kwargs: dict, inputs: list[Tensor]) -> dict[str, 
     roots += [d for d in dims if isinstance(d, UOp)]
     for root in roots:
         for var, value in unbind(root)[1].items():
-            out[var.arg[0]] = value
+            out[var.arg.name] = value
     return out
 
 
@@ -374,5 +374,5 @@ def _shaped(flat: UOp, shape: tuple[Any, ...]) -> UOp:
 
 
 def _rebind(d: UOp, values: dict[str, int]) -> UOp:
-    return d.substitute({v: v.bind(values[v.arg[0]]) for v in d.toposort()  # type: ignore[attr-defined]
-                         if v.op is Ops.DEFINE_VAR and v.arg[0] in values})
+    return d.substitute({v: v.bind(values[v.arg.name]) for v in d.toposort()  # type: ignore[attr-defined]
+                         if v.op is Ops.DEFINE_VAR and v.arg.name in values})

@@ -17,6 +17,7 @@ so equal kernels over different data share one compiled program.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tinygrad.device import Buffer
@@ -25,7 +26,7 @@ from tinygrad.engine.memory import plan_memory
 from tinygrad.engine.schedule_cache import SCHEDULE_CACHE, Template, graph_key, schedule_cache
 from tinygrad.engine.schedule_item import ScheduleItem, buffer_view
 from tinygrad.engine.split_reduce import reduce_identity_value, split_large_reductions, split_settings
-from tinygrad.uop.ops import Ops, UOp, UOpMeta, sint, sym_prod, unbind
+from tinygrad.uop.ops import Ops, UOp, UOpMeta, post_order, sint, sym_prod, unbind
 
 
 class RealizedViews:
@@ -146,20 +147,15 @@ class _KernelBuilder:
         return self.param_of[key]
 
     def build(self, root: UOp) -> UOp:
-        # iterative post-order walk: long elementwise chains must not hit Python's recursion limit
-        stack: list[tuple[UOp, bool]] = [(root, False)]
-        while stack:
-            node, ready = stack.pop()
-            if node in self.memo:
-                continue
-            leaf = self._leaf(node)
-            if leaf is not None:
+        def enter(node: UOp) -> Sequence[UOp]:
+            if (leaf := self._leaf(node)) is not None:
                 self.memo[node] = leaf
-                continue
-            srcs = node.src[:1] if node.op in (Ops.CONTIGUOUS, Ops.DETACH) else node.src
-            if not ready:
-                stack.append((node, True))
-                stack.extend((s, False) for s in srcs if s not in self.memo)
+                return ()
+            # the last source first: inputs are numbered in the order kernels have always had them
+            return node.src[:1] if node.op in (Ops.CONTIGUOUS, Ops.DETACH) else node.src[::-1]
+
+        for node in post_order((root,), children=enter, skip=self.memo.__contains__):
+            if node in self.memo:  # a leaf
                 continue
             if node.op in (Ops.CONTIGUOUS, Ops.DETACH):
                 self.memo[node] = self.memo[node.src[0]]
@@ -191,7 +187,7 @@ def _symbolic_size(shape: tuple[sint, ...]) -> UOp | None:
 
 
 def _empty_source_value(node: UOp) -> UOp:
-    value = reduce_identity_value(node.arg[0], node.dtype) if node.op is Ops.REDUCE_AXIS else 0
+    value = reduce_identity_value(node.arg.op, node.dtype) if node.op is Ops.REDUCE_AXIS else 0
     return UOp.const(node.dtype, value).reshape((1,) * len(node.shape)).expand(node.shape)
 
 
@@ -257,7 +253,7 @@ def _schedule_graph(given: list[UOp], devices: list[str]) -> tuple[list[Schedule
         # bound variables leave the AST (it keeps the Variable) and travel as launch arguments instead,
         # so one compiled kernel serves every value
         ast, var_vals = unbind(UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(out_param, body)),)))
-        kernels.append(_Kernel(node, ast, builder.params, dev, {v.arg[0]: val for v, val in var_vals.items()}))
+        kernels.append(_Kernel(node, ast, builder.params, dev, {v.arg.name: val for v, val in var_vals.items()}))
     buffers_of = _place_outputs(kernels)
     items = [ScheduleItem(k.ast, [buffers_of[k.node], *(buffers_of[s] if isinstance(s, UOp) else s
                                                         for s in k.sources)], k.device,

@@ -20,7 +20,7 @@ from tinygrad.dtype import DType, dtypes
 from tinygrad.engine.memory import MEMORY_PLANNER
 from tinygrad.engine.schedule_item import ScheduleItem, buffer_view
 from tinygrad.helpers import ContextVar
-from tinygrad.uop.ops import Ops, UOp, _arg_key
+from tinygrad.uop.ops import Ops, UOp, _arg_key, post_order
 
 #: set SCHEDULE_CACHE=0 to schedule every graph from scratch
 SCHEDULE_CACHE = ContextVar("SCHEDULE_CACHE", 1)
@@ -40,33 +40,20 @@ def graph_key(outputs: list[UOp], devices: list[str], stop_at_realized: bool = F
     inputs: list[Buffer] = []
     parts: list[Any] = [tuple(devices), MEMORY_PLANNER.value]
     position = index.__getitem__
-    for root in outputs:
-        # depth first without recursion (graphs can be thousands of nodes deep): each frame is a node and an iterator
-        # over the sources it has not looked at yet; a node is placed once all its sources are
-        stack = [(root, iter(root.src))]
-        while stack:
-            node, pending = stack[-1]
-            for s in pending:
-                if s not in index:
-                    stack.append((s, iter(s.src)))
-                    break
-            else:
-                stack.pop()
-                if node in index:  # a root that an earlier root's graph contains
-                    continue
-                if src := node.src:
-                    if stop_at_realized and node._realized is not None:
-                        return None
-                    arg = None if node.arg is None else _arg_key(node.arg)
-                    parts.append((node.op, node.dtype, arg, tuple(map(position, src))))
-                elif node.op is Ops.BUFFER:
-                    buf = node.arg
-                    parts.append((Ops.BUFFER, node.dtype, buf.size, buf.device, len(inputs)))
-                    inputs.append(buf)
-                else:
-                    parts.append((node.op, node.dtype, None if node.arg is None else _arg_key(node.arg), ()))
-                index[node] = len(topo)
-                topo.append(node)
+    for node in post_order(outputs):
+        if src := node.src:
+            if stop_at_realized and node._realized is not None:
+                return None
+            arg = None if node.arg is None else _arg_key(node.arg)
+            parts.append((node.op, node.dtype, arg, tuple(map(position, src))))
+        elif node.op is Ops.BUFFER:
+            buf = node.arg
+            parts.append((Ops.BUFFER, node.dtype, buf.size, buf.device, len(inputs)))
+            inputs.append(buf)
+        else:
+            parts.append((node.op, node.dtype, None if node.arg is None else _arg_key(node.arg), ()))
+        index[node] = len(topo)
+        topo.append(node)
     parts.append(tuple(map(position, outputs)))  # which nodes are the outputs, in order
     return tuple(parts), topo, inputs
 

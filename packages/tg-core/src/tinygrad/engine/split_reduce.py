@@ -118,7 +118,7 @@ def _split_reduction(ctx: set[UOp], red: UOp) -> UOp | None:
 
 def _chunk_lengths(red: UOp) -> tuple[int, int, int] | None:
     """(shortest, longest, preferred) chunk length for a reduction of the given graph, or None if it stays whole."""
-    reduced, outputs = prod(red.src[0].shape[a] for a in red.arg[1]), prod(red.shape)
+    reduced, outputs = prod(red.src[0].shape[a] for a in red.arg.axes), prod(red.shape)
     if reduced < MIN_REDUCED:
         if outputs == 1 and reduced >= MIN_SHORT_REDUCED and _order_matters(red):
             return SHORT_CHUNK // 2, SHORT_CHUNK, SHORT_CHUNK
@@ -138,7 +138,7 @@ def _combine_lengths(red: UOp) -> tuple[int, int, int] | None:
     """Chunk lengths for a combine the pass made, or None if it is the last level: at most `last` partial results
     remain for it, and no level before adds up more than `fan_in`."""
     fan_in, last = _fan_in(red)
-    reduced = prod(red.src[0].shape[a] for a in red.arg[1])
+    reduced = prod(red.src[0].shape[a] for a in red.arg.axes)
     if reduced <= last:
         return None
     if reduced <= fan_in * last:  # one more level, then the last: 2 to `last` chunks
@@ -158,7 +158,7 @@ def _fan_in(red: UOp) -> tuple[int, int]:
 
 def _order_matters(red: UOp) -> bool:
     """Whether the order of the terms changes the result: float sums and products, not a max or integers."""
-    return red.dtype.is_float and red.arg[0] is not Ops.MAX
+    return red.dtype.is_float and red.arg.op is not Ops.MAX
 
 
 def _split(red: UOp, axis: int, inner: int, padded: int) -> UOp:

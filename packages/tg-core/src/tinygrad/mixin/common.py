@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tinygrad.dtype import DType, DTypeLike, dtypes, to_dtype
 from tinygrad.errors import BroadcastError
 from tinygrad.uop.ops import Ops, UOp, resolve_size, sint, ssimplify
+
+if TYPE_CHECKING:
+    from tinygrad.tensor import Tensor
 
 Scalar = int | float | bool
 ShapeArg = int | Sequence[int]
@@ -40,7 +43,7 @@ def symbolic_size(s: UOp) -> sint:
     if not s.dtype.is_int:
         raise TypeError(f"a symbolic size must be an integer expression over Variables, got {s.dtype}: {s}")
     bound = {u.src[0] for u in s.toposort() if u.op is Ops.BIND}
-    free = [u.arg[0] for u in s.toposort() if u.op is Ops.DEFINE_VAR and u not in bound]
+    free = [u.arg.name for u in s.toposort() if u.op is Ops.DEFINE_VAR and u not in bound]
     if free:
         raise ValueError(f"Variable {free[0]} is not bound: a size needs a value, use Variable(...).bind(value)")
     if resolve_size(s) < 0:
@@ -75,3 +78,34 @@ def index_dtype(size: sint) -> DType:
     tinygrad's int32, or int64 where an index could exceed int32 (decided from the size's static upper bound)."""
     bound = size if isinstance(size, int) else int(size.vmax)
     return dtypes.int32 if bound - 1 <= dtypes.int32.max else dtypes.int64
+
+
+# ---- building blocks of the ops that compose others (type(like) is the Tensor class: it imports this module) ----
+
+def scalar_like(like: Tensor, value: Scalar) -> Tensor:
+    """`value` as a 0-d tensor of like's dtype on like's device. where() of Python numbers would be float32 (losing
+    float64 digits) and promote integers; this keeps the dtype exactly."""
+    return type(like)(UOp.const(like.dtype, value), device=like.device)
+
+
+def select(cond: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    """where(cond, a, b) for a and b of one dtype, broadcasting all three; keeps the dtype exactly (no promotion,
+    no rounding through a Python scalar), which the ops need for every dtype, bool included."""
+    if a.dtype != b.dtype:
+        raise TypeError(f"select of {a.dtype} and {b.dtype}")
+    shape = broadcast_shape(cond.shape, a.shape, b.shape)
+    c, a, b = cond._broadcast_to(shape), a._broadcast_to(shape), b._broadcast_to(shape)
+    return a._derive(c.uop.alu(Ops.WHERE, a.uop, b.uop), b)
+
+
+def placed_mask(like: Tensor, shape: tuple[int, ...], pairs: tuple[tuple[int, int], ...]) -> Tensor:
+    """True where a tensor of `shape`, padded by `pairs`, has its own elements; False in the padding. On like's
+    device."""
+    ones = UOp.const(dtypes.bool, True).reshape((1,) * len(shape)).expand(shape)
+    return type(like)(ones.pad(pairs), device=like.device)
+
+
+def sign_bit(x: Tensor) -> Tensor:
+    """The sign bit of a float, so that -0.0 (and a negative NaN) count as negative."""
+    ints = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
+    return x.bitcast(ints[x.dtype.itemsize]) < 0

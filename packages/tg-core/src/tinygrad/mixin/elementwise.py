@@ -1,16 +1,15 @@
-"""Elementwise arithmetic, comparisons, bitwise ops and the Python operator overloads. Unary math and the
-activation functions are in unary.py, which also holds the numerical helpers (exact fmod, integer powers) used
-here."""
+"""Elementwise arithmetic, comparisons, bitwise ops and the Python operator overloads, with the numerics of pow and
+fmod (exact residuals, integer powers). Unary math and the activation functions are in unary.py."""
 
 from __future__ import annotations
 
 import math
 from typing import TYPE_CHECKING
 
+from tinygrad.device import Device
 from tinygrad.dtype import dtypes
 from tinygrad.errors import DTypeError
-from tinygrad.mixin.common import Scalar, broadcast_shape
-from tinygrad.mixin.unary import _c, _float_pow, _fmod_float, _int_pow, _int_pow_const, _signbit
+from tinygrad.mixin.common import Scalar, broadcast_shape, scalar_like, sign_bit
 from tinygrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -151,9 +150,9 @@ class ElementwiseMixin:
         self is 0, and other gets none (as PyTorch)."""
         a, b = self._broadcasted(other)
         a, b = a._float(), b._float()
-        neg = _signbit(b)
-        mag = (neg != _signbit(a)).where(-a, a)
-        return (a == 0).where(neg.where(_c(a, -0.0), _c(a, 0.0)), mag)
+        neg = sign_bit(b)
+        mag = (neg != sign_bit(a)).where(-a, a)
+        return (a == 0).where(neg.where(scalar_like(a, -0.0), scalar_like(a, 0.0)), mag)
 
     def logaddexp(self: Tensor, other: Tensor | Scalar) -> Tensor:
         """log(exp(self) + exp(other)) without overflow: max + log1p(exp(-|self - other|))."""
@@ -292,3 +291,79 @@ class ElementwiseMixin:
 
 
 # ---- helpers of the composite functions ----
+
+
+# ---- the numerics of pow and fmod ----
+
+def _fmod_float(a: Tensor, b: Tensor) -> Tensor:
+    """fmod on magnitudes, reflected back to a's sign (so that an exact multiple of -y gives -0.0, as C). The
+    residual x - trunc(x / y) * y is exact while |x / y| < 2**29 for float32 (computed in float64) or 2**26 for
+    float64 (2**12 for float32 on a device without float64); the rounded quotient can overshoot by one, which
+    shows as a negative residual. Beyond that the result is within rounding of a - trunc(a / b) * b."""
+    if a.dtype.itemsize == 2:
+        return _fmod_float(a.float(), b.float()).cast(a.dtype)
+    wide = a.dtype == dtypes.float32 and Device[a.device].supports_dtype(dtypes.float64)
+    aw, bw = (a.cast(dtypes.float64), b.cast(dtypes.float64)) if wide else (a, b)
+    a_neg = sign_bit(aw)
+    x, y = a_neg.where(-aw, aw), (bw < 0).where(-bw, bw)
+    t = (x / y).trunc()
+    r = x - t * y if wide else _exact_residual(x, t, y)
+    r = (r < 0).where(r + y, r)
+    r = ((y == math.inf) & (x < math.inf)).where(x, r)  # trunc(x / inf) * inf would be 0 * inf
+    return a_neg.where(-r, r).cast(a.dtype)
+
+
+def _exact_residual(x: Tensor, t: Tensor, y: Tensor) -> Tensor:
+    """x - t * y without rounding error for a whole t below 2**26 (float64) / 2**12 (float32) and t * y near x:
+    y = yh + yl with yh holding y's leading half of the significand (bits masked off, so no multiply-add
+    contraction can undo the split), so that t * yh and t * yl are exact, x - t * yh is exact (Sterbenz), and
+    so is the last subtraction when its result is representable (it is, being the true remainder)."""
+    wide = x.dtype == dtypes.float64
+    ints, low_bits = (dtypes.int64, 27) if wide else (dtypes.int32, 12)
+    yh = (y.bitcast(ints) & ~((1 << low_bits) - 1)).bitcast(y.dtype)
+    return (x - t * yh) - t * (y - yh)
+
+
+def _float_pow(base: Tensor, exp: Tensor) -> Tensor:
+    # |b|^e, with the sign fixed for negative bases raised to integer exponents. A zero base takes the log
+    # of 1 and its value separately: log2(0) = -inf would make the gradient 0 * inf = NaN there
+    is_zero = base == 0
+    mag = (exp * is_zero.where(1.0, base.abs()).log2()).exp2()
+    mag = is_zero.where((exp > 0).where(0.0, (exp < 0).where(math.inf, (exp != exp).where(exp, 1.0))), mag)
+    is_int_exp = exp.trunc() == exp
+    odd = (exp.abs() - (exp.abs() * 0.5).floor() * 2) == 1
+    odd_power = is_int_exp & odd
+    signed = (base < 0).where(is_int_exp.where(odd_power.where(-mag, mag), math.nan),
+                              (odd_power & sign_bit(base)).where(-mag, mag))  # (-0.0) ** -1 is -inf
+    # C's special cases: x ** 0 is 1 even for inf and NaN, 1 ** y is 1 even for inf and NaN, (-1) ** +-inf is 1,
+    # and -inf to a non-integer power is inf or 0 (elsewhere the formula above already agrees)
+    one = ((exp == 0) & ~base.isfinite()) | ((base == 1) & ~exp.isfinite()) | ((base == -1) & exp.isinf())
+    neg_inf_base = (base == -math.inf) & exp.isfinite() & ~is_int_exp
+    return one.where(1.0, neg_inf_base.where((exp > 0).where(math.inf, 0.0), signed))
+
+
+def _int_pow_const(a: Tensor, e: int) -> Tensor:
+    if e < 0:
+        raise RuntimeError(f"integers to negative integer powers are not allowed (exponent {e}); cast to float first")
+    out: Tensor | None = None
+    base = a
+    while e:
+        if e & 1:
+            out = base if out is None else out * base
+        e >>= 1
+        if e:
+            base = base * base
+    return out if out is not None else a.const_like(1)
+
+
+def _int_pow(a: Tensor, b: Tensor) -> Tensor:
+    """Square-and-multiply over every bit of the exponent, so that overflow wraps exactly as in PyTorch."""
+    out, base, e = a.const_like(1), a, b
+    for _ in range(b.dtype.bits - (0 if b.dtype.is_unsigned else 1)):
+        out = ((e & 1) != 0).where(out * base, out)
+        base, e = base * base, e >> 1
+    if b.dtype.is_unsigned:
+        return out
+    odd = (b & 1) != 0
+    negative_exp = (a == 1).where(1, (a == -1).where(odd.where(-1, 1), 0)).cast(a.dtype)
+    return (b < 0).where(negative_exp, out)

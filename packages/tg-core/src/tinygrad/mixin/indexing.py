@@ -33,7 +33,7 @@ import numpy as np
 from tinygrad.dtype import dtypes, to_numpy
 from tinygrad.errors import DTypeError
 from tinygrad.helpers import argsort, prod
-from tinygrad.mixin.common import Scalar, broadcast_shape, index_dtype
+from tinygrad.mixin.common import Scalar, broadcast_shape, index_dtype, placed_mask, scalar_like, select
 from tinygrad.uop.ops import Ops, UOp, resolve_size
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ class IndexingMixin:
                 raise ValueError(f"masked_fill takes a 0-d tensor value, got shape {value.shape}")
             v = value.cast(self.dtype)
         else:
-            v = _const(self, value)
+            v = scalar_like(self, value)
         return select(mask, v, self)
 
     def masked_select(self: Tensor, mask: Tensor) -> Tensor:
@@ -137,28 +137,6 @@ class IndexingMixin:
         if as_tuple:
             return tuple(Tensor(coords[:, d].copy(), device=self.device) for d in range(max(self.ndim, 1)))
         return Tensor(coords, device=self.device)
-
-
-# ---- helpers shared with movement.py ----
-
-def _const(like: Tensor, value: Scalar) -> Tensor:
-    return Tensor(UOp.const(like.dtype, value), device=like.device)
-
-
-def select(cond: Tensor, a: Tensor, b: Tensor) -> Tensor:
-    """where(cond, a, b) for a and b of one dtype, broadcasting all three; keeps the dtype exactly (no promotion,
-    no rounding through a Python scalar), which the ops here need for every dtype, bool included."""
-    if a.dtype != b.dtype:
-        raise TypeError(f"select of {a.dtype} and {b.dtype}")
-    shape = broadcast_shape(cond.shape, a.shape, b.shape)
-    c, a, b = cond._broadcast_to(shape), a._broadcast_to(shape), b._broadcast_to(shape)
-    return a._derive(c.uop.alu(Ops.WHERE, a.uop, b.uop), b)
-
-
-def _placed_mask(shape: tuple[int, ...], pairs: tuple[tuple[int, int], ...]) -> Tensor:
-    """True where a tensor of `shape`, padded by `pairs`, has its own elements; False in the padding."""
-    ones = UOp.const(dtypes.bool, True).reshape((1,) * len(shape)).expand(shape)
-    return Tensor(ones.pad(pairs))
 
 
 # ---- parsing an index ----
@@ -392,7 +370,7 @@ def _pick_sum(mask: Tensor, values: Tensor, axes: tuple[int, ...]) -> Tensor:
     """Reduce `values` where `mask` holds over `axes` (dropped), with at most one True per output element: a sum
     keeps every dtype's value exactly (an OR for bool), and a where (not a multiply) keeps NaN and inf out of the
     elements that are not picked."""
-    picked = select(mask, values, _const(values, 0))
+    picked = select(mask, values, scalar_like(values, 0))
     out = picked._derive(picked.uop.reduce_axis(Ops.MAX if values.dtype.is_bool else Ops.ADD, axes))
     return out.reshape(tuple(s for i, s in enumerate(out.shape) if i not in axes))
 
@@ -451,7 +429,7 @@ def _put(y: Tensor, picks: list[tuple[int, _Pick]], v: Tensor) -> Tensor:
     else:
         # several index positions name one element: the last one writes it
         order_of = Tensor.arange(prod(bshape), device=y.device, dtype=dtypes.int32).reshape(bshape + (1,) * k)
-        ranked = select(mask, order_of, _const(order_of, -1))
+        ranked = select(mask, order_of, scalar_like(order_of, -1))
         last = ranked._derive(ranked.uop.reduce_axis(Ops.MAX, tuple(range(nb))))
         mask = mask & (order_of == last)
         hit = last.reshape(sizes) >= 0
@@ -486,7 +464,7 @@ def _value_tensor(t: Tensor, value: Any) -> Tensor:
             raise RuntimeError(f"a value on {value.device} written into a tensor on {t.device}; move it with .to()")
         return value.cast(t.dtype)
     if isinstance(value, (bool, int, float, np.generic)):
-        return _const(t, value.item() if isinstance(value, np.generic) else value)
+        return scalar_like(t, value.item() if isinstance(value, np.generic) else value)
     return Tensor(value, device=t.device, dtype=t.dtype)
 
 
@@ -524,7 +502,7 @@ def _scatter(t: Tensor, dim: int, index: Tensor, src: Tensor | Scalar, how: str,
     if isinstance(src, Tensor):
         values = (src.reshape(1) if src.ndim == 0 else src).shrink(tuple((0, n) for n in idx.shape)).cast(t.dtype)
     else:
-        values = _const(x, src)._broadcast_to(idx.shape)
+        values = scalar_like(x, src)._broadcast_to(idx.shape)
     s = x.shape[d]
     # axis d of (index, s) holds the contributors to each of the s targets in the last axis
     hot = _one_hot(idx, s)
@@ -540,28 +518,28 @@ def _scatter(t: Tensor, dim: int, index: Tensor, src: Tensor | Scalar, how: str,
 
     hit = over_contributors(hot, Ops.MAX)
     if how == "assign" and not isinstance(src, Tensor):
-        new = select(hit, _const(part, src), part)  # one value for every write: no need to rank the writers
+        new = select(hit, scalar_like(part, src), part)  # one value for every write: no need to rank the writers
     elif how == "assign":
         order = Tensor.arange(idx.shape[d], device=x.device, dtype=dtypes.int32)
         order = order.reshape((1,) * d + (idx.shape[d],) + (1,) * (idx.ndim - d))
-        ranked = select(hot, order, _const(order, -1))
+        ranked = select(hot, order, scalar_like(order, -1))
         last = ranked._derive(ranked.uop.reduce_axis(Ops.MAX, (d,)))
         hot = hot & (order == last)  # several contributors to one place: the last one writes it
-        new = select(hit, over_contributors(select(hot, values, _const(values, 0)), Ops.ADD), part)
+        new = select(hit, over_contributors(select(hot, values, scalar_like(values, 0)), Ops.ADD), part)
     elif how in ("sum", "mean"):
-        total = over_contributors(select(hot, values, _const(values, 0)), Ops.ADD)
+        total = over_contributors(select(hot, values, scalar_like(values, 0)), Ops.ADD)
         if how == "sum":
             new = part + total if include_self else select(hit, total, part)
         else:
             count = over_contributors(hot.cast(dtypes.int32), Ops.ADD)
             num, den = (part + total, count + 1) if include_self else (total, count)
-            den = select(hit, den, _const(den, 1))
+            den = select(hit, den, scalar_like(den, 1))
             new = select(hit, (num // den if t.dtype.is_int else num / den).cast(t.dtype), part)
     elif how == "prod":
-        total = over_contributors(select(hot, values, _const(values, 1)), Ops.MUL)
+        total = over_contributors(select(hot, values, scalar_like(values, 1)), Ops.MUL)
         new = part * total if include_self else select(hit, total, part)
     else:  # amax, amin
-        picked = select(hot, values, _const(values, t.dtype.min if how == "amax" else t.dtype.max))
+        picked = select(hot, values, scalar_like(values, t.dtype.min if how == "amax" else t.dtype.max))
         if how == "amax":
             extreme = over_contributors(picked, Ops.MAX)
             both = extreme.maximum(part)
@@ -575,7 +553,7 @@ def _scatter(t: Tensor, dim: int, index: Tensor, src: Tensor | Scalar, how: str,
     new = new.cast(t.dtype)
     if part_shape != x.shape:
         pads = tuple((0, n - p) for n, p in zip(x.shape, part_shape))
-        new = select(_placed_mask(part_shape, pads), new.pad(pads), x)
+        new = select(placed_mask(x, part_shape, pads), new.pad(pads), x)
     return new.reshape(t.shape)
 
 

@@ -16,8 +16,7 @@ import numpy as np
 from tinygrad.dtype import DType, dtypes, least_upper_dtype
 from tinygrad.errors import ConcatError, DTypeError, ShapeError
 from tinygrad.helpers import prod
-from tinygrad.mixin.common import symbolic_size
-from tinygrad.mixin.indexing import _const, _placed_mask, select
+from tinygrad.mixin.common import placed_mask, scalar_like, select, symbolic_size
 from tinygrad.uop.ops import UOp, resolve_size, sint, sym_div_exact, sym_prod
 
 if TYPE_CHECKING:
@@ -113,7 +112,7 @@ class MovementMixin:
             return x
         out = self._moved(self.uop.pad(tuple(pairs)))
         if value != 0:
-            out = select(_placed_mask(self.shape, tuple(pairs)), out, _const(out, value))
+            out = select(placed_mask(out, self.shape, tuple(pairs)), out, scalar_like(out, value))
         return out
 
     def pad_to(self: Tensor, *shape: Any) -> Tensor:
@@ -214,7 +213,7 @@ class MovementMixin:
             pairs = tuple((offset, total - offset - n) if k == d else (0, 0) for k in range(t.ndim))
             placed = t._derive(t.uop.pad(pairs))
             # a where, not a sum of the padded pieces: that keeps -0.0 and needs no add for bool
-            out = placed if out is None else select(_placed_mask(t.shape, pairs), placed, out)
+            out = placed if out is None else select(placed_mask(t, t.shape, pairs), placed, out)
             offset += n
         assert out is not None
         return out
@@ -492,7 +491,7 @@ def _triangle(x: Tensor, diagonal: int, upper: bool) -> Tensor:
     r = Tensor.arange(rows, device=x.device, dtype=dtypes.int32).reshape(rows, 1)
     c = Tensor.arange(cols, device=x.device, dtype=dtypes.int32).reshape(1, cols)
     inside = (c - r >= diagonal) if upper else (c - r <= diagonal)
-    return select(inside, x, _const(x, 0))
+    return select(inside, x, scalar_like(x, 0))
 
 
 # ---- rearrange ----

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from tinygrad.engine.jit_state import note_assign
 from tinygrad.engine.schedule import base_buffer, realized_views
-from tinygrad.mixin.indexing import _placed_mask, select
+from tinygrad.mixin.common import placed_mask, select
 from tinygrad.uop.ops import GroupOp, Ops, UOp, inverse_permutation, sint
 
 if TYPE_CHECKING:
@@ -127,4 +127,4 @@ def _unapply(op: Ops, arg: Any, in_shape: tuple[sint, ...], v: Tensor, old: Tens
     assert op is Ops.SHRINK, op
     # the written part back at its place, over the old value elsewhere (the mask __setitem__ places too)
     pairs = tuple((b, s - e) for (b, e), s in zip(arg, in_shape))
-    return select(_placed_mask(v.shape, pairs), v._derive(v.uop.pad(pairs)), old)
+    return select(placed_mask(old, v.shape, pairs), v._derive(v.uop.pad(pairs)), old)

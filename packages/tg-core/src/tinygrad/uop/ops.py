@@ -13,9 +13,9 @@ import functools
 import math
 import struct
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from tinygrad.dtype import DType, dtypes, truncate
 from tinygrad.helpers import argsort
@@ -107,6 +107,72 @@ class RangeArg:
         return f"RangeArg({self.axis}, {self.kind!r})"
 
 
+# The args of the ops below are small records. They are NamedTuples, so they hash and compare as hash-consing needs and
+# unpack like the tuples tinygrad programs pass (`slot, size = param.arg`); code reads them by field name. A plain
+# tuple given for one of these ops becomes its record when the node is made (`UOpMeta.__call__`).
+
+
+class ParamArg(NamedTuple):
+    """PARAM: kernel argument number `slot` (0 is the output), a buffer of `size` elements (an int, or a symbolic
+    size while the kernel is built)."""
+
+    slot: int
+    size: Any  # int | UOp
+
+    def __repr__(self) -> str:
+        return f"ParamArg({self.slot}, {self.size})"
+
+
+class VarArg(NamedTuple):
+    """DEFINE_VAR: a symbolic integer `name` in [vmin, vmax]."""
+
+    name: str
+    vmin: int
+    vmax: int
+
+    def __repr__(self) -> str:
+        return f"VarArg({self.name!r}, {self.vmin}, {self.vmax})"
+
+
+class LocalArg(NamedTuple):
+    """DEFINE_LOCAL: work-group memory number `slot`, of `size` elements."""
+
+    slot: int
+    size: int
+
+    def __repr__(self) -> str:
+        return f"LocalArg({self.slot}, {self.size})"
+
+
+class ReduceArg(NamedTuple):
+    """REDUCE_AXIS: combine with `op` (ADD, MUL or MAX) over the source's `axes`."""
+
+    op: Ops
+    axes: tuple[int, ...]
+
+    def __repr__(self) -> str:
+        return f"ReduceArg(Ops.{self.op.name}, {self.axes})"
+
+
+class SpecialArg(NamedTuple):
+    """SPECIAL: the work-item id `name` (as `gidx0`: the global id in launch dimension 0), in [0, size)."""
+
+    name: str
+    size: int
+
+    @property
+    def dim(self) -> int:
+        """The launch dimension: the number that ends the name."""
+        return int(self.name[len(self.name.rstrip("0123456789")):])
+
+    def __repr__(self) -> str:
+        return f"SpecialArg({self.name!r}, {self.size})"
+
+
+ARG_RECORDS: dict[Ops, type] = {Ops.PARAM: ParamArg, Ops.DEFINE_VAR: VarArg, Ops.DEFINE_LOCAL: LocalArg,
+                                Ops.REDUCE_AXIS: ReduceArg, Ops.SPECIAL: SpecialArg}
+
+
 class GroupOp:
     Unary = frozenset({Ops.NEG, Ops.RECIPROCAL, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC})
     Binary = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ,
@@ -134,6 +200,8 @@ class UOpMeta(type):
     cache: dict[tuple, weakref.ref[UOp]] = {}
 
     def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
+        if type(arg) is tuple and (record := ARG_RECORDS.get(op)) is not None:
+            arg = record(*arg)
         key = (op, dtype, src, None if arg is None else _arg_key(arg))
         ref = UOpMeta.cache.get(key)
         if ref is not None and (hit := ref()) is not None:
@@ -197,26 +265,10 @@ class UOp(metaclass=UOpMeta):
 
     # ---- graph walking ----
     def toposort(self) -> dict[UOp, None]:
-        """All nodes reachable from self, sources before users.
-
-        Iterative, so deep graphs do not hit the recursion limit."""
-        if self._toposort is not None:
-            return self._toposort
-        out: dict[UOp, None] = {}
-        stack: list[tuple[UOp, bool]] = [(self, False)]
-        while stack:
-            node, expanded = stack.pop()
-            if node in out:
-                continue
-            if expanded:
-                out[node] = None
-                continue
-            stack.append((node, True))
-            for s in reversed(node.src):
-                if s not in out:
-                    stack.append((s, False))
-        self._toposort = out
-        return out
+        """All nodes reachable from self, sources before users (cached on the node)."""
+        if self._toposort is None:
+            self._toposort = dict.fromkeys(post_order((self,)))
+        return self._toposort
 
     def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
         cache: dict[UOp, UOp] = {}
@@ -349,16 +401,36 @@ def _fill_sources_first(root: UOp, is_cached: Callable[[UOp], bool], fill: Calla
     Shapes and bounds of a node read those of its sources; computing them depth-first through Python calls
     fails with RecursionError on long chains (a 5000-deep ADD), so fill the uncached subgraph bottom-up here.
     """
-    stack: list[tuple[UOp, bool]] = [(root, False)]
+    for node in post_order((root,), skip=is_cached):
+        fill(node)
+
+
+def post_order(roots: Iterable[UOp], children: Callable[[UOp], Sequence[UOp]] | None = None,
+               skip: Callable[[UOp], bool] | None = None) -> list[UOp]:
+    """The one graph traversal every pass shares: the nodes reachable from `roots`, each once, every node after its
+    children, the first child's subgraph before the second's.
+
+    `children(node)` says which nodes to enter below `node` (default: its sources); it is called once per node,
+    when the walk enters it, so a pass may decide there what it does not look inside. A node for which `skip` is
+    true (typically: already in the pass's memo) is neither entered nor listed. Iterative: graphs thousands of
+    nodes deep must not hit Python's recursion limit."""
+    out: list[UOp] = []
+    # a dict, not a set: nodes hash by address, and a set's linear probing clusters on neighbouring addresses
+    entered: dict[UOp, None] = {}
+    # (node, False): enter it; (node, True): its children are listed, list it
+    stack: list[tuple[UOp, bool]] = [(r, False) for r in reversed(tuple(roots))]
+    pop, push, place = stack.pop, stack.append, out.append
     while stack:
-        node, ready = stack.pop()
-        if is_cached(node):
-            continue
+        node, ready = pop()
         if ready:
-            fill(node)
-            continue
-        stack.append((node, True))
-        stack.extend((s, False) for s in node.src if not is_cached(s))
+            place(node)
+        elif node not in entered and (skip is None or not skip(node)):
+            entered[node] = None
+            push((node, True))
+            for s in reversed(node.src if children is None else children(node)):
+                if s not in entered:
+                    push((s, False))
+    return out
 
 
 def _cache_shape(u: UOp) -> None:
@@ -378,9 +450,9 @@ def _compute_bounds(u: UOp) -> tuple[int | float, int | float]:
         end = u.src[0]
         return (0, max(0, end.vmax - 1))
     if u.op is Ops.SPECIAL:
-        return (0, u.arg[1] - 1)
+        return (0, u.arg.size - 1)
     if u.op is Ops.DEFINE_VAR:
-        return (u.arg[1], u.arg[2])
+        return (u.arg.vmin, u.arg.vmax)
     if u.op is Ops.BIND:
         return u.src[0]._bounds()
     if not d.is_int:
@@ -438,7 +510,7 @@ def _infer_shape(u: UOp) -> tuple[int, ...] | None:
     if op is Ops.BUFFER:
         return (u.arg.size,)
     if op is Ops.PARAM:
-        return (u.arg[1],)
+        return (u.arg.size,)
     if op in (Ops.CONST, Ops.BIND, Ops.DEFINE_VAR):
         return ()
     if op is Ops.ARANGE:
@@ -449,7 +521,7 @@ def _infer_shape(u: UOp) -> tuple[int, ...] | None:
             return None
         return shapes[0]
     if op is Ops.REDUCE_AXIS:
-        axes = u.arg[1]
+        axes = u.arg.axes
         return tuple(1 if i in axes else s for i, s in enumerate(u.src[0].shape))
     if op in (Ops.RESHAPE, Ops.EXPAND):
         return _canonical_shape(tuple(u.arg))
@@ -513,9 +585,9 @@ _Poly = dict[tuple[UOp, ...], int]
 def _atom_key(u: UOp) -> tuple:
     # Variables sort by name (and bound value); other atoms by their identity, which hash-consing makes unique
     if u.op is Ops.DEFINE_VAR:
-        return (0, u.arg[0], 0)
+        return (0, u.arg.name, 0)
     if u.op is Ops.BIND:
-        return (0, u.src[0].arg[0], int(u.src[1].arg))
+        return (0, u.src[0].arg.name, int(u.src[1].arg))
     return (1, "", id(u))
 
 
@@ -624,12 +696,12 @@ def resolve_size(x: sint, var_vals: dict[UOp, int] | None = None) -> int:
         else:
             operands = tuple(values[s] for s in node.src)
             if None in operands:
-                unbound = next(s.arg[0] for s in node.toposort() if s.op is Ops.DEFINE_VAR and values[s] is None)
+                unbound = next(s.arg.name for s in node.toposort() if s.op is Ops.DEFINE_VAR and values[s] is None)
                 raise ValueError(f"Variable {unbound} has no value here; bind it: Variable(...).bind(value)")
             values[node] = int(exec_alu(node.op, node.dtype, operands))  # type: ignore[arg-type]
     out = values[x]
     if out is None:
-        raise ValueError(f"Variable {x.arg[0]} has no value here; bind it: Variable(...).bind(value)")
+        raise ValueError(f"Variable {x.arg.name} has no value here; bind it: Variable(...).bind(value)")
     return out
 
 
@@ -663,7 +735,7 @@ def unbind(x: UOp) -> tuple[UOp, dict[UOp, int]]:
             if node.op is Ops.BIND:
                 var, val = node.src[0], int(node.src[1].arg)
                 if values.get(var, val) != val:
-                    raise ValueError(f"Variable {var.arg[0]} is bound to both {values[var]} and {val} in one "
+                    raise ValueError(f"Variable {var.arg.name} is bound to both {values[var]} and {val} in one "
                                      f"computation")
                 values[var] = val
                 memo[node] = var

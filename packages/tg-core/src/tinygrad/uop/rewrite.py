@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from tinygrad.dtype import DType
-from tinygrad.uop.ops import Ops, UOp
+from tinygrad.uop.ops import ARG_RECORDS, Ops, UOp
 
 Bindings = dict[str, UOp]
 
@@ -29,6 +29,10 @@ class UPat:
         self.dtypes = None if dtype is None else (frozenset((dtype,)) if isinstance(dtype, DType) else frozenset(dtype))
         self.commutative = isinstance(src, list)
         self.src: tuple[UPat, ...] | UPat | None = tuple(src) if isinstance(src, (list, tuple)) else src
+        if type(arg) is tuple and self.ops is not None and len(self.ops) == 1:
+            # a tuple for an op whose arg is a record (ParamArg, VarArg, ...) means the record, as in UOp(...)
+            record = ARG_RECORDS.get(next(iter(self.ops)))
+            arg = arg if record is None else record(*arg)
         self.arg, self.name = arg, name
 
     @staticmethod

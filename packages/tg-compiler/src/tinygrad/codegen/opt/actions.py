@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 
 from tinygrad.codegen.gates import gate_loads
 from tinygrad.codegen.lowerer import IDX, reduce_identity
+from tinygrad.codegen.work_items import work_item_ranges as choose_work_items
 from tinygrad.dtype import dtypes, is_emulated_float
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import AxisKind, Ops, RangeArg, UOp
@@ -286,9 +287,9 @@ def _check_group_limits(state: OptState, renderer: Renderer, opt: Opt, wg: int, 
 
 
 def work_item_ranges(state: OptState, renderer: Renderer) -> list[UOp]:
-    """The ranges the renderer will run as work-items (launch dimension 0 first), asked of the renderer with
-    the kernel's output and group ranges in loop order, as the linearizer will open them."""
-    return renderer.global_ranges(state.ranges(AxisKind.GLOBAL, AxisKind.GROUP))
+    """The ranges the work-item mapping (`codegen/work_items.py`) will run as work-items (launch dimension 0
+    first), chosen among the kernel's output and group ranges in loop order, as the linearizer will open them."""
+    return choose_work_items(state.ranges(AxisKind.GLOBAL, AxisKind.GROUP), renderer)
 
 
 def _is_index(x: UOp) -> bool:
