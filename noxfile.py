@@ -119,6 +119,20 @@ def backend_webgpu(session: nox.Session) -> None:
 
 
 @nox.session(python="3.11")
+def backend_cpu_llvm(session: nox.Session) -> None:
+    """The CPU backend's LLVM path (CPU_COMPILER=llvm: LLVM IR compiled in process by llvmlite): its own tests, the
+    Tensor op table and the conformance kit."""
+    _install_framework(session)
+    session.install("-e", "packages/tg-backend-cpu[llvm]", *TEST_DEPS, TORCH)
+    workers = os.environ.get("PYTEST_WORKERS", "2")
+    env = {"DEV": "CPU", "CPU_COMPILER": "llvm"}
+    session.run("pytest", "-n", workers, "-q", "packages/tg-backend-cpu/tests/test_llvm.py",
+                "packages/tg-core/tests/test_ops.py", *session.posargs, env=env)
+    session.run("pytest", "-n", workers, "-q", "--pyargs", "tinygrad.conformance", "--tg-device=CPU",
+                *session.posargs, env=env)
+
+
+@nox.session(python="3.11")
 def conformance(session: nox.Session) -> None:
     """The backend conformance kit on the devices that run here (PYREF, a Python interpreter, with --tg-quick).
     WEBGPU runs on lavapipe (`apt-get install mesa-vulkan-drivers libvulkan1`): its reductions past the driver's

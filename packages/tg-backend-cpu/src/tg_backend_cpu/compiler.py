@@ -18,6 +18,20 @@ from tinygrad.codegen.compiled import CompileError, Compiler
 CANDIDATES = ("clang", "clang-19", "clang-18", "clang-17", "clang-16", "clang-15", "gcc", "cc")
 MIN_CLANG = 15
 
+#: which compiler builds kernels: "llvm" (llvmlite, in process: llvm_compiler.py), "clang" or "gcc"; unset, the
+#: first C compiler found (CANDIDATES, or CC)
+COMPILER_ENV = "CPU_COMPILER"
+COMPILER_CHOICES = ("llvm", "clang", "gcc")
+
+
+def compiler_choice() -> str | None:
+    """$CPU_COMPILER, checked; None when unset."""
+    value = os.environ.get(COMPILER_ENV, "").strip().lower()
+    if value and value not in COMPILER_CHOICES:
+        raise ValueError(f"{COMPILER_ENV}={value!r} is not one of {', '.join(COMPILER_CHOICES)}; unset it for the "
+                         f"default C compiler")
+    return value or None
+
 
 def clang_major(path: str) -> int | None:
     """The major version of a clang, or None if `path` is not clang."""
@@ -38,15 +52,18 @@ def find_c_compiler() -> tuple[str | None, str | None]:
         if path is None:
             return None, f"CC={override} is not an executable on PATH; unset CC or point it at clang or gcc"
         return path, None
-    for name in CANDIDATES:
+    choice = compiler_choice()
+    candidates = [name for name in CANDIDATES if choice in (None, "llvm") or name.startswith(choice)]
+    for name in candidates:
         if (path := shutil.which(name)) is None:
             continue
         major = clang_major(path) if "clang" in name or name == "cc" else None
         if major is not None and major < MIN_CLANG:
             continue
         return path, None
-    return None, ("no C compiler found (looked for CC, then " + ", ".join(CANDIDATES) +
-                  "); install one, for example `apt-get install clang` or `apt-get install gcc`")
+    return None, ("no C compiler found (looked for CC, then " + ", ".join(candidates) +
+                  "); install one, for example `apt-get install clang` or `apt-get install gcc`" +
+                  (f", or use {COMPILER_ENV}=llvm (pip install 'tg-backend-cpu[llvm]')" if choice != "llvm" else ""))
 
 
 @functools.cache

@@ -1,4 +1,5 @@
-"""The CPU device: host memory, C source, a shared object loaded with ctypes, a thread pool for big kernels."""
+"""The CPU device: host memory, C source, a shared object loaded with ctypes, a thread pool for big kernels; or,
+with CPU_COMPILER=llvm, LLVM IR compiled and loaded in process (llvm_renderer.py, llvm_compiler.py)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from tinygrad.codegen.compiled import Compiled, CompiledRunner
+from tinygrad.codegen.compiled import Compiled, CompiledRunner, Compiler
 from tinygrad.device import Allocator
 from tinygrad.helpers import DEBUG
+from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import UOp
 
-from tg_backend_cpu.compiler import CCompiler
+from tg_backend_cpu.compiler import CCompiler, compiler_choice, find_c_compiler
 from tg_backend_cpu.program import CPUProgram
 from tg_backend_cpu.renderer import CPURenderer
 from tg_backend_cpu.thread_count import thread_count
@@ -87,11 +89,29 @@ class CPUDevice(Compiled):
     this process may use), each taking a slice of its outermost output loop."""
 
     def __init__(self, index: int = 0, threads: int | None = None):
-        self.threads = thread_count() if threads is None else _checked_threads(threads)
+        renderer: Renderer
+        compiler: Compiler
+        self._entry_points: Callable[[str, bytes], dict[str, int]] | None
+        if compiler_choice() == "llvm":
+            from tg_backend_cpu.llvm_compiler import LLVMCompiler
+            from tg_backend_cpu.llvm_loader import entry_points
+            from tg_backend_cpu.llvm_renderer import LLVMRenderer
+
+            renderer, compiler, self._entry_points = LLVMRenderer(), LLVMCompiler(), entry_points
+        else:
+            renderer, compiler, self._entry_points = CPURenderer(), CCompiler(), None
+        #: why kernels run on one thread whatever was asked (None: they may use more)
+        self.single_thread_reason = None if find_c_compiler()[0] is not None else \
+            "no C compiler for the thread pool"
+        self.threads = self._allowed(thread_count() if threads is None else _checked_threads(threads))
         self.pool = ThreadPool(self.threads) if self.threads > 1 else None
         self._programs: weakref.WeakSet[CPUProgram] = weakref.WeakSet()
-        super().__init__("CPU" if index == 0 else f"CPU:{index}", HostAllocator(), CPURenderer(), CCompiler(),
+        super().__init__("CPU" if index == 0 else f"CPU:{index}", HostAllocator(), renderer, compiler,
                          self._make_program)
+
+    def _allowed(self, threads: int) -> int:
+        # the thread pool is C (thread_pool.c): without a C compiler (possible on the LLVM path) there is none
+        return 1 if self.single_thread_reason is not None else threads
 
     def background_builds(self) -> list[Callable[[], Any]]:
         # the pool's C library is compiled on its first use: in a new process with a cold cache, next to the
@@ -99,7 +119,7 @@ class CPUDevice(Compiled):
         return [pool_library] if self.pool is not None and pool_library.cache_info().currsize == 0 else []
 
     def _make_program(self, name: str, lib: bytes) -> CPUProgram:
-        program = CPUProgram(name, lib, pool=self.pool)
+        program = CPUProgram(name, lib, pool=self.pool, entry_points=self._entry_points)
         self._programs.add(program)
         return program
 
@@ -117,7 +137,7 @@ class CPUDevice(Compiled):
     def set_threads(self, threads: int) -> None:
         """Run kernels on this many threads from now on, compiled ones included (1: on the calling thread).
         The previous pool's workers are joined once no launch uses them."""
-        self.threads = _checked_threads(threads)
+        self.threads = self._allowed(_checked_threads(threads))
         self.pool = ThreadPool(self.threads) if self.threads > 1 else None
         for program in list(self._programs):
             program.use_pool(self.pool)

@@ -14,28 +14,44 @@ from tg_backend_cpu.thread_pool import ThreadPool
 #: waking a worker and waiting for it costs a few microseconds, about what this much work takes on one core
 MIN_WORK_PER_THREAD = 1 << 16
 
+#: `{name}_tg_run(const long long *args)` called through its address
+_RUN_FN = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_longlong))
+
 
 class CPUProgram:
-    """A kernel in a shared object rendered by CPURenderer (see renderer.py for its entry points).
+    """A kernel in a shared object rendered by CPURenderer (see renderer.py for its entry points), or in an object
+    file that LLVMRenderer and LLVMCompiler made with the same entry points.
 
     A shared object without them - plain C, `void name(buffers..., values...)` - is called directly, on one thread.
     """
 
-    def __init__(self, name: str, lib: bytes, pool: ThreadPool | None = None):
+    def __init__(self, name: str, lib: bytes, pool: ThreadPool | None = None,
+                 entry_points: Callable[[str, bytes], dict[str, int]] | None = None):
+        """`entry_points(name, lib)`: the addresses of the entry points and constants of a kernel that is not a
+        shared object (the LLVM path's object files, loaded in memory); None: `lib` is a shared object."""
         self.name, self.pool = name, pool
-        self.lib = load_library(lib)
-        self.run_fn: Any = getattr(self.lib, f"{name}_tg_run", None)
-        if self.run_fn is None:
-            self.fn = getattr(self.lib, name)
-            self.fn.restype = None
-            self.nargs, self.outer_max = -1, 0
-        else:
-            self.run_fn.restype = None
-            slice_fn = getattr(self.lib, f"{name}_tg_slice")
-            self.slice_addr: int = ctypes.cast(slice_fn, ctypes.c_void_p).value or 0
-            self.nargs = ctypes.c_longlong.in_dll(self.lib, f"{name}_tg_nargs").value
-            self.outer_max = ctypes.c_longlong.in_dll(self.lib, f"{name}_tg_outer").value
+        self.lib: ctypes.CDLL | None = None
+        if entry_points is not None:
+            addresses = entry_points(name, lib)
+            self.run_fn: Any = _RUN_FN(addresses[f"{name}_tg_run"])
+            self.slice_addr = addresses[f"{name}_tg_slice"]
+            self.nargs = ctypes.c_longlong.from_address(addresses[f"{name}_tg_nargs"]).value
+            self.outer_max = ctypes.c_longlong.from_address(addresses[f"{name}_tg_outer"]).value
             self._args_type = ctypes.c_longlong * self.nargs
+        else:
+            self.lib = load_library(lib)
+            self.run_fn = getattr(self.lib, f"{name}_tg_run", None)
+            if self.run_fn is None:
+                self.fn = getattr(self.lib, name)
+                self.fn.restype = None
+                self.nargs, self.outer_max = -1, 0
+            else:
+                self.run_fn.restype = None
+                slice_fn = getattr(self.lib, f"{name}_tg_slice")
+                self.slice_addr = ctypes.cast(slice_fn, ctypes.c_void_p).value or 0
+                self.nargs = ctypes.c_longlong.in_dll(self.lib, f"{name}_tg_nargs").value
+                self.outer_max = ctypes.c_longlong.in_dll(self.lib, f"{name}_tg_outer").value
+                self._args_type = ctypes.c_longlong * self.nargs
         #: the work one launch does (ProgramSpec.estimated_ops), once the device passes it on
         self.estimated_ops: int | None = None
         self.parts = 1  # threads each launch uses

@@ -1,0 +1,80 @@
+"""Compiling LLVM IR in this process with llvmlite: no compiler on the machine, no subprocess, no temporary file.
+
+The IR (llvm_renderer.py) goes through LLVM's O2 pipeline, with the loop and SLP vectorisers, for this host's
+CPU and features, and comes out as an object file: bytes kept in the compile cache as the C path keeps shared
+objects, and loaded by llvm_loader.py.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from types import ModuleType
+
+from tinygrad.codegen.compiled import CompileError, Compiler
+
+#: the llvmlite release this backend is written and tested against (the `llvm` extra pins it)
+LLVMLITE_VERSION = "0.50.0"
+
+
+def llvmlite_binding() -> ModuleType:
+    """llvmlite.binding with the native target ready, or an error that says how to install it."""
+    try:
+        import llvmlite.binding as llvm
+    except ImportError as e:
+        raise RuntimeError(f"CPU_COMPILER=llvm needs llvmlite: pip install 'tg-backend-cpu[llvm]' (llvmlite=="
+                           f"{LLVMLITE_VERSION})") from e
+    _initialize(llvm)
+    return llvm
+
+
+@functools.cache
+def _initialize(llvm: ModuleType) -> None:
+    # LLVM's core initialises itself in llvmlite 0.45 and later; the native target and its printer do not
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+
+
+def llvm_description() -> str:
+    """"llvmlite 0.50.0, LLVM 22.1.0" (for messages)."""
+    import llvmlite
+    import llvmlite.binding as llvm
+
+    return f"llvmlite {llvmlite.__version__}, LLVM {'.'.join(map(str, llvm.llvm_version_info))}"
+
+
+def host_target_machine(llvm: ModuleType):  # type: ignore[no-untyped-def]
+    """A target machine for this host's CPU and features. The large code model: the loader places code and
+    constants wherever it allocates them, possibly more than 2 GiB apart, which 32-bit offsets cannot reach."""
+    target = llvm.Target.from_triple(llvm.get_process_triple())
+    return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
+                                        opt=2, reloc="default", codemodel="jitdefault", jit=True)
+
+
+class LLVMCompiler(Compiler):
+    # in-process and holding the GIL: compiles run one at a time (the lock guards LLVM's global context)
+    parallel = False
+
+    def __init__(self) -> None:
+        self.llvm = llvm = llvmlite_binding()
+        self.target_machine = host_target_machine(llvm)
+        self._lock = threading.Lock()
+        self.cache_key = (f"cpu-llvm|{llvm_description()}|{llvm.get_process_triple()}|{llvm.get_host_cpu_name()}|"
+                          f"{llvm.get_host_cpu_features().flatten()}|O2")
+
+    def compile(self, src: str) -> bytes:
+        llvm = self.llvm
+        with self._lock:
+            try:
+                module = llvm.parse_assembly(src)
+                module.verify()
+            except RuntimeError as e:
+                raise CompileError(f"LLVM rejected a kernel's IR:\n{e}\n--- source ---\n{src}") from e
+            module.triple = self.target_machine.triple
+            module.data_layout = str(self.target_machine.target_data)
+            tuning = llvm.create_pipeline_tuning_options(speed_level=2)
+            tuning.loop_vectorization = True
+            tuning.slp_vectorization = True  # off at O2 by default in llvmlite; clang -O2 runs it
+            builder = llvm.create_pass_builder(self.target_machine, tuning)
+            builder.getModulePassManager().run(module, builder)
+            return bytes(self.target_machine.emit_object(module))

@@ -1,0 +1,598 @@
+"""LLVM IR for the CPU: the same kernels and entry points as the C path (renderer.py), for `LLVMCompiler`.
+
+The kernel is one function `{name}(buffers..., variables..., tg_start, tg_end, tg_total)` whose sliced loops run
+the part [tg_start, tg_end) of [0, tg_total) of their range, as `plan_split` decides and as the C path does; next to
+it `{name}_tg_slice`, `{name}_tg_run`, `{name}_tg_outer` and `{name}_tg_nargs` have the C path's signatures and
+meanings, so `CPUProgram` and the thread pool drive both paths alike.
+
+Loops are basic blocks whose counters, like accumulators, live in stack slots (allocas): the optimisation pipeline
+promotes them to registers, which spares the walk from placing phi nodes. Every UOp is computed at its place in
+the program; a read of an accumulator is a load there.
+
+Semantics follow `tinygrad.uop.alu` as the C path does: integer division and shifts are guarded where LLVM would
+give poison (x/0 = 0, MIN/-1 wraps, shifts past the width give 0 or -1), MAX is `llvm.maximum` (NaN wins, +0.0
+beats -0.0), float -> int conversions saturate instead of giving poison (only in-range values are defined by the
+reference). bfloat16 and the 8-bit floats are held as their bit patterns and computed in float, rounded after
+every op by helper functions defined in the module; float16 is LLVM's `half`, which rounds after every op by
+itself. Only float32 and float64 arithmetic carries the `contract` flag (the C path's -ffp-contract=fast): a fused
+half multiply-add would round once where the reference rounds twice. No other fast-math flag is set: NaN and
+infinity are tested.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+
+from tinygrad.dtype import EMULATED_FLOATS, FP8_FORMATS, DType, dtypes, is_emulated_float, truncate
+from tinygrad.renderer import Renderer
+from tinygrad.uop.ops import GroupOp, Ops, UOp, post_order
+
+from tg_backend_cpu.renderer import CPURenderer, SplitPlan, plan_split
+
+#: LLVM intrinsics of the unary math ops (llvm.<name>.f16/f32/f64); sin, exp2 and log2 become libm calls, which
+#: the loader resolves in this process
+MATH_INTRINSICS = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.TRUNC: "trunc"}
+
+#: the bfloat16 helpers (the C path's BF16_PRELUDE): decode a pattern, encode a float to nearest even (NaN stays a
+#: quiet NaN), round a float to bfloat16
+BF16_HELPERS = """
+define internal float @tg_bf16_to_f32(i16 %b) alwaysinline nounwind {
+  %u = zext i16 %b to i32
+  %s = shl i32 %u, 16
+  %f = bitcast i32 %s to float
+  ret float %f
+}
+define internal i16 @tg_f32_to_bf16(float %f) alwaysinline nounwind {
+  %u = bitcast float %f to i32
+  %a = and i32 %u, 2147483647
+  %nan = icmp ugt i32 %a, 2139095040
+  %h = lshr i32 %u, 16
+  %lsb = and i32 %h, 1
+  %bias = add i32 %lsb, 32767
+  %r = add i32 %u, %bias
+  %t = lshr i32 %r, 16
+  %t16 = trunc i32 %t to i16
+  %o = select i1 %nan, i16 32704, i16 %t16
+  ret i16 %o
+}
+define internal float @tg_round_bf16(float %f) alwaysinline nounwind {
+  %b = call i16 @tg_f32_to_bf16(float %f)
+  %r = call float @tg_bf16_to_f32(i16 %b)
+  ret float %r
+}
+"""
+
+#: a double rounded to float toward zero with the last bit set when inexact ("round to odd"): rounding that float
+#: again to half or bfloat16 gives what rounding the double directly would (x86 has no double -> half instruction
+#: before AVX512-FP16, and LLVM's fallback is a libgcc routine this process may not have loaded)
+F64_TO_F32_ODD = """
+define internal float @tg_f64_to_f32_odd(double %d) alwaysinline nounwind {
+  %f = fptrunc double %d to float
+  %back = fpext float %f to double
+  %exact = fcmp ueq double %back, %d
+  %u = bitcast float %f to i32
+  %pos = fcmp ogt double %d, 0.0
+  %above = fcmp ogt double %back, %d
+  %below = fcmp olt double %back, %d
+  %away = select i1 %pos, i1 %above, i1 %below
+  %step = zext i1 %away to i32
+  %toward = sub i32 %u, %step
+  %oddbits = or i32 %toward, 1
+  %odd = bitcast i32 %oddbits to float
+  %r = select i1 %exact, float %f, float %odd
+  ret float %r
+}
+"""
+
+
+_FP8_HELPERS = """
+define internal float @tg_{n}_to_f32(i8 %b) alwaysinline nounwind {{
+  %w = zext i8 %b to i32
+  %signbit = and i32 %w, 128
+  %sign = shl i32 %signbit, 24
+  %eraw = lshr i32 %w, {m}
+  %e = and i32 %eraw, {emask}
+  %mm = and i32 %w, {mmask}
+  %mag = and i32 %w, 127
+  %special = icmp ugt i32 %mag, {max_code}
+  %isinf = icmp eq i32 %mag, {inf_code}
+  %specialbits = select i1 %isinf, i32 {special_inf}, i32 2143289344
+  %specialsigned = or i32 %sign, %specialbits
+  %specialf = bitcast i32 %specialsigned to float
+  %issub = icmp eq i32 %e, 0
+  %mf = uitofp i32 %mm to float
+  %subabs = fmul float %mf, {subnormal_step}
+  %subneg = fneg float %subabs
+  %negative = icmp ne i32 %signbit, 0
+  %subf = select i1 %negative, float %subneg, float %subabs
+  %ebiased = add i32 %e, {rebias}
+  %eb = shl i32 %ebiased, 23
+  %mb = shl i32 %mm, {shift}
+  %nb0 = or i32 %sign, %eb
+  %nb = or i32 %nb0, %mb
+  %normalf = bitcast i32 %nb to float
+  %finite = select i1 %issub, float %subf, float %normalf
+  %r = select i1 %special, float %specialf, float %finite
+  ret float %r
+}}
+define internal i8 @tg_f32_to_{n}(float %f) alwaysinline nounwind {{
+  %u = bitcast float %f to i32
+  %sraw = lshr i32 %u, 24
+  %sign = and i32 %sraw, 128
+  %a = and i32 %u, 2147483647
+  %isnan = icmp ugt i32 %a, 2139095040
+  %isinf = icmp eq i32 %a, 2139095040
+  %tiny = icmp ult i32 %a, 8388608
+  %ebits = lshr i32 %a, 23
+  %e = sub i32 %ebits, 127
+  %sub = icmp slt i32 %e, {min_exp}
+  %mlow = and i32 %a, 8388607
+  %mant = or i32 %mlow, 8388608
+  %below = sub i32 {min_exp}, %e
+  %extra = select i1 %sub, i32 %below, i32 0
+  %drop = add i32 %extra, {shift}
+  %toosmall = icmp sgt i32 %drop, 24
+  %dropc = select i1 %toosmall, i32 24, i32 %drop
+  %q = lshr i32 %mant, %dropc
+  %one = shl i32 1, %dropc
+  %restmask = sub i32 %one, 1
+  %rest = and i32 %mant, %restmask
+  %halfway = lshr i32 %one, 1
+  %above = icmp ugt i32 %rest, %halfway
+  %tie = icmp eq i32 %rest, %halfway
+  %qodd = trunc i32 %q to i1
+  %tieup = and i1 %tie, %qodd
+  %up = or i1 %above, %tieup
+  %upbit = zext i1 %up to i32
+  %qr = add i32 %q, %upbit
+  %ecode = add i32 %e, {bias_m1}
+  %eshift = shl i32 %ecode, {m}
+  %normal = add i32 %eshift, %qr
+  %code = select i1 %sub, i32 %qr, i32 %normal
+  %over = icmp ugt i32 %code, {max_code}
+  %sat = select i1 %over, i32 {max_code}, i32 %code
+  %finite = or i32 %sign, %sat
+  %zero = or i1 %tiny, %toosmall
+  %r0 = select i1 %zero, i32 %sign, i32 %finite
+  %infcode = or i32 %sign, {inf_code}
+  %r1 = select i1 %isinf, i32 %infcode, i32 %r0
+  %nancode = or i32 %sign, {nan_code}
+  %r2 = select i1 %isnan, i32 %nancode, i32 %r1
+  %r = trunc i32 %r2 to i8
+  ret i8 %r
+}}
+define internal float @tg_round_{n}(float %f) alwaysinline nounwind {{
+  %b = call i8 @tg_f32_to_{n}(float %f)
+  %r = call float @tg_{n}_to_f32(i8 %b)
+  ret float %r
+}}
+"""
+
+
+def fp8_helpers(d: DType) -> str:
+    """The helpers of one 8-bit float (the C path's fp8_prelude): decode, encode to nearest even with finite values
+    past the largest saturating to it (`tinygrad.dtype.fp8_encode`), round a float to the format."""
+    fmt = FP8_FORMATS[d.scalar]
+    m = fmt.mantissa_bits
+    return _FP8_HELPERS.format(
+        n=d.scalar.name, m=m, emask=(1 << fmt.exponent_bits) - 1, mmask=(1 << m) - 1, max_code=fmt.max_code,
+        inf_code=fmt.inf_code, special_inf=0x7F800000 if fmt.has_inf else 0x7FC00000,
+        subnormal_step=literal(2.0 ** (1 - fmt.bias - m), dtypes.float32), rebias=127 - fmt.bias, shift=23 - m,
+        min_exp=1 - fmt.bias, bias_m1=fmt.bias - 1, nan_code=fmt.nan_code)
+
+
+def helper_name(d: DType, what: str) -> str:
+    """The helper of emulated float `d` that does `what`: "decode" (pattern -> float), "encode" or "round"."""
+    n = "bf16" if d.scalar == dtypes.bfloat16 else d.scalar.name
+    return {"decode": f"tg_{n}_to_f32", "encode": f"tg_f32_to_{n}", "round": f"tg_round_{n}"}[what]
+
+
+def value_type(d: DType) -> str:
+    """The LLVM type values of `d` are computed in (bfloat16 in float)."""
+    d = d.scalar
+    if d.is_bool:
+        return "i1"
+    if is_emulated_float(d) or d == dtypes.float32:
+        return "float"
+    if d == dtypes.float16:
+        return "half"
+    if d == dtypes.float64:
+        return "double"
+    return f"i{d.bits}"
+
+
+def memory_type(d: DType) -> str:
+    """The LLVM type of `d` in a buffer: bool is a byte, bfloat16 its bit pattern."""
+    if d.scalar.is_bool:
+        return "i8"
+    bits = EMULATED_FLOATS.get(d.scalar)
+    return value_type(bits if bits is not None else d)
+
+
+def float_suffix(t: str) -> str:
+    return {"half": "f16", "float": "f32", "double": "f64"}[t]
+
+
+def literal(value: float | int | bool, d: DType) -> str:
+    """A constant of dtype `d` as LLVM writes it: floats by their bits, so that every value (NaN, -0.0) is exact."""
+    t = value_type(d)
+    if t == "i1":
+        return "true" if value else "false"
+    if d.is_float:
+        v = float(truncate(float(value), d.scalar))
+        if t == "half":
+            return f"0xH{struct.unpack('<H', struct.pack('<e', v))[0]:04X}"
+        # float constants are written as the double of the same value, which LLVM requires to be exact
+        return f"0x{struct.unpack('<Q', struct.pack('<d', v))[0]:016X}"
+    bits = d.scalar.bits
+    v = int(value) & ((1 << bits) - 1)
+    return str(v - (1 << bits) if v >= 1 << (bits - 1) else v)
+
+
+def address_math(program: list[UOp]) -> set[UOp]:
+    """The int32 ALU nodes an INDEX's index is computed from."""
+    indices = [u.src[1] for u in program if u.op is Ops.INDEX]
+    return set(post_order(indices, skip=lambda u: u.op not in GroupOp.ALU or u.dtype != dtypes.int32))
+
+
+class LLVMRenderer(Renderer):
+    device = "CPU"
+    supported_dtypes = frozenset(dtypes.all())
+    # the C path's device knobs: the heuristics choose the same opts on both paths
+    l2_cache_bytes = CPURenderer.l2_cache_bytes
+    simd_bytes = CPURenderer.simd_bytes
+    vector_registers = CPURenderer.vector_registers
+    channels_last_min = CPURenderer.channels_last_min
+
+    def render(self, name: str, program: list[UOp]) -> str:
+        return _Kernel(name, program, plan_split(program)).render()
+
+
+class _Kernel:
+    """The IR of one kernel, written by one walk over its linearized program."""
+
+    def __init__(self, name: str, program: list[UOp], plan: SplitPlan):
+        self.name, self.program, self.plan = name, program, plan
+        self.body: list[str] = []
+        self.allocas: list[str] = []
+        self.declarations: set[str] = set()
+        self.ref: dict[UOp, str] = {}
+        self.counter = 0
+        self.block = "start"
+        # int32 index arithmetic is marked nsw: the C path computes it in 64 bits for the same reason (a compiler
+        # that must allow wrapping cannot see that buf[x] and buf[x+1] are neighbours, and does not vectorise)
+        self.no_wrap = address_math(program)
+        self.loops: list[tuple[str, str, str, str, str]] = []
+
+    # ---- emitting ----
+    def fresh(self, prefix: str = "t") -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def ins(self, text: str) -> str:
+        """Emit an instruction with a result; returns the result's name."""
+        name = "%" + self.fresh()
+        self.body.append(f"  {name} = {text}")
+        return name
+
+    def do(self, text: str) -> None:
+        self.body.append(f"  {text}")
+
+    def label(self, name: str) -> None:
+        self.body.append(f"{name}:")
+        self.block = name
+
+    def intrinsic(self, name: str, ret: str, args: list[tuple[str, str]]) -> str:
+        self.declarations.add(f"declare {ret} @{name}({', '.join(t for t, _ in args)})")
+        return self.ins(f"call {ret} @{name}({', '.join(f'{t} {v}' for t, v in args)})")
+
+    def val(self, u: UOp) -> str:
+        """The value of `u` at this point of the program (an accumulator's current value)."""
+        if u.op is Ops.DEFINE_ACC:
+            return self.ins(f"load {value_type(u.dtype)}, ptr {self.ref[u]}")
+        return self.ref[u]
+
+    # ---- the walk ----
+    def render(self) -> str:
+        params = sorted({u.arg.slot: u for u in self.program if u.op is Ops.PARAM}.items())
+        variables = sorted({u.arg.name: u for u in self.program if u.op is Ops.DEFINE_VAR}.items())
+        var_refs = {name: f"%var{i}" for i, (name, _) in enumerate(variables)}
+        stored = {u.src[0].src[0].arg.slot for u in self.program if u.op is Ops.STORE}
+        ranges = 0
+        for u in self.program:
+            op = u.op
+            if op is Ops.PARAM:
+                self.ref[u] = f"%data{u.arg.slot}"
+            elif op is Ops.DEFINE_VAR:
+                self.ref[u] = var_refs[u.arg.name]
+            elif op is Ops.CONST:
+                self.ref[u] = literal(u.arg, u.dtype)
+            elif op is Ops.RANGE:
+                self.open_loop(u, self.plan.sliced[ranges])
+                ranges += 1
+            elif op is Ops.END:
+                self.close_loop()
+            elif op is Ops.INDEX:
+                gated = len(u.src) > 2
+                self.ref[u] = self.ins(f"getelementptr {'' if gated else 'inbounds '}{memory_type(u.dtype)}, "
+                                       f"ptr {self.ref[u.src[0]]}, {value_type(u.src[1].dtype)} {self.val(u.src[1])}")
+            elif op is Ops.LOAD:
+                self.ref[u] = self.load(u)
+            elif op is Ops.STORE:
+                self.store(u)
+            elif op is Ops.DEFINE_ACC:
+                self.ref[u] = slot = "%" + self.fresh("acc")
+                self.allocas.append(f"  {slot} = alloca {value_type(u.dtype)}")
+                self.do(f"store {value_type(u.dtype)} {self.val(u.src[0])}, ptr {slot}")
+            elif op is Ops.ASSIGN:
+                acc, value = u.src
+                self.do(f"store {value_type(acc.dtype)} {self.val(value)}, ptr {self.ref[acc]}")
+            elif op is Ops.CAST:
+                self.ref[u] = self.cast(self.val(u.src[0]), u.src[0].dtype, u.dtype)
+            elif op is Ops.BITCAST:
+                self.ref[u] = self.bitcast(self.val(u.src[0]), u.src[0].dtype, u.dtype)
+            elif op in GroupOp.ALU:
+                self.ref[u] = self.alu(u)
+            else:
+                raise NotImplementedError(f"LLVMRenderer cannot render {op}")
+        buffer_params = [f"ptr noalias {'' if u.arg.slot in stored else 'readonly '}%data{slot}" for slot, u in params]
+        var_params = [f"{value_type(u.dtype)} {var_refs[name]}" for name, u in variables]
+        signature = ", ".join([*buffer_params, *var_params, "i64 %tg_start", "i64 %tg_end", "i64 %tg_total"])
+        emulated = {u.dtype.scalar for u in self.program if is_emulated_float(u.dtype)}
+        helpers = BF16_HELPERS if dtypes.bfloat16 in emulated else ""
+        helpers += "".join(fp8_helpers(d) for d in sorted(emulated - {dtypes.bfloat16}, key=lambda d: d.name))
+        if any(u.op is Ops.CAST and u.src[0].dtype.scalar == dtypes.float64 and u.dtype.scalar.itemsize <= 2
+               for u in self.program):
+            helpers += F64_TO_F32_ODD
+        # the kernel is called by both entry points: noinline keeps one copy of its loops
+        kernel = (f'define void @"{self.name}"({signature}) noinline nounwind "prefer-vector-width"="512" {{\n'
+                  "entry:\n" + "".join(a + "\n" for a in self.allocas) + "  br label %start\nstart:\n" +
+                  "\n".join(self.body) + "\n  ret void\n}\n")
+        return helpers + "\n".join(sorted(self.declarations)) + "\n" + kernel + \
+            self.entry_points([u for _, u in params], [u for _, u in variables])
+
+    def entry_points(self, params: list[UOp], variables: list[UOp]) -> str:
+        """`{name}_tg_slice(args, start, end, total)` and `{name}_tg_run(args)`, which unpack the argument array (buffer
+        addresses, then the variables' values), and the two constants `CPUProgram` reads."""
+        lines, args = [], []
+        for i, u in enumerate([*params, *variables]):
+            lines += [f"  %p{i} = getelementptr i64, ptr %args, i64 {i}", f"  %a{i} = load i64, ptr %p{i}"]
+            if u.op is Ops.PARAM:
+                lines.append(f"  %x{i} = inttoptr i64 %a{i} to ptr")
+                args.append(f"ptr %x{i}")
+            elif (t := value_type(u.dtype)) == "i64":
+                args.append(f"i64 %a{i}")
+            else:
+                lines.append(f"  %x{i} = trunc i64 %a{i} to {t}")
+                args.append(f"{t} %x{i}")
+        unpack = "\n".join(lines)
+        call = ", ".join(args)
+        sep = ", " if call else ""
+        n = self.name
+        return (f'\ndefine void @"{n}_tg_slice"(ptr %args, i64 %start, i64 %end, i64 %total) nounwind {{\n'
+                f"{unpack}\n  call void @\"{n}\"({call}{sep}i64 %start, i64 %end, i64 %total)\n  ret void\n}}\n"
+                f'define void @"{n}_tg_run"(ptr %args) nounwind {{\n'
+                f"{unpack}\n  call void @\"{n}\"({call}{sep}i64 0, i64 1, i64 1)\n  ret void\n}}\n"
+                f'@"{n}_tg_outer" = constant i64 {self.plan.outer_max}\n'
+                f'@"{n}_tg_nargs" = constant i64 {len(params) + len(variables)}\n')
+
+    # ---- loops ----
+    def open_loop(self, u: UOp, sliced: bool) -> None:
+        t = value_type(u.dtype)
+        bound = self.int_resize(self.val(u.src[0]), value_type(u.src[0].dtype), t, u.src[0].dtype)
+        lo, hi = "0", bound
+        if sliced:  # this thread's part of [0, bound): bound*tg_start/tg_total .. bound*tg_end/tg_total, in 64 bits
+            wide = self.int_resize(bound, t, "i64", u.dtype)
+            ends = []
+            for param in ("%tg_start", "%tg_end"):
+                part = self.ins(f"sdiv i64 {self.ins(f'mul i64 {wide}, {param}')}, %tg_total")
+                ends.append(self.int_resize(part, "i64", t, u.dtype))
+            lo, hi = ends
+        k = self.fresh("loop")
+        counter = f"%{k}.i"
+        self.allocas.append(f"  {counter} = alloca {t}")
+        self.do(f"store {t} {lo}, ptr {counter}")
+        self.do(f"br label %{k}.head")
+        self.label(f"{k}.head")
+        i = self.ins(f"load {t}, ptr {counter}")
+        self.do(f"br i1 {self.ins(f'icmp slt {t} {i}, {hi}')}, label %{k}.body, label %{k}.exit")
+        self.label(f"{k}.body")
+        self.ref[u] = i
+        self.loops.append((k, counter, i, t, hi))
+
+    def close_loop(self) -> None:
+        k, counter, i, t, _ = self.loops.pop()
+        # the counter stays below its bound, so the increment never wraps
+        self.do(f"store {t} {self.ins(f'add nsw {t} {i}, 1')}, ptr {counter}")
+        self.do(f"br label %{k}.head")
+        self.label(f"{k}.exit")
+
+    # ---- memory ----
+    def guarded(self, gate: str, emit: Callable[[], str], default: tuple[str, str] | None = None) -> str:
+        """Run `emit` only where `gate` holds; with `default` (type, value), a phi of its result and the default."""
+        k = self.fresh("gate")
+        before = self.block
+        self.do(f"br i1 {gate}, label %{k}.then, label %{k}.join")
+        self.label(f"{k}.then")
+        result = emit()
+        then_end = self.block
+        self.do(f"br label %{k}.join")
+        self.label(f"{k}.join")
+        if default is None:
+            return ""
+        t, value = default
+        return self.ins(f"phi {t} [{result}, %{then_end}], [{value}, %{before}]")
+
+    def load(self, u: UOp) -> str:
+        index = u.src[0]
+        ptr, d = self.ref[index], u.dtype
+
+        def read() -> str:
+            raw = self.ins(f"load {memory_type(d)}, ptr {ptr}")
+            return self.decode(raw, d)
+        if len(index.src) > 2:  # a gated load reads nothing where the gate is false (the index may be out of bounds)
+            return self.guarded(self.val(index.src[2]), read, (value_type(d), literal(0, d)))
+        return read()
+
+    def store(self, u: UOp) -> None:
+        index, value = u.src[0], u.src[1]
+        d = index.dtype
+
+        def write() -> str:
+            self.do(f"store {memory_type(d)} {self.encode(self.val(value), d)}, ptr {self.ref[index]}")
+            return ""
+        if len(u.src) > 2:
+            self.guarded(self.val(u.src[2]), write)
+        else:
+            write()
+
+    def decode(self, raw: str, d: DType) -> str:
+        if d.scalar.is_bool:
+            return self.ins(f"icmp ne i8 {raw}, 0")
+        if is_emulated_float(d):
+            return self.ins(f"call float @{helper_name(d, 'decode')}({memory_type(d)} {raw})")
+        return raw
+
+    def encode(self, v: str, d: DType) -> str:
+        if d.scalar.is_bool:
+            return self.ins(f"zext i1 {v} to i8")
+        if is_emulated_float(d):
+            return self.ins(f"call {memory_type(d)} @{helper_name(d, 'encode')}(float {v})")
+        return v
+
+    # ---- values ----
+    def int_resize(self, v: str, frm: str, to: str, d: DType) -> str:
+        """An integer value of type `frm` as type `to` (sign-extended unless `d` is unsigned)."""
+        if frm == to:
+            return v
+        if int(frm[1:]) > int(to[1:]):
+            return self.ins(f"trunc {frm} {v} to {to}")
+        return self.ins(f"{'zext' if d.is_unsigned or d.is_bool else 'sext'} {frm} {v} to {to}")
+
+    def round_emulated(self, v: str, d: DType) -> str:
+        return self.ins(f"call float @{helper_name(d, 'round')}(float {v})") if is_emulated_float(d) else v
+
+    def alu(self, u: UOp) -> str:
+        op, d = u.op, u.dtype
+        srcs = [self.val(s) for s in u.src]
+        if op is Ops.WHERE:
+            return self.ins(f"select i1 {srcs[0]}, {value_type(d)} {srcs[1]}, {value_type(d)} {srcs[2]}")
+        sd = u.src[0].dtype  # the operands' dtype (not the result's, for comparisons)
+        t = value_type(sd)
+        if op in GroupOp.Comparison:
+            return self.compare(op, sd, t, srcs[0], srcs[1])
+        if sd.is_float:
+            result = self.float_alu(op, d, t, srcs)
+            return result if op is Ops.MAX else self.round_emulated(result, d)
+        return self.int_alu(u, t, srcs)
+
+    def compare(self, op: Ops, d: DType, t: str, a: str, b: str) -> str:
+        if d.is_float:  # ordered less/equal, unordered not-equal: NaN compares like C
+            pred = {Ops.CMPLT: "olt", Ops.CMPNE: "une", Ops.CMPEQ: "oeq"}[op]
+            return self.ins(f"fcmp {pred} {t} {a}, {b}")
+        lt = "ult" if d.is_unsigned or d.is_bool else "slt"
+        pred = {Ops.CMPLT: lt, Ops.CMPNE: "ne", Ops.CMPEQ: "eq"}[op]
+        return self.ins(f"icmp {pred} {t} {a}, {b}")
+
+    def float_alu(self, op: Ops, d: DType, t: str, srcs: list[str]) -> str:
+        # contract: float32/float64 only, as -ffp-contract=fast does in the C path (a fused half or bfloat16
+        # multiply-add would skip the rounding after the multiply)
+        flag = " contract" if d.scalar in (dtypes.float32, dtypes.float64) else ""
+        if op in MATH_INTRINSICS:
+            return self.intrinsic(f"llvm.{MATH_INTRINSICS[op]}.{float_suffix(t)}", t, [(t, srcs[0])])
+        if op is Ops.NEG:
+            return self.ins(f"fneg {t} {srcs[0]}")
+        if op is Ops.RECIPROCAL:
+            return self.ins(f"fdiv {t} {literal(1.0, d)}, {srcs[0]}")
+        if op is Ops.MAX:
+            return self.intrinsic(f"llvm.maximum.{float_suffix(t)}", t, [(t, srcs[0]), (t, srcs[1])])
+        a, b = srcs
+        if op is Ops.IDIV:  # trunc of the quotient as rounded to the dtype
+            quotient = self.round_emulated(self.ins(f"fdiv {t} {a}, {b}"), d)
+            return self.intrinsic(f"llvm.trunc.{float_suffix(t)}", t, [(t, quotient)])
+        instr = {Ops.ADD: "fadd" + flag, Ops.SUB: "fsub" + flag, Ops.MUL: "fmul" + flag, Ops.FDIV: "fdiv",
+                 Ops.MOD: "frem"}.get(op)
+        if instr is None:
+            raise NotImplementedError(f"LLVMRenderer cannot render {op} of {d}")
+        return self.ins(f"{instr} {t} {a}, {b}")
+
+    def int_alu(self, u: UOp, t: str, srcs: list[str]) -> str:
+        op, d = u.op, u.src[0].dtype
+        if op is Ops.NEG:
+            return self.ins(f"xor i1 {srcs[0]}, true" if d.is_bool else f"sub {t} 0, {srcs[0]}")
+        a, b = srcs
+        if d.is_bool:  # bool arithmetic, truncated back to a bool: + and max are or, * is and, - is xor
+            instr = {Ops.ADD: "or", Ops.MAX: "or", Ops.MUL: "and", Ops.SUB: "xor", Ops.AND: "and", Ops.OR: "or",
+                     Ops.XOR: "xor"}.get(op)
+            if instr is None:
+                raise NotImplementedError(f"LLVMRenderer cannot render {op} of bool")
+            return self.ins(f"{instr} i1 {a}, {b}")
+        if op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR):
+            nsw = " nsw" if u in self.no_wrap and op in (Ops.ADD, Ops.SUB, Ops.MUL) else ""
+            instr = {Ops.ADD: "add", Ops.SUB: "sub", Ops.MUL: "mul", Ops.AND: "and", Ops.OR: "or", Ops.XOR: "xor"}[op]
+            return self.ins(f"{instr}{nsw} {t} {a}, {b}")
+        if op is Ops.MAX:
+            greater = self.ins(f"icmp {'ugt' if d.is_unsigned else 'sgt'} {t} {a}, {b}")
+            return self.ins(f"select i1 {greater}, {t} {a}, {t} {b}")
+        if op in (Ops.IDIV, Ops.MOD):
+            return self.divmod(op, d, t, a, b, u.src[1])
+        if op in (Ops.SHL, Ops.SHR):
+            return self.shift(op, d, t, a, b, u.src[1].dtype)
+        raise NotImplementedError(f"LLVMRenderer cannot render {op} of {d}")
+
+    def divmod(self, op: Ops, d: DType, t: str, a: str, b: str, divisor: UOp) -> str:
+        """Truncated division and remainder, with x/0 = x%0 = 0 and MIN/-1 = MIN (LLVM: undefined behaviour)."""
+        signed = not d.is_unsigned
+        instr = ("sdiv" if signed else "udiv") if op is Ops.IDIV else ("srem" if signed else "urem")
+        if divisor.op is Ops.CONST and int(divisor.arg) > 0:
+            return self.ins(f"{instr} {t} {a}, {b}")
+        zero = self.ins(f"icmp eq {t} {b}, 0")
+        bad = self.ins(f"or i1 {zero}, {self.ins(f'icmp eq {t} {b}, -1')}") if signed else zero
+        result = self.ins(f"{instr} {t} {a}, {self.ins(f'select i1 {bad}, {t} 1, {t} {b}')}")
+        if op is Ops.MOD or not signed:  # x%-1 = 0 like x%0
+            return self.ins(f"select i1 {bad}, {t} 0, {t} {result}")
+        negated = self.ins(f"select i1 {zero}, {t} 0, {t} {self.ins(f'sub {t} 0, {a}')}")
+        return self.ins(f"select i1 {bad}, {t} {negated}, {t} {result}")
+
+    def shift(self, op: Ops, d: DType, t: str, a: str, b: str, amount_dtype: DType) -> str:
+        """a<<b, a>>b; a shift by a negative amount or by the width or more gives 0 (-1 for a negative a>>b)."""
+        bt = value_type(amount_dtype)
+        # unsigned compare: a negative amount is out of range too
+        out = self.ins(f"icmp uge {bt} {b}, {d.bits}")
+        amount = self.int_resize(b, bt, t, dtypes.uint64)
+        if op is Ops.SHR and not d.is_unsigned:  # shifting by width-1 gives the fill: 0 or -1
+            return self.ins(f"ashr {t} {a}, {self.ins(f'select i1 {out}, {t} {d.bits - 1}, {t} {amount}')}")
+        instr = "shl" if op is Ops.SHL else "lshr"
+        shifted = self.ins(f"{instr} {t} {a}, {self.ins(f'select i1 {out}, {t} 0, {t} {amount}')}")
+        return self.ins(f"select i1 {out}, {t} 0, {t} {shifted}")
+
+    def cast(self, x: str, frm: DType, to: DType) -> str:
+        ft, tt = value_type(frm), value_type(to)
+        if to.scalar.is_bool:
+            return self.ins(f"fcmp une {ft} {x}, {literal(0, frm)}" if frm.is_float else f"icmp ne {ft} {x}, 0")
+        if not frm.is_float and not to.is_float:
+            return self.int_resize(x, ft, tt, frm)
+        if not frm.is_float:  # int or bool -> float
+            convert = "uitofp" if frm.is_unsigned or frm.scalar.is_bool else "sitofp"
+            return self.round_emulated(self.ins(f"{convert} {ft} {x} to {tt}"), to)
+        if not to.is_float:
+            # saturating: LLVM's plain conversion is poison out of range; narrow ints wrap from the 64-bit value
+            # as the reference does
+            if to.scalar == dtypes.uint64:
+                return self.intrinsic(f"llvm.fptoui.sat.i64.{float_suffix(ft)}", "i64", [(ft, x)])
+            wide = self.intrinsic(f"llvm.fptosi.sat.i64.{float_suffix(ft)}", "i64", [(ft, x)])
+            return self.int_resize(wide, "i64", tt, to)
+        if frm.scalar == dtypes.float64 and to.scalar.itemsize <= 2:  # one rounding, through round-to-odd float
+            x, ft = self.ins(f"call float @tg_f64_to_f32_odd(double {x})"), "float"
+        if ft != tt:
+            size = {"half": 16, "float": 32, "double": 64}
+            x = self.ins(f"{'fpext' if size[tt] > size[ft] else 'fptrunc'} {ft} {x} to {tt}")
+        return self.round_emulated(x, to)
+
+    def bitcast(self, x: str, frm: DType, to: DType) -> str:
+        ft, tt = memory_type(frm), memory_type(to)
+        raw = self.encode(x, frm) if is_emulated_float(frm) else x
+        if ft != tt:
+            raw = self.ins(f"bitcast {ft} {raw} to {tt}")
+        return self.decode(raw, to) if is_emulated_float(to) else raw

@@ -1,0 +1,223 @@
+"""The LLVM path (CPU_COMPILER=llvm): LLVM IR from LLVMRenderer, compiled in process by LLVMCompiler (llvmlite),
+loaded from memory by llvm_loader. Kernels run on a CPUDevice of their own and are checked against numpy or the
+reference ALU; the op tables and the conformance kit run on this path too (see the README)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tg_backend_cpu.device import CPUDevice
+from tinygrad.codegen import get_program
+from tinygrad.codegen.compiled import CompileError
+from tinygrad.device import Buffer
+from tinygrad.dtype import DType, dtypes, to_numpy
+from tinygrad.uop.alu import exec_alu
+from tinygrad.uop.ops import Ops, ParamArg, UOp
+
+pytest.importorskip("llvmlite")
+
+F32 = dtypes.float32
+
+
+@pytest.fixture
+def llvm_device(monkeypatch: pytest.MonkeyPatch) -> CPUDevice:
+    monkeypatch.setenv("CPU_COMPILER", "llvm")
+    return CPUDevice()
+
+
+def param(slot: int, n: int, dtype: DType) -> UOp:
+    return UOp(Ops.PARAM, dtype, (), ParamArg(slot, n))
+
+
+def launch(dev: CPUDevice, stores: list[tuple[UOp, UOp]], inputs: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+    """Run SINK(STORE(target, value)...) on `dev`; inputs maps a PARAM slot to its data."""
+    sink = UOp(Ops.SINK, dtypes.void, tuple(UOp(Ops.STORE, dtypes.void, (t, v)) for t, v in stores))
+    params = {u.arg.slot: u for u in sink.toposort() if u.op is Ops.PARAM}
+    bufs = []
+    for slot in range(max(params) + 1):
+        if slot not in params:  # a slot the kernel does not use still takes its place in the buffer list
+            bufs.append(Buffer("CPU", 1, dtypes.uint8))
+            continue
+        p = params[slot]
+        b = Buffer("CPU", p.arg.size, p.dtype)
+        if slot in inputs:
+            b.copyin(memoryview(np.ascontiguousarray(inputs[slot], dtype=to_numpy(p.dtype))).cast("B"))
+        bufs.append(b)
+    dev.get_runner(sink)(bufs, {})
+    slots = [(t.src[0] if t.op is Ops.RESHAPE else t).arg.slot for t, _ in stores]
+    return {slot: bufs[slot].numpy() for slot in slots}
+
+
+def test_the_device_uses_the_llvm_path(llvm_device: CPUDevice) -> None:
+    from tg_backend_cpu.llvm_compiler import LLVMCompiler
+    from tg_backend_cpu.llvm_renderer import LLVMRenderer
+
+    assert isinstance(llvm_device.renderer, LLVMRenderer) and isinstance(llvm_device.compiler, LLVMCompiler)
+
+
+def test_math_and_fused_arithmetic_match_numpy(llvm_device: CPUDevice) -> None:
+    n = 1000  # not a multiple of any vector width: the vectorised loops' remainders run too
+    rng = np.random.default_rng(0)
+    a, b = rng.uniform(0.5, 4, n).astype(np.float32), rng.uniform(-2, 2, n).astype(np.float32)
+    pa, pb = param(1, n, F32), param(2, n, F32)
+    exprs = [UOp(Ops.SQRT, F32, (pa,)) * pb + 1.0, UOp(Ops.SIN, F32, (pb,)), UOp(Ops.EXP2, F32, (pb,)),
+             UOp(Ops.LOG2, F32, (pa,)), pa.maximum(pb)]
+    got = launch(llvm_device, [(param(10 + k, n, F32), e) for k, e in enumerate(exprs)], {1: a, 2: b})
+    want = [np.sqrt(a) * b + 1, np.sin(b), np.exp2(b), np.log2(a), np.maximum(a, b)]
+    for k, w in enumerate(want):
+        np.testing.assert_allclose(got[10 + k], w, rtol=2e-6, atol=1e-6, err_msg=f"expression {k}")
+
+
+@pytest.mark.parametrize("d", [dtypes.int8, dtypes.int32, dtypes.uint32, dtypes.int64])
+def test_integer_division_and_shifts_follow_the_reference(llvm_device: CPUDevice, d: DType) -> None:
+    # division by 0 and MIN / -1 are undefined in LLVM; shifts past the width are poison
+    lo = d.min if not d.is_unsigned else 0
+    xs = [lo, -7 if lo else 7, 0, 5, 13, d.max]
+    ys = [0, 1, -1 if lo else 3, 2, 40, 3, d.bits]
+    pairs = [(x, y) for x in xs for y in ys]
+    a, b = np.array([x for x, _ in pairs], to_numpy(d)), np.array([y for _, y in pairs], to_numpy(d))
+    n = len(pairs)
+    pa, pb = param(1, n, d), param(2, n, d)
+    ops = (Ops.IDIV, Ops.MOD, Ops.SHL, Ops.SHR)
+    got = launch(llvm_device, [(param(10 + k, n, d), UOp(op, d, (pa, pb))) for k, op in enumerate(ops)], {1: a, 2: b})
+    for k, op in enumerate(ops):
+        want = [exec_alu(op, d, (int(x), int(y))) for x, y in pairs]
+        assert got[10 + k].tolist() == want, op
+
+
+@pytest.mark.parametrize("d", [dtypes.float16, dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2])
+def test_small_floats_round_after_every_op(llvm_device: CPUDevice, d: DType) -> None:
+    xs = [0.1, 1.5, -3.25, 100.0, 1e-3, 7.0]
+    ys = [3.0, -0.7, 0.3, 1000.0, 2.0, -0.01]
+    n = len(xs)
+    pa, pb = param(1, n, F32).cast(d), param(2, n, F32).cast(d)
+    value = ((pa * pb) + pa).cast(F32)
+    got = launch(llvm_device, [(param(0, n, F32), value)], {1: np.array(xs), 2: np.array(ys)})[0]
+    want = []
+    for x, y in zip(xs, ys, strict=True):
+        x, y = exec_alu(Ops.ADD, d, (x, 0.0)), exec_alu(Ops.ADD, d, (y, 0.0))  # the inputs rounded to d
+        want.append(exec_alu(Ops.ADD, d, (exec_alu(Ops.MUL, d, (x, y)), x)))
+    np.testing.assert_array_equal(got, np.array(want, np.float32))
+
+
+def test_gated_loads_read_nothing_outside_the_gate(llvm_device: CPUDevice) -> None:
+    a = np.arange(1, 9, dtype=np.float32)
+    x = param(1, 8, F32).reshape((2, 4))
+    value = x.pad(((1, 2), (3, 1))) * 2.0
+    got = launch(llvm_device, [(param(0, 5 * 8, F32).reshape((5, 8)), value)], {1: a})[0]
+    np.testing.assert_array_equal(got.reshape(5, 8), np.pad(a.reshape(2, 4), ((1, 2), (3, 1))) * 2)
+
+
+def test_bool_values_are_bytes_in_memory(llvm_device: CPUDevice) -> None:
+    xs, ys = [False, False, True, True], [False, True, False, True]
+    p, q = param(1, 4, dtypes.bool), param(2, 4, dtypes.bool)
+    got = launch(llvm_device, [(param(0, 4, dtypes.bool), UOp(Ops.ADD, dtypes.bool, (p, q)))],
+                 {1: np.array(xs), 2: np.array(ys)})[0]
+    assert got.tolist() == [x or y for x, y in zip(xs, ys, strict=True)]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the entry points, the loader and the compiler
+
+def kernel(c: float, n: int = 64) -> UOp:
+    return UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (param(0, n, F32), param(1, n, F32) + c)),))
+
+
+def test_entry_points_have_the_c_path_abi() -> None:
+    from tg_backend_cpu.llvm_compiler import LLVMCompiler
+    from tg_backend_cpu.llvm_loader import entry_points
+    from tg_backend_cpu.llvm_renderer import LLVMRenderer
+
+    spec = get_program(kernel(2.0), LLVMRenderer())
+    addresses = entry_points(spec.name, LLVMCompiler().compile(spec.src))
+    assert ctypes.c_longlong.from_address(addresses[f"{spec.name}_tg_nargs"]).value == 2
+    assert ctypes.c_longlong.from_address(addresses[f"{spec.name}_tg_outer"]).value == 64
+    src, out = np.arange(64, dtype=np.float32), np.zeros(64, np.float32)
+    args = (ctypes.c_longlong * 2)(out.ctypes.data, src.ctypes.data)
+    slice_fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_longlong)
+    slice_fn(addresses[f"{spec.name}_tg_slice"])(args, 1, 2, 4)  # the second quarter of the outer loop only
+    np.testing.assert_array_equal(out, np.where((np.arange(64) >= 16) & (np.arange(64) < 32), src + 2, 0))
+    ctypes.CFUNCTYPE(None, ctypes.c_void_p)(addresses[f"{spec.name}_tg_run"])(args)
+    np.testing.assert_array_equal(out, src + 2)
+
+
+def test_kernels_of_one_name_and_different_code_load_side_by_side(llvm_device: CPUDevice) -> None:
+    from tg_backend_cpu.llvm_loader import entry_points
+
+    specs = [get_program(kernel(c), llvm_device.renderer) for c in (0.5, 0.25)]
+    assert specs[0].name == specs[1].name
+    objs = [llvm_device.compiler.compile(s.src) for s in specs]
+    first, second = (entry_points(s.name, o) for s, o in zip(specs, objs, strict=True))
+    assert first[f"{specs[0].name}_tg_run"] != second[f"{specs[1].name}_tg_run"]
+    assert entry_points(specs[0].name, objs[0]) == first  # loaded once
+    src = np.ones(64, np.float32)
+    assert launch(llvm_device, [(param(0, 64, F32), param(1, 64, F32) + 0.5)], {1: src})[0][0] == 1.5
+    assert launch(llvm_device, [(param(0, 64, F32), param(1, 64, F32) + 0.25)], {1: src})[0][0] == 1.25
+
+
+def test_cache_key_names_llvm_and_the_host_cpu() -> None:
+    import llvmlite
+    import llvmlite.binding as llvm
+    from tg_backend_cpu.llvm_compiler import LLVMCompiler
+
+    key = LLVMCompiler().cache_key
+    assert f"llvmlite {llvmlite.__version__}" in key and f"LLVM {llvm.llvm_version_info[0]}." in key
+    assert llvm.get_host_cpu_name() in key and llvm.get_host_cpu_features().flatten() in key
+
+
+def test_bad_ir_is_a_compile_error() -> None:
+    from tg_backend_cpu.llvm_compiler import LLVMCompiler
+
+    with pytest.raises(CompileError, match="LLVM rejected"):
+        LLVMCompiler().compile("define void @k() {\n  ret i32 0\n}\n")
+
+
+def test_missing_llvmlite_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tg_backend_cpu
+    from tg_backend_cpu.device import CPUDevice
+
+    monkeypatch.setenv("CPU_COMPILER", "llvm")
+    monkeypatch.setitem(sys.modules, "llvmlite", None)
+    monkeypatch.setitem(sys.modules, "llvmlite.binding", None)
+    with pytest.raises(RuntimeError, match=r"pip install 'tg-backend-cpu\[llvm\]'"):
+        CPUDevice()
+    assert "pip install 'tg-backend-cpu[llvm]'" in (tg_backend_cpu._check() or "")
+
+
+def test_an_unknown_compiler_choice_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tg_backend_cpu
+
+    monkeypatch.setenv("CPU_COMPILER", "icc")
+    assert "not one of llvm, clang, gcc" in (tg_backend_cpu._check() or "")
+
+
+def test_tensors_threads_and_symbolic_sizes_on_the_llvm_path(tmp_path: Path) -> None:
+    # a process of its own: Device["CPU"] is opened once per process, with the compiler CPU_COMPILER names then
+    script = textwrap.dedent("""
+        import numpy as np
+        from tinygrad import Device, Tensor, Variable
+        from tg_backend_cpu.llvm_renderer import LLVMRenderer
+        assert isinstance(Device["CPU"].renderer, LLVMRenderer)
+        rng = np.random.default_rng(0)
+        a, b = rng.standard_normal((96, 80), np.float32), rng.standard_normal((80, 72), np.float32)
+        got = (Tensor(a) @ Tensor(b)).relu().numpy()
+        np.testing.assert_allclose(got, np.maximum(a @ b, 0), rtol=1e-4, atol=1e-4)
+        n = Variable("n", 1, 96)
+        rows = Tensor(a)[:n.bind(37)].sum(axis=1).numpy()
+        np.testing.assert_allclose(rows, a[:37].sum(axis=1), rtol=1e-4, atol=1e-4)
+        print("ok", Device["CPU"].threads)
+    """)
+    env = {**os.environ, "CPU_COMPILER": "llvm", "DEV": "CPU", "CPU_THREADS": "4",
+           "TINYGRAD_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    from tg_backend_cpu.compiler import find_c_compiler
+
+    assert proc.stdout.split() == ["ok", "4" if find_c_compiler()[0] is not None else "1"]
