@@ -14,6 +14,7 @@ Symbolic simplification then folds the index arithmetic back down.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tinygrad.codegen.gather_fold import gather_fold
@@ -114,69 +115,99 @@ class _Lowering:
                           skip=lambda n: (n, idxs, valid) in self.memo)
 
     def _lower(self, node: UOp, idxs: tuple[UOp, ...], valid: UOp | None) -> UOp:
-        op = node.op
-        if op is Ops.PARAM:
-            index_src = (node, idxs[0]) if valid is None else (node, idxs[0], valid)
-            return UOp(Ops.LOAD, node.dtype, (UOp(Ops.INDEX, node.dtype, index_src),))
-        if op in (Ops.CONST, Ops.DEFINE_VAR):  # a Variable's value is a scalar kernel argument
-            return node
-        if op is Ops.ARANGE:  # position i holds i: the index itself, so no buffer is read
-            return idxs[0].cast(node.dtype)
-        if op in GroupOp.Elementwise:
-            return UOp(op, node.dtype, tuple(self.lower(s, idxs, valid) for s in node.src), node.arg)
-        src = node.src[0] if node.src else None
-        if op is Ops.RESHAPE:
-            assert src is not None
-            return self.lower(src, reshape_indices(idxs, node.shape, src.shape), valid)
-        if op is Ops.PERMUTE:
-            assert src is not None
-            new: list[UOp] = [idx_const(0)] * len(idxs)
-            for pos, axis in enumerate(node.arg):
-                new[axis] = idxs[pos]
-            return self.lower(src, tuple(new), valid)
-        if op is Ops.EXPAND:
-            assert src is not None
-            new_idxs = tuple(idx_const(0) if s == 1 and o != 1 else i for i, s, o in zip(idxs, src.shape, node.shape))
-            return self.lower(src, new_idxs, valid)
-        if op is Ops.SHRINK:
-            assert src is not None
-            return self.lower(src, tuple(i + idx_const(b) if b else i for i, (b, _) in zip(idxs, node.arg)), valid)
-        if op is Ops.FLIP:
-            assert src is not None
-            return self.lower(src, tuple(idx_const(s - 1) - i if f else i
-                                         for i, f, s in zip(idxs, node.arg, node.shape)), valid)
-        if op is Ops.PAD:
-            assert src is not None
-            cond: UOp | None = None
-            new_list: list[UOp] = []
-            for i, (b, after), s in zip(idxs, node.arg, src.shape):
-                if b == 0 and after == 0:
-                    new_list.append(i)
-                    continue
-                cond = _and(cond, _and(_ge(i, b), i.lt(idx_const(b + s))))
-                new_list.append(i - idx_const(b) if b else i)
-            inner = self.lower(src, tuple(new_list), _and(valid, cond))
-            if cond is None:
-                return inner
-            return cond.where(inner, UOp.const(node.dtype, 0))
-        if op is Ops.REDUCE_AXIS:
-            assert src is not None
-            rop, axes = node.arg
-            ranges = []
-            new_list = list(idxs)
-            for a in axes:
-                size = src.shape[a]
-                if size == 1:
-                    new_list[a] = idx_const(0)
-                    continue
-                r = self.new_range(size, AxisKind.REDUCE)
-                ranges.append(r)
-                new_list[a] = r
-            value = self.lower(src, tuple(new_list), valid)
-            if not ranges:
-                return value
-            return UOp(Ops.REDUCE, node.dtype, (value, *ranges), rop)
-        raise NotImplementedError(f"cannot lower {op} inside a kernel")
+        rule = LOWERING_RULES.get(node.op) or (_lower_elementwise if node.op in GroupOp.Elementwise else None)
+        if rule is None:
+            raise NotImplementedError(f"cannot lower {node.op} inside a kernel")
+        return rule(self, node, idxs, valid)
+
+
+# ---- the lowering rules: one per op, each gets the node, the indices it is read at and the validity so far ----
+
+Indices = tuple[UOp, ...]
+LoweringRule = Callable[[_Lowering, UOp, Indices, UOp | None], UOp]
+
+
+def _lower_param(state: _Lowering, node: UOp, idxs: Indices, valid: UOp | None) -> UOp:
+    index_src = (node, idxs[0]) if valid is None else (node, idxs[0], valid)
+    return UOp(Ops.LOAD, node.dtype, (UOp(Ops.INDEX, node.dtype, index_src),))
+
+
+def _lower_scalar(state: _Lowering, node: UOp, idxs: Indices, valid: UOp | None) -> UOp:
+    return node  # a constant, or a Variable's value: a scalar kernel argument
+
+
+def _lower_arange(state: _Lowering, node: UOp, idxs: Indices, valid: UOp | None) -> UOp:
+    return idxs[0].cast(node.dtype)  # position i holds i: the index itself, so no buffer is read
+
+
+def _lower_elementwise(state: _Lowering, node: UOp, idxs: Indices, valid: UOp | None) -> UOp:
+    return UOp(node.op, node.dtype, tuple(state.lower(s, idxs, valid) for s in node.src), node.arg)
+
+
+def _lower_reshape(state: _Lowering, node: UOp, idxs: Indices, valid: UOp | None) -> UOp:
+    src = node.src[0]
+    return state.lower(src, reshape_indices(idxs, node.shape, src.shape), valid)
+
+
+def _lower_permute(state: _Lowering, node: UOp, idxs: Indices, valid: UOp | None) -> UOp:
+    new: list[UOp] = [idx_const(0)] * len(idxs)
+    for pos, axis in enumerate(node.arg):
+        new[axis] = idxs[pos]
+    return state.lower(node.src[0], tuple(new), valid)
+
+
+def _lower_expand(state: _Lowering, node: UOp, idxs: Indices, valid: UOp | None) -> UOp:
+    src = node.src[0]
+    new = tuple(idx_const(0) if s == 1 and o != 1 else i for i, s, o in zip(idxs, src.shape, node.shape))
+    return state.lower(src, new, valid)
+
+
+def _lower_shrink(state: _Lowering, node: UOp, idxs: Indices, valid: UOp | None) -> UOp:
+    return state.lower(node.src[0], tuple(i + idx_const(b) if b else i for i, (b, _) in zip(idxs, node.arg)), valid)
+
+
+def _lower_flip(state: _Lowering, node: UOp, idxs: Indices, valid: UOp | None) -> UOp:
+    new = tuple(idx_const(s - 1) - i if f else i for i, f, s in zip(idxs, node.arg, node.shape))
+    return state.lower(node.src[0], new, valid)
+
+
+def _lower_pad(state: _Lowering, node: UOp, idxs: Indices, valid: UOp | None) -> UOp:
+    # a read inside the source's extent is valid there and shifted into it; outside it, the padding reads 0
+    src = node.src[0]
+    cond: UOp | None = None
+    new: list[UOp] = []
+    for i, (b, after), s in zip(idxs, node.arg, src.shape):
+        if b == 0 and after == 0:
+            new.append(i)
+            continue
+        cond = _and(cond, _and(_ge(i, b), i.lt(idx_const(b + s))))
+        new.append(i - idx_const(b) if b else i)
+    inner = state.lower(src, tuple(new), _and(valid, cond))
+    return inner if cond is None else cond.where(inner, UOp.const(node.dtype, 0))
+
+
+def _lower_reduce_axis(state: _Lowering, node: UOp, idxs: Indices, valid: UOp | None) -> UOp:
+    # each reduced axis of more than one element becomes a REDUCE range; a reduction over none is its value
+    src = node.src[0]
+    ranges = []
+    new = list(idxs)
+    for a in node.arg.axes:
+        if src.shape[a] == 1:
+            new[a] = idx_const(0)
+            continue
+        r = state.new_range(src.shape[a], AxisKind.REDUCE)
+        ranges.append(r)
+        new[a] = r
+    value = state.lower(src, tuple(new), valid)
+    return value if not ranges else UOp(Ops.REDUCE, node.dtype, (value, *ranges), node.arg.op)
+
+
+#: how each op of a kernel's AST becomes index arithmetic and loads; elementwise ops keep their op
+LOWERING_RULES: dict[Ops, LoweringRule] = {
+    Ops.PARAM: _lower_param, Ops.CONST: _lower_scalar, Ops.DEFINE_VAR: _lower_scalar, Ops.ARANGE: _lower_arange,
+    Ops.RESHAPE: _lower_reshape, Ops.PERMUTE: _lower_permute, Ops.EXPAND: _lower_expand, Ops.SHRINK: _lower_shrink,
+    Ops.FLIP: _lower_flip, Ops.PAD: _lower_pad, Ops.REDUCE_AXIS: _lower_reduce_axis,
+}
 
 
 def lower_kernel(ast: UOp) -> UOp:
