@@ -141,3 +141,57 @@ def test_kernels_use_compiler_builtins_instead_of_math_h() -> None:
     assert "math.h" not in r.prelude
     called = {r.math_fn(op, d) for op in r.math_fns for d in (dtypes.float32, dtypes.float64)} | {"fmod", "fmodf"}
     assert called <= set(BUILTIN_MATH), sorted(called - set(BUILTIN_MATH))
+
+
+# ---- which path compiles kernels, and what the device listing says about it ----
+
+def _machine_with(monkeypatch: pytest.MonkeyPatch, compiler: str | None, llvmlite: bool) -> None:
+    """A machine whose only C compiler is `compiler` (None: none), with or without llvmlite installed."""
+    from importlib.machinery import ModuleSpec
+
+    from tg_backend_cpu import compiler as cc
+
+    for var in ("CC", cc.COMPILER_ENV):
+        monkeypatch.delenv(var, raising=False)
+    found = (compiler, None) if compiler else (None, "no C compiler found")
+    monkeypatch.setattr(cc, "find_c_compiler", lambda: found)
+    monkeypatch.setattr(cc, "clang_major", lambda path: 19 if "clang" in path else None)
+    monkeypatch.setattr(cc, "compiler_version", lambda path: "19.1.7" if "clang" in path else "12.2.0")
+    real_find_spec = cc.importlib.util.find_spec
+    monkeypatch.setattr(cc.importlib.util, "find_spec", lambda name, *a: (ModuleSpec(name, None) if llvmlite else None)
+                        if name == "llvmlite" else real_find_spec(name, *a))
+
+
+@pytest.mark.parametrize(("compiler", "llvmlite", "llvm"), [
+    ("/usr/bin/clang-19", True, False),  # clang >= 15 is the best C path: kept
+    ("/usr/bin/gcc", True, True),  # gcc's code is slower: LLVM where it is installed
+    ("/usr/bin/gcc", False, False),
+    (None, True, True),  # no C compiler at all: LLVM runs kernels (on one thread)
+])
+def test_the_default_path_is_clang_then_llvm_then_gcc(monkeypatch: pytest.MonkeyPatch, compiler: str | None,
+                                                     llvmlite: bool, llvm: bool) -> None:
+    from tg_backend_cpu import compiler as cc
+
+    _machine_with(monkeypatch, compiler, llvmlite)
+    assert cc.uses_llvm() is llvm
+    monkeypatch.setenv(cc.COMPILER_ENV, "gcc")  # an explicit choice wins
+    assert cc.uses_llvm() is False
+    monkeypatch.setenv(cc.COMPILER_ENV, "llvm")
+    assert cc.uses_llvm() is True
+
+
+def test_the_listing_names_the_compiler_and_warns_on_the_slow_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tg_backend_cpu import compiler as cc
+
+    _machine_with(monkeypatch, "/usr/bin/clang-19", llvmlite=False)
+    note = tg_backend_cpu._note()
+    assert note is not None and note.startswith("compiler: clang-19 19.1.7") and "thread" in note
+    bits = cc.host_vector_bits()
+    assert bits is None or f"{bits}-bit vectors" in note
+    assert "slower" not in note
+    _machine_with(monkeypatch, "/usr/bin/gcc", llvmlite=False)
+    note = tg_backend_cpu._note()
+    assert note is not None and note.startswith("compiler: gcc 12.2.0")
+    assert "slower" in note and "pip install 'tg-backend-cpu[llvm]'" in note and "clang >= 15" in note
+    monkeypatch.setenv("CC", "gcc")  # chosen on purpose: no advice
+    assert "slower" not in (tg_backend_cpu._note() or "")

@@ -275,9 +275,9 @@ def _device_listing(env: dict[str, str]) -> str:
 
 def test_the_device_listing_shows_cpu_and_its_threads() -> None:
     env = {k: v for k, v in os.environ.items() if k != THREADS_ENV}
-    assert _device_listing(env).endswith("  available")
-    assert _device_listing(env | {THREADS_ENV: "1"}).endswith("available (1 thread from CPU_THREADS)")
-    assert _device_listing(env | {THREADS_ENV: "3"}).endswith("available (3 threads from CPU_THREADS)")
+    assert "  available (compiler: " in _device_listing(env)
+    assert _device_listing(env | {THREADS_ENV: "1"}).endswith(", 1 thread from CPU_THREADS)")
+    assert _device_listing(env | {THREADS_ENV: "3"}).endswith(", 3 threads from CPU_THREADS)")
     assert f"unavailable: {THREADS_ENV}='lots' is not a positive whole number" in \
         _device_listing(env | {THREADS_ENV: "lots"})
 

@@ -19,12 +19,12 @@ def _open(index: int):  # type: ignore[no-untyped-def]
 
 
 def _check() -> str | None:
-    from tg_backend_cpu.compiler import compiler_choice, find_c_compiler
+    from tg_backend_cpu.compiler import find_c_compiler, uses_llvm
     from tg_backend_cpu.thread_count import thread_count
 
     try:
         thread_count()
-        if compiler_choice() == "llvm":
+        if uses_llvm():
             from tg_backend_cpu.llvm_compiler import llvmlite_binding
 
             llvmlite_binding()
@@ -35,24 +35,32 @@ def _check() -> str | None:
 
 
 def _note() -> str | None:
-    # only an explicit setting is shown: the default listing stays a plain "available"
-    from tg_backend_cpu.compiler import COMPILER_ENV, compiler_choice, find_c_compiler
+    """What `python -m tinygrad.device` says of a usable CPU: the compiler, the vector width, the threads, and how to
+    get a faster path where this machine is not on its best one."""
+    from tg_backend_cpu import compiler as cc
     from tg_backend_cpu.thread_count import THREADS_ENV, thread_count
 
-    notes = []
-    choice = compiler_choice()
-    if choice == "llvm":
+    c_compiler = cc.find_c_compiler()[0]
+    slower = None
+    if cc.uses_llvm():
         from tg_backend_cpu.llvm_compiler import llvm_description
 
-        notes.append(f"compiler: llvm ({llvm_description()})")
-        if find_c_compiler()[0] is None:
-            notes.append("threads: 1 (no C compiler for the thread pool)")
-    elif choice is not None:
-        notes.append(f"compiler: {find_c_compiler()[0]} from {COMPILER_ENV}")
-    if os.environ.get(THREADS_ENV, "").strip() and len(notes) < 2:
+        compiler = f"llvm ({llvm_description()})"
+    else:
+        assert c_compiler is not None  # _check passed
+        compiler = f"{os.path.basename(c_compiler)} {cc.compiler_version(c_compiler)}"
+        if cc.clang_major(c_compiler) is None and cc.compiler_choice() is None and not os.environ.get("CC"):
+            slower = ("gcc's kernels are slower than clang's or LLVM's: pip install 'tg-backend-cpu[llvm]' or "
+                      "install clang >= 15")
+    bits = cc.host_vector_bits()
+    notes = [f"compiler: {compiler}"] + ([f"{bits}-bit vectors"] if bits else [])
+    if c_compiler is None:
+        notes.append("1 thread (no C compiler for the thread pool: install gcc or clang for more)")
+    else:
         n = thread_count()
-        notes.append(f"{n} thread{'s' if n != 1 else ''} from {THREADS_ENV}")
-    return ", ".join(notes) or None
+        source = f" from {THREADS_ENV}" if os.environ.get(THREADS_ENV, "").strip() else ""
+        notes.append(f"{n} thread{'s' if n != 1 else ''}{source}")
+    return ", ".join(notes) + (f"; {slower}" if slower else "")
 
 
 @hookimpl

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import os
 import platform
 import re
@@ -33,6 +34,46 @@ def compiler_choice() -> str | None:
     return value or None
 
 
+def uses_llvm() -> bool:
+    """Whether kernels take the LLVM path: CPU_COMPILER=llvm; or, with neither CPU_COMPILER nor CC set, on a machine
+    without clang >= 15 when llvmlite is installed (gcc's code is several times slower on our kernels)."""
+    choice = compiler_choice()
+    if choice is not None:
+        return choice == "llvm"
+    if os.environ.get("CC"):
+        return False
+    path = find_c_compiler()[0]
+    if path is not None and clang_major(path) is not None:
+        return False
+    return importlib.util.find_spec("llvmlite") is not None
+
+
+@functools.cache
+def compiler_version(path: str) -> str:
+    """The version number a C compiler prints first (`14.2.0`, `19.1.7`), or "unknown"."""
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    m = re.search(r"\d+\.\d+(\.\d+)?", out.split("\n", 1)[0])
+    return m.group(0) if m else "unknown"
+
+
+@functools.cache
+def host_vector_bits() -> int | None:
+    """The widest SIMD registers of this CPU, in bits (from /proc/cpuinfo's flags), or None where unknown."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = set(next((line for line in f if line.startswith(("flags", "Features"))), "").split())
+    except OSError:
+        return None
+    for flag, bits in (("avx512f", 512), ("avx2", 256), ("avx", 256), ("sse2", 128), ("asimd", 128)):
+        if flag in flags:
+            return bits
+    return None
+
+
+@functools.cache
 def clang_major(path: str) -> int | None:
     """The major version of a clang, or None if `path` is not clang."""
     try:

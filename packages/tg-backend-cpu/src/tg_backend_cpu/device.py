@@ -16,7 +16,7 @@ from tinygrad.helpers import DEBUG
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import UOp
 
-from tg_backend_cpu.compiler import CCompiler, compiler_choice, find_c_compiler
+from tg_backend_cpu.compiler import CCompiler, find_c_compiler, uses_llvm
 from tg_backend_cpu.program import CPUProgram
 from tg_backend_cpu.renderer import CPURenderer
 from tg_backend_cpu.thread_count import thread_count
@@ -92,7 +92,7 @@ class CPUDevice(Compiled):
         renderer: Renderer
         compiler: Compiler
         self._entry_points: Callable[[str, bytes], dict[str, int]] | None
-        if compiler_choice() == "llvm":
+        if uses_llvm():
             from tg_backend_cpu.llvm_compiler import LLVMCompiler
             from tg_backend_cpu.llvm_loader import entry_points
             from tg_backend_cpu.llvm_renderer import LLVMRenderer
