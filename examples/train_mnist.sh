@@ -16,7 +16,8 @@ if [ ! -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] && [ -z
 fi
 VENV="${VENV:-.venv}"
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+# the CPU backend with its LLVM path (llvmlite): a machine without clang >= 15 compiles kernels in process
 "$VENV/bin/pip" install -q --disable-pip-version-check \
-  -e packages/tg-core -e packages/tg-compiler -e packages/tg-backend-cpu -e packages/tg-nn
+  -e packages/tg-core -e packages/tg-compiler -e "packages/tg-backend-cpu[llvm]" -e packages/tg-nn
 DEV=CPU FASHION=1 STEPS="${STEPS:-70}" \
   "$VENV/bin/python" examples/beautiful_mnist.py
