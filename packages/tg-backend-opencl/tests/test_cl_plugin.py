@@ -155,3 +155,15 @@ def test_unsupported_dtype_error_names_dtype_device_and_alternatives(cl_device) 
             Tensor([1.0, 2.0], dtype=dtypes.float32, device="CL")
     finally:
         renderer.supported_dtypes = saved
+
+
+def test_disassembly_is_the_binary_where_it_is_text_else_says_what_it_is(cl_device) -> None:  # type: ignore[no-untyped-def]
+    compiler = cl_device.compiler
+    ptx = b".version 7.0\n.target sm_80\n.entry E_4()\n{\n\tret;\n}\n\0"  # NVIDIA's binary: PTX text
+    assert compiler.disassemble(ptx, "") == ptx.rstrip(b"\0").decode()
+    src = "__kernel void twice(__global float* a) { a[get_global_id(0)] *= 2.0f; }"
+    lib = compiler.compile(src)
+    asm = compiler.disassemble(lib, src)
+    assert asm is not None and asm.strip()
+    if "gives no assembly" in asm:
+        assert f"{len(lib)} bytes" in asm

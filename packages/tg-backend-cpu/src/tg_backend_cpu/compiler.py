@@ -185,6 +185,23 @@ class CCompiler(Compiler):
         if proc.returncode != 0:
             raise CompileError(f"{cmd[0]} failed to {what} a kernel:\n{proc.stderr}\n--- source ---\n{src}")
 
+    def disassemble(self, lib: bytes, src: str) -> str | None:
+        """The shared object's code as objdump (binutils, or LLVM's) prints it; without one, the compiler's own
+        assembly output for the source (`-S`, the same flags: the same code, before linking)."""
+        with tempfile.TemporaryDirectory(prefix="tg-asm-") as tmp:
+            if (objdump := shutil.which("objdump") or shutil.which("llvm-objdump")) is not None:
+                path = os.path.join(tmp, "kernel.so")
+                with open(path, "wb") as so:
+                    so.write(lib)
+                proc = subprocess.run([objdump, "-d", "--no-show-raw-insn", path], capture_output=True, text=True)
+                if proc.returncode == 0:  # less the header naming the temporary file
+                    return "\n".join(line for line in proc.stdout.splitlines() if path not in line).strip("\n")
+            out = os.path.join(tmp, "kernel.s")
+            flags = [f for f in self.flags if f != "-shared"]
+            self._run([self.path, *flags, "-S", "-", "-o", out], src, "assemble")
+            with open(out) as asm:
+                return asm.read()
+
     def compile(self, src: str) -> bytes:
         with tempfile.TemporaryDirectory(prefix="tg-cc-") as tmp:
             out = os.path.join(tmp, "kernel.so")

@@ -62,19 +62,29 @@ class LLVMCompiler(Compiler):
         self.cache_key = (f"cpu-llvm|{llvm_description()}|{llvm.get_process_triple()}|{llvm.get_host_cpu_name()}|"
                           f"{llvm.get_host_cpu_features().flatten()}|O2")
 
-    def compile(self, src: str) -> bytes:
+    def _optimized(self, src: str):  # type: ignore[no-untyped-def]
+        """The IR parsed, checked and through the O2 pipeline for this host (call with the lock held)."""
         llvm = self.llvm
+        try:
+            module = llvm.parse_assembly(src)
+            module.verify()
+        except RuntimeError as e:
+            raise CompileError(f"LLVM rejected a kernel's IR:\n{e}\n--- source ---\n{src}") from e
+        module.triple = self.target_machine.triple
+        module.data_layout = str(self.target_machine.target_data)
+        tuning = llvm.create_pipeline_tuning_options(speed_level=2)
+        tuning.loop_vectorization = True
+        tuning.slp_vectorization = True  # off at O2 by default in llvmlite; clang -O2 runs it
+        builder = llvm.create_pass_builder(self.target_machine, tuning)
+        builder.getModulePassManager().run(module, builder)
+        return module
+
+    def compile(self, src: str) -> bytes:
         with self._lock:
-            try:
-                module = llvm.parse_assembly(src)
-                module.verify()
-            except RuntimeError as e:
-                raise CompileError(f"LLVM rejected a kernel's IR:\n{e}\n--- source ---\n{src}") from e
-            module.triple = self.target_machine.triple
-            module.data_layout = str(self.target_machine.target_data)
-            tuning = llvm.create_pipeline_tuning_options(speed_level=2)
-            tuning.loop_vectorization = True
-            tuning.slp_vectorization = True  # off at O2 by default in llvmlite; clang -O2 runs it
-            builder = llvm.create_pass_builder(self.target_machine, tuning)
-            builder.getModulePassManager().run(module, builder)
-            return bytes(self.target_machine.emit_object(module))
+            return bytes(self.target_machine.emit_object(self._optimized(src)))
+
+    def disassemble(self, lib: bytes, src: str) -> str | None:
+        # llvmlite has no disassembler for the object: the same pipeline on the same IR, printed as assembly
+        # instead, is the same code
+        with self._lock:
+            return str(self.target_machine.emit_assembly(self._optimized(src)))

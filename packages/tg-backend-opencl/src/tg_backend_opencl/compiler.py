@@ -34,3 +34,17 @@ class CLCompiler(Compiler):
                                f"{type(e).__name__}\n--- build log ---\n{log or e}\n--- source ---\n{src}") from None
         binaries = cast(list, program.get_info(cl.program_info.BINARIES))  # one per device built for
         return bytes(binaries[0])
+
+    def disassemble(self, lib: bytes, src: str) -> str | None:
+        """The program binary where the driver's is text (NVIDIA's is PTX assembly); other drivers give containers
+        of machine code or LLVM IR (PoCL, AMD) that only their own tools read, and that is said instead."""
+        try:
+            text = lib.rstrip(b"\0").decode("ascii")
+        except UnicodeDecodeError:
+            text = None
+        if text is not None and all(c.isprintable() or c.isspace() for c in text):
+            return text
+        kinds = {b"\x7fELF": "an ELF object", b"BC\xc0\xde": "LLVM bitcode", b"poclbin": "a PoCL program"}
+        kind = next((k for magic, k in kinds.items() if lib.startswith(magic)), "binary")
+        return (f"; {self.device.name} ({self.device.platform.name}) gives no assembly: its program binary is "
+                f"{kind}, {len(lib)} bytes")

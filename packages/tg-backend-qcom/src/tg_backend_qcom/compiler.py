@@ -44,3 +44,6 @@ class QCOMCompiler(CLCompiler):
 
     def compile(self, src: str) -> bytes:
         return QCOMLibrary(super().compile(src), image_args(src)).pack()
+
+    def disassemble(self, lib: bytes, src: str) -> str | None:
+        return super().disassemble(QCOMLibrary.unpack(lib).binary, src)  # the driver's binary, not our header

@@ -215,6 +215,8 @@ DISABLE_COMPILER_CACHE = ContextVar("DISABLE_COMPILER_CACHE", 0)
 JIT = ContextVar("JIT", 1)
 #: BEAM=n: pick each kernel's optimisations by a beam search of width n, timing them on the device
 BEAM = ContextVar("BEAM", 0)
+#: PROFILE=1: write a Chrome trace of every launch, copy and compile at exit (engine/profile.py)
+PROFILE = ContextVar("PROFILE", 0)
 #: TRAINING=1 (or `Context(TRAINING=1)`, tinygrad's spelling): training mode, as `Tensor.training = True` is
 TRAINING = ContextVar("TRAINING", 0)
 

@@ -3,7 +3,8 @@
 `get_program(ast, renderer)` is the whole pipeline (lowering, optimisation in `codegen/opt/`, typing the index
 arithmetic in `codegen/index_dtype.py`, rewriting the ops the renderer lacks in `codegen/decompose.py`,
 linearizing, mapping loops to work-items for GPU-style targets in `codegen/work_items.py`, rendering);
-DEBUG>=3 prints the chosen optimisations, >=4 the source, >=5 the AST, >=6 the linearized program.
+DEBUG>=3 prints the chosen optimisations, >=4 the source, >=5 the AST, >=6 the linearized program (and >=7 the
+compiled kernel's assembly, in `codegen/compiled.py`).
 """
 
 from __future__ import annotations

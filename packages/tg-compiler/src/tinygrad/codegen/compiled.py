@@ -1,6 +1,7 @@
 """The `Compiled` device base: what a backend plugs its renderer, compiler, allocator and program
 launcher into. Core asks a device for a runner (`get_runner(ast)`); this turns the AST into a program
 (codegen), compiles it once (with an on-disk cache) and launches it with the schedule's buffers.
+DEBUG>=7 prints each compiled kernel's assembly, where the device's compiler can give it (`Compiler.disassemble`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import functools
 import hashlib
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -20,10 +22,12 @@ from tinygrad.codegen.lowerer import lower_kernel
 from tinygrad.codegen.opt import Opt, OptError, OptState, apply_opt
 from tinygrad.device import Allocator, Buffer, DeviceKnobs
 from tinygrad.dtype import DType, dtypes
+from tinygrad.engine import profile
 from tinygrad.helpers import (
     DEBUG,
     DISABLE_COMPILER_CACHE,
     NOOPT,
+    PROFILE,
     cache_dir,
     disk_cache_get,
     disk_cache_path,
@@ -51,6 +55,11 @@ class Compiler:
 
     def compile(self, src: str) -> bytes:
         raise NotImplementedError
+
+    def disassemble(self, lib: bytes, src: str) -> str | None:
+        """The assembly of `lib`, which `compile(src)` made (DEBUG>=7 prints it); None: this device gives none.
+        `src` is there for compilers that can only show assembly by building the source again."""
+        return None
 
     def compile_cached(self, src: str) -> bytes:
         if DISABLE_COMPILER_CACHE or not self.cache_key:
@@ -92,6 +101,11 @@ class CompiledRunner:
         self.global_size, self.local_size = spec.global_size, spec.local_size
         self.estimated_ops, self.estimated_bytes = spec.estimated_ops, spec.estimated_bytes
         self.program = device.runtime(spec.name, lib)
+        if DEBUG >= 7:
+            asm = device.compiler.disassemble(lib, spec.src)
+            print(asm.rstrip("\n") if asm is not None else
+                  f"{spec.name}: no assembly: {device.name}'s compiler ({type(device.compiler).__name__}) gives none",
+                  file=sys.stderr)
 
     def __call__(self, bufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
         args = [bufs[i].opaque for i in self.spec.param_indices]
@@ -130,7 +144,7 @@ class Compiled:
         if (hit := self._runners.get(ast)) is not None:
             return hit
         spec = self._program(ast)
-        runner = CompiledRunner(self, spec, self.compiler.compile_cached(spec.src))
+        runner = CompiledRunner(self, spec, self._compile(spec))
         self._runners[ast] = runner
         return runner
 
@@ -149,11 +163,19 @@ class Compiled:
             pending = []
             for ast in todo:
                 spec = self._program(ast)
-                pending.append((ast, spec, pool.submit(self.compiler.compile_cached, spec.src)))
+                pending.append((ast, spec, pool.submit(self._compile, spec)))
             for ast, spec, lib in pending:
                 self._runners.setdefault(ast, CompiledRunner(self, spec, lib.result()))
             for build in builds:
                 build.result()
+
+    def _compile(self, spec: ProgramSpec) -> bytes:
+        if not PROFILE:
+            return self.compiler.compile_cached(spec.src)
+        st = time.perf_counter()
+        lib = self.compiler.compile_cached(spec.src)
+        profile.record_compile(self.name, spec.name, st, time.perf_counter() - st, type(self.compiler).__name__)
+        return lib
 
     def background_builds(self) -> list[Callable[[], Any]]:
         """One-off builds the first launches need besides their kernels (the CPU backend's thread pool library):

@@ -42,10 +42,11 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from tinygrad.device import Buffer, Device, Runner
+from tinygrad.engine import profile
 from tinygrad.engine import realize as engine_realize
 from tinygrad.engine.jit_state import JitError, RunningJit, running
 from tinygrad.engine.schedule import ScheduleItem, base_buffer, buffer_view, copy_kernel_ast, realized_views
-from tinygrad.helpers import DEBUG, JIT, GlobalCounters
+from tinygrad.helpers import DEBUG, JIT, PROFILE, GlobalCounters
 from tinygrad.tensor import Tensor
 from tinygrad.uop.ops import Ops, UOp, unbind
 
@@ -202,6 +203,20 @@ class TinyJit(Generic[R]):
         return functools.partial(rec.runner, bufs, var_vals)
 
     # ---- replay ----
+    def _replay_profiled(self, launches: list[Callable[[], Any]]) -> None:
+        """PROFILE=1: each launch recorded. A prepared launch has no device timer, so each is timed by the wall
+        clock up to its device's synchronize."""
+        for rec, launch in zip(self._recorded, launches):
+            st = time.perf_counter()
+            launch()
+            Device[rec.item.device].synchronize()
+            elapsed = time.perf_counter() - st
+            if rec.runner is None:
+                dest, src = rec.item.bufs[0], rec.item.bufs[1]
+                profile.record_copy(src.device, dest.device, dest.nbytes, st, elapsed)
+            else:
+                profile.record_launch(rec.item.device, rec.runner, st, elapsed, "wall", jit=self._name)
+
     def _replay(self, inputs: list[Buffer], var_vals: dict[str, int]) -> R:
         for held in self._state:
             if (t := held.tensor()) is not None and t.uop is not held.node:
@@ -218,7 +233,9 @@ class TinyJit(Generic[R]):
             launches[i] = self._prepare(rec, bufs, {name: values[name] for name in rec.item.var_vals})
         if DEBUG >= 1:
             print(f"TinyJit {self._name}: replaying {len(launches)} launches", file=sys.stderr)
-        if DEBUG >= 2:  # per-launch wall time (including the Python call), as run_schedule prints it
+        if PROFILE:
+            self._replay_profiled(launches)
+        elif DEBUG >= 2:  # per-launch wall time (including the Python call), as run_schedule prints it
             for rec, launch in zip(self._recorded, launches):
                 st = time.perf_counter()
                 launch()
@@ -280,7 +297,10 @@ def _copy_into(dst: Buffer, src: Buffer, device: str) -> tuple[ScheduleItem, Run
     """Copy src into dst now, with a copy kernel; returns it, for a capture to replay."""
     si = ScheduleItem(copy_kernel_ast(dst.dtype, dst.size), [dst, src], device)
     runner = Device[device].get_runner(si.ast)
-    runner(si.bufs, {})
+    if PROFILE:
+        engine_realize.timed_launch(device, runner, si.bufs, {}, record=True)
+    else:
+        runner(si.bufs, {})
     GlobalCounters.count_launches(1, runner.estimated_ops, runner.estimated_bytes)
     return si, runner
 

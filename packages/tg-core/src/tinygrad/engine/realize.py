@@ -7,8 +7,9 @@ import time
 from collections.abc import Callable
 
 from tinygrad.device import Buffer, Device, Runner
+from tinygrad.engine import profile
 from tinygrad.engine.schedule import ScheduleItem
-from tinygrad.helpers import DEBUG, GlobalCounters, colored
+from tinygrad.helpers import DEBUG, PROFILE, GlobalCounters, colored
 from tinygrad.uop.ops import UOp
 
 #: While TinyJit captures, the callback it registers here sees every launched item with its runner (None for a
@@ -27,6 +28,17 @@ def copy_between(dest: Buffer, src: Buffer) -> None:
     dest.copyin(host.data.cast("B"))
 
 
+def timed_launch(device: str, runner: Runner, bufs: list[Buffer], var_vals: dict[str, int], record: bool) -> float:
+    """Launch and wait for it; the seconds it ran, by the device's timer where the program has one, else the wall
+    clock. `record`: add it to the PROFILE trace."""
+    st = time.perf_counter()
+    et = runner(bufs, var_vals, wait=True)
+    elapsed = et if et is not None else time.perf_counter() - st
+    if record:
+        profile.record_launch(device, runner, st, elapsed, "wall" if et is None else "device")
+    return elapsed
+
+
 def _precompile(schedule: list[ScheduleItem]) -> None:
     """Let each device build the runners of a schedule's kernels together (in parallel, where it can) before the
     first one runs, instead of one compile at a time as the loop below reaches them."""
@@ -41,6 +53,7 @@ def _precompile(schedule: list[ScheduleItem]) -> None:
 
 def run_schedule(schedule: list[ScheduleItem]) -> None:
     debug = DEBUG.value  # read once: an eager step runs this for every op
+    profiling = PROFILE.value
     if debug >= 1 and schedule:
         kernels = sum(1 for si in schedule if not si.is_copy)
         print(f"scheduled {kernels} kernel{'s' if kernels != 1 else ''}, {len(schedule) - kernels} copies",
@@ -52,7 +65,10 @@ def run_schedule(schedule: list[ScheduleItem]) -> None:
         for b in bufs:
             b.ensure_allocated()
         if si.is_copy:
+            st = time.perf_counter() if profiling else 0.0
             copy_between(bufs[0], bufs[1])
+            if profiling:
+                profile.record_copy(bufs[1].device, bufs[0].device, bufs[0].nbytes, st, time.perf_counter() - st)
             if capture_hooks:
                 capture_hooks[-1](si, None)
             if debug >= 2:
@@ -61,12 +77,10 @@ def run_schedule(schedule: list[ScheduleItem]) -> None:
         if bufs[0].size == 0:
             continue  # nothing to compute for an empty output
         runner = Device[si.device].get_runner(si.ast)
-        if debug < 2:
+        if debug < 2 and not profiling:
             runner(bufs, si.var_vals)
         else:
-            st = time.perf_counter()
-            et = runner(bufs, si.var_vals, wait=True)
-            elapsed = et if et is not None else time.perf_counter() - st
+            elapsed = timed_launch(si.device, runner, bufs, si.var_vals, bool(profiling))
         GlobalCounters.count_launches(1, runner.estimated_ops, runner.estimated_bytes)
         if debug >= 2:
             GlobalCounters.time_sum_s += elapsed
