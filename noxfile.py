@@ -27,7 +27,7 @@ LINT_DEPS = ["ruff==0.17.6"]
 TYPE_DEPS = ["mypy==2.4.1", "numpy==2.4.6", "pluggy==1.7.0", "pytest==9.2.0", "hypothesis==6.170.17"]
 
 nox.options.sessions = ["lint", "types", "tests", "integration", "examples", "backend_opencl", "backend_qcom",
-                         "backend_webgpu", "conformance"]
+                         "backend_webgpu", "backend_cpu_llvm", "conformance"]
 nox.options.error_on_missing_interpreters = bool(os.environ.get("CI"))
 nox.options.reuse_existing_virtualenvs = not os.environ.get("CI")
 
