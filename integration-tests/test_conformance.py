@@ -181,10 +181,7 @@ def tinygrad_backends():
 '''
 
 #: kit cases MINREF fails because a decomposition is not exact; keys as in KNOWN_FAILURES
-MINREF_KNOWN_FAILURES: dict[str, str] = {
-    "alu/alu[FDIV-float64]": "float64 FDIV as MUL(a, RECIPROCAL(b)) rounds twice (up to an ulp off); the narrower "
-                             "floats divide in float64, which is exact, but float64 has no wider float",
-}
+MINREF_KNOWN_FAILURES: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")

@@ -70,8 +70,7 @@ def test_decomposition_matches_the_reference(op: Ops, d: DType) -> None:
     got = [_evaluate(root, dict(zip(leaves, operands))) for operands in pairs]
     want = [reference(op, d, operands) for operands in pairs]
     out = result_dtype(op, d)
-    # float64 division has no wider float to divide in: MUL by the RECIPROCAL may be an ulp off (documented)
-    ulps = 1 if (op, d) == (Ops.FDIV, dtypes.float64) else allowed_ulps(op)
+    ulps = allowed_ulps(op)
     wrong = mismatches(to_buffer_array(got, out), want, out, ulps=ulps) if out.is_float else \
         np.array([g != w for g, w in zip(got, want)])
     bad = [f"{op.name}{pairs[i]}: got {got[i]!r}, expected {want[i]!r}" for i in np.flatnonzero(wrong)[:8]]

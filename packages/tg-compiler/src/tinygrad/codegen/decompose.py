@@ -6,10 +6,11 @@ wrap-around, division by zero, shifts past the width):
 * CMPNE(a, b)   -> XOR(CMPEQ(a, b), True)                           (NaN != NaN stays true)
 * MAX(a, b)     -> bool: OR; integers: WHERE(a < b, b, a); floats: NaN first, then the larger, and for equal
                    values the AND of their bits (+0.0 against -0.0 gives +0.0, equal values give themselves)
-* FDIV(a, b)    -> MUL(a, RECIPROCAL(b)); a float narrower than float64 computes it in float64 when the target
-                   has float64, where the two roundings of the product cannot move the result off the correctly
-                   rounded quotient (53 >= 2 * 24 + 2 bits); in the widest float it is off by up to one ulp (a
-                   divisor so small that its reciprocal overflows is scaled first)
+* FDIV(a, b)    -> MUL(a, RECIPROCAL(b)) in a float with twice the mantissa (float16 in float32, float32 and
+                   bfloat16 in float64) where the target has one: its two roundings cannot move the narrower result
+                   off the correctly rounded quotient (53 >= 2 * 24 + 2 bits). In the widest float one correction
+                   step on the exact remainder a - q*b (Dekker's product) rounds it correctly, the operands scaled
+                   by powers of two so that nothing in between underflows or overflows
 * SHL(a, b)     -> WHERE(b out of [0, bits), 0, a * 2**b), with 2**b built from the bits of b
 * SHR(a, b)     -> the quotient by 2**b, rounded down for negative a (an arithmetic shift)
 * EXP2(x)       -> in float64: 2**n * p(x - n), n = round(x), p a polynomial; then rounded to x's dtype
@@ -65,16 +66,69 @@ def _fdiv(ctx: Renderer, x: UOp) -> UOp | None:
     if Ops.FDIV in ctx.supported_ops:
         return None
     a, b = x.src
-    if x.dtype.itemsize < 8 and ctx.supports_dtype(dtypes.float64):
-        wide = dtypes.float64
-        return (a.cast(wide) * b.cast(wide).alu(Ops.RECIPROCAL)).cast(x.dtype)
-    # the widest float: correct to about an ulp, not correctly rounded. The reciprocal of a subnormal overflows, so
-    # such a divisor is scaled up first (0 / 1e-310 is 0, where 0 * inf would be NaN)
-    tiny, scale = UOp.const(x.dtype, 2.0 ** -(x.dtype.itemsize * 8)), UOp.const(x.dtype, 2.0 ** (x.dtype.itemsize * 8))
-    magnitude = b.lt(UOp.const(x.dtype, 0.0)).where(-b, b)
-    scaled = a * (b * scale).alu(Ops.RECIPROCAL) * scale
-    subnormal = magnitude.lt(tiny).alu(Ops.AND, magnitude.ne(UOp.const(x.dtype, 0.0)))
-    return subnormal.where(scaled, a * b.alu(Ops.RECIPROCAL))
+    # a float with twice the mantissa and a wider exponent (the reciprocal of a subnormal stays finite) divides
+    # correctly rounded as a MUL by the RECIPROCAL: its two roundings cannot move the narrower result
+    bits, exponent = _MANTISSA_BITS.get(x.dtype.name, 0), _EXPONENT_BITS.get(x.dtype.name, 0)
+    for wide in (dtypes.float32, dtypes.float64):
+        if _MANTISSA_BITS[wide.name] >= 2 * bits + 2 and _EXPONENT_BITS[wide.name] > exponent and \
+                ctx.supports_dtype(wide):
+            return (a.cast(wide) * b.cast(wide).alu(Ops.RECIPROCAL)).cast(x.dtype)
+    if x.dtype.name not in _DIVISION_RANGE:
+        return a * b.alu(Ops.RECIPROCAL)
+    return _corrected_quotient(a, b)
+
+
+#: the mantissa bits (with the implicit one) of each float
+_MANTISSA_BITS: dict[str, int] = {"float64": 53, "float32": 24, "float16": 11, "bfloat16": 8}
+#: the exponent bits of each float
+_EXPONENT_BITS: dict[str, int] = {"float64": 11, "float32": 8, "float16": 5, "bfloat16": 8}
+
+#: (k, s) for the corrected division in a float: operands outside [2**-k, 2**k] are scaled by 2**s towards it, where
+#: the quotient, its split halves and the remainder's partial products are all normal floats
+_DIVISION_RANGE: dict[str, tuple[int, int]] = {"float64": (400, 700), "float32": (57, 92)}
+
+
+def _corrected_quotient(a: UOp, b: UOp) -> UOp:
+    """a / b correctly rounded from MUL, ADD and RECIPROCAL: q = a * (1/b) rounds twice, so one Newton step on the
+    exact remainder a - q*b corrects it. The remainder is exact: q*b is split into two floats without rounding
+    (Dekker's product) and a - q*b cancels exactly because q*b is within a factor 2 of a. The operands are first
+    scaled by powers of two into a range where nothing of that underflows or overflows, and the quotient back."""
+    d = a.dtype
+    k, s = _DIVISION_RANGE[d.name]
+    small, large = UOp.const(d, 2.0 ** -k), UOp.const(d, 2.0 ** k)
+    up, down, one, zero = UOp.const(d, 2.0 ** s), UOp.const(d, 2.0 ** -s), UOp.const(d, 1.0), UOp.const(d, 0.0)
+
+    def into_range(v: UOp) -> tuple[UOp, UOp]:
+        """v scaled towards [2**-k, 2**k] and the power of two it was scaled by (zero, inf and NaN stay as they
+        are)."""
+        magnitude = v.lt(zero).where(-v, v)
+        factor = magnitude.lt(small).where(up, large.lt(magnitude).where(down, one))
+        return v * factor, factor
+
+    (a_in, a_factor), (b_in, b_factor) = into_range(a), into_range(b)
+    inverse = b_in.alu(Ops.RECIPROCAL)
+    quotient = a_in * inverse
+    product, error = _exact_product(quotient, b_in)
+    corrected = quotient + ((a_in - product) - error) * inverse
+    # infinities and NaN make the correction NaN, and a zero quotient keeps its sign: the first quotient stands there
+    scaled = ((corrected - corrected).eq(zero).alu(Ops.AND, quotient.ne(zero))).where(corrected, quotient)
+    # a/b = scaled * b_factor / a_factor: two factors of the same direction are applied one after the other (their
+    # product would overflow), opposite ones together (the first alone could round into a subnormal)
+    a_undo = a_factor.alu(Ops.RECIPROCAL)
+    same = b_factor.eq(a_undo).alu(Ops.AND, b_factor.ne(one))
+    return same.where(scaled * b_factor * b_factor, scaled * (b_factor * a_undo))
+
+
+def _exact_product(x: UOp, y: UOp) -> tuple[UOp, UOp]:
+    """(p, e) with p = x*y rounded and p + e = x*y exactly (Dekker): each factor split in halves whose products
+    are exact."""
+    def split(v: UOp) -> tuple[UOp, UOp]:
+        scaled = v * UOp.const(v.dtype, float(2 ** ((_MANTISSA_BITS[v.dtype.name] + 1) // 2) + 1))
+        high = scaled - (scaled - v)
+        return high, v - high
+    (xh, xl), (yh, yl) = split(x), split(y)
+    p = x * y
+    return p, ((((xh * yh) - p) + xh * yl) + xl * yh) + xl * yl
 
 
 def _pow2(b: UOp, dtype: DType) -> UOp:

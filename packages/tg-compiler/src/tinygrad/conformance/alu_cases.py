@@ -1,9 +1,9 @@
 """Which ALU ops the kit checks on which dtypes, and the reference result of each.
 
 The device contract's required ALU ops (docs/device-contract.md, section 2) are the ops of
-`tinygrad.uop.alu.REFERENCE_OPS`; FDIV is among them (no compiler pass rewrites it into MUL+RECIPROCAL yet, so
-every renderer writes it). Float dtypes take the arithmetic and transcendental ops, integers the arithmetic and
-bit ops, bool the logic ops; every dtype takes WHERE. Comparisons produce bool.
+`tinygrad.uop.alu.REFERENCE_OPS`, of which a renderer writes the minimal set (`tinygrad.conformance.minimal`) and
+the decomposition pass makes the rest. Float dtypes take the arithmetic and transcendental ops, integers the
+arithmetic and bit ops, bool the logic ops; every dtype takes WHERE. Comparisons produce bool.
 """
 
 from __future__ import annotations
