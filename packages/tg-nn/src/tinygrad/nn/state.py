@@ -1,5 +1,5 @@
 """Model state: collecting a model's tensors by name, loading them back, and the checkpoint formats
-(`safe_save`/`safe_load` for safetensors, `torch_load` for PyTorch files)."""
+(`safe_save`/`safe_load` for safetensors, `torch_load` for PyTorch files, `gguf_load` for llama.cpp's GGUF)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from tinygrad import Tensor
+from tinygrad.nn.gguf import GGUFError, gguf_load
 from tinygrad.nn.safetensors import SafetensorsError, safe_load, safe_load_metadata, safe_save
 from tinygrad.nn.torch_load import TorchLoadError, torch_load
 
-__all__ = ["SafetensorsError", "StateDictMismatch", "TorchLoadError", "get_parameters", "get_state_dict",
-           "load_state_dict", "safe_load", "safe_load_metadata", "safe_save", "torch_load"]
+__all__ = ["GGUFError", "SafetensorsError", "StateDictMismatch", "TorchLoadError", "get_parameters", "get_state_dict",
+           "gguf_load", "load_state_dict", "safe_load", "safe_load_metadata", "safe_save", "torch_load"]
 
 
 class StateDictMismatch(KeyError):
