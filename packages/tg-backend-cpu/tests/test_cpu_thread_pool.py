@@ -13,12 +13,14 @@ import textwrap
 import threading
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 from tg_backend_cpu.compiler import CCompiler
 from tg_backend_cpu.loader import load_library
+from tg_backend_cpu.py_thread_pool import PythonThreadPool
 from tg_backend_cpu.thread_count import THREADS_ENV, available_cores, thread_count
 from tg_backend_cpu.thread_pool import ThreadPool
 
@@ -46,18 +48,21 @@ class CountTask:
         self.args = (ctypes.c_longlong * 3)(self.hits.ctypes.data, self.who.ctypes.data, 0)
         self.total = total
 
-    def run(self, pool: ThreadPool, n_parts: int) -> int:
+    def run(self, pool: ThreadPool | PythonThreadPool, n_parts: int) -> int:
         assert self.fn is not None
         return pool.run(self.fn, self.args, self.total, n_parts)
 
 
-@pytest.fixture
-def pool() -> ThreadPool:
-    return ThreadPool(4)
+@pytest.fixture(params=[ThreadPool, PythonThreadPool], ids=["native", "python"])
+def pool(request: pytest.FixtureRequest) -> Iterator[ThreadPool | PythonThreadPool]:
+    """The native pool, and the Python-threads pool a machine without a C compiler uses: the same contract."""
+    made: ThreadPool | PythonThreadPool = request.param(4)
+    yield made
+    made.close()
 
 
 @pytest.mark.parametrize("total", [0, 1, 2, 3, 5, 8, 13, 100, 1001])
-def test_every_index_runs_exactly_once(pool: ThreadPool, total: int) -> None:
+def test_every_index_runs_exactly_once(pool: ThreadPool | PythonThreadPool, total: int) -> None:
     for n_parts in range(0, 10):
         task = CountTask(total)
         used = task.run(pool, n_parts)
@@ -67,7 +72,7 @@ def test_every_index_runs_exactly_once(pool: ThreadPool, total: int) -> None:
         assert len(set(task.who[:total].tolist())) <= used
 
 
-def test_workers_run_slices_while_the_caller_runs_its_own(pool: ThreadPool) -> None:
+def test_workers_run_slices_while_the_caller_runs_its_own(pool: ThreadPool | PythonThreadPool) -> None:
     task = CountTask(40)
     task.args[2] = 50_000  # the caller's slice (it starts at 0) sleeps 50 ms: time enough for workers to start
     launches = 0
@@ -94,7 +99,7 @@ void scale(const long long *args, long long start, long long end, long long tota
 """
 
 
-def test_workers_compute_under_the_callers_floating_point_environment(pool: ThreadPool) -> None:
+def test_workers_compute_under_the_callers_floating_point_environment(pool: ThreadPool | PythonThreadPool) -> None:
     # a library may turn on flush-to-zero / denormals-are-zero on the calling thread (torch.set_flush_denormal);
     # slices on workers must then flush too, or the result would depend on which thread computed it
     import platform
@@ -121,7 +126,7 @@ def test_workers_compute_under_the_callers_floating_point_environment(pool: Thre
     np.testing.assert_array_equal(out, np.zeros(8, np.float32))
 
 
-def test_many_launches_in_a_row(pool: ThreadPool) -> None:
+def test_many_launches_in_a_row(pool: ThreadPool | PythonThreadPool) -> None:
     task = CountTask(97)
     for _ in range(3000):
         assert task.run(pool, 4) == 4
@@ -138,7 +143,7 @@ def test_workers_that_sleep_between_every_launch_wake_up() -> None:
     np.testing.assert_array_equal(task.hits, np.full(31, 400, np.int64))
 
 
-def test_callers_on_several_threads_share_one_pool(pool: ThreadPool) -> None:
+def test_callers_on_several_threads_share_one_pool(pool: ThreadPool | PythonThreadPool) -> None:
     # the pool serves one job at a time: a caller that finds it busy runs its job itself
     tasks = [CountTask(64) for _ in range(4)]
     errors: list[BaseException] = []
@@ -160,7 +165,7 @@ def test_callers_on_several_threads_share_one_pool(pool: ThreadPool) -> None:
         np.testing.assert_array_equal(task.hits, np.full(64, 300, np.int64))
 
 
-def test_an_idle_pool_costs_no_cpu(pool: ThreadPool) -> None:
+def test_an_idle_pool_costs_no_cpu(pool: ThreadPool | PythonThreadPool) -> None:
     task = CountTask(1000)
     task.run(pool, 4)  # starts the workers
     time.sleep(0.05)  # past the spin: the workers sleep now
@@ -171,7 +176,7 @@ def test_an_idle_pool_costs_no_cpu(pool: ThreadPool) -> None:
     assert used < 0.1, f"3 idle workers used {used:.3f} s of CPU in 0.5 s: they spin instead of sleeping"
 
 
-def test_close_joins_the_workers_and_the_next_run_starts_new_ones(pool: ThreadPool) -> None:
+def test_close_joins_the_workers_and_the_next_run_starts_new_ones(pool: ThreadPool | PythonThreadPool) -> None:
     task = CountTask(10)
     task.run(pool, 4)
     assert pool.started
@@ -181,7 +186,7 @@ def test_close_joins_the_workers_and_the_next_run_starts_new_ones(pool: ThreadPo
     np.testing.assert_array_equal(task.hits, np.full(10, 2, np.int64))
 
 
-def test_a_forked_child_gets_a_pool_of_its_own(pool: ThreadPool) -> None:
+def test_a_forked_child_gets_a_pool_of_its_own(pool: ThreadPool | PythonThreadPool) -> None:
     if not hasattr(os, "fork"):
         pytest.skip("this platform has no fork()")
     task = CountTask(20)

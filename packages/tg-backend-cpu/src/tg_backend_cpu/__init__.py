@@ -54,12 +54,10 @@ def _note() -> str | None:
                       "install clang >= 15")
     bits = cc.host_vector_bits()
     notes = [f"compiler: {compiler}"] + ([f"{bits}-bit vectors"] if bits else [])
-    if c_compiler is None:
-        notes.append("1 thread (no C compiler for the thread pool: install gcc or clang for more)")
-    else:
-        n = thread_count()
-        source = f" from {THREADS_ENV}" if os.environ.get(THREADS_ENV, "").strip() else ""
-        notes.append(f"{n} thread{'s' if n != 1 else ''}{source}")
+    n = thread_count()
+    source = f" from {THREADS_ENV}" if os.environ.get(THREADS_ENV, "").strip() else ""
+    kind = " (Python threads: no C compiler for the native pool)" if c_compiler is None and n > 1 else ""
+    notes.append(f"{n} thread{'s' if n != 1 else ''}{source}{kind}")
     return ", ".join(notes) + (f"; {slower}" if slower else "")
 
 

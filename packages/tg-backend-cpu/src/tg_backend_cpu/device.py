@@ -18,6 +18,7 @@ from tinygrad.uop.ops import UOp
 
 from tg_backend_cpu.compiler import CCompiler, find_c_compiler, uses_llvm
 from tg_backend_cpu.program import CPUProgram
+from tg_backend_cpu.py_thread_pool import PythonThreadPool
 from tg_backend_cpu.renderer import CPURenderer
 from tg_backend_cpu.thread_count import thread_count
 from tg_backend_cpu.thread_pool import ThreadPool, pool_library
@@ -100,23 +101,16 @@ class CPUDevice(Compiled):
             renderer, compiler, self._entry_points = LLVMRenderer(), LLVMCompiler(), entry_points
         else:
             renderer, compiler, self._entry_points = CPURenderer(), CCompiler(), None
-        #: why kernels run on one thread whatever was asked (None: they may use more)
-        self.single_thread_reason = None if find_c_compiler()[0] is not None else \
-            "no C compiler for the thread pool"
-        self.threads = self._allowed(thread_count() if threads is None else _checked_threads(threads))
-        self.pool = ThreadPool(self.threads) if self.threads > 1 else None
+        self.threads = thread_count() if threads is None else _checked_threads(threads)
+        self.pool = _make_pool(self.threads)
         self._programs: weakref.WeakSet[CPUProgram] = weakref.WeakSet()
         super().__init__("CPU" if index == 0 else f"CPU:{index}", HostAllocator(), renderer, compiler,
                          self._make_program)
 
-    def _allowed(self, threads: int) -> int:
-        # the thread pool is C (thread_pool.c): without a C compiler (possible on the LLVM path) there is none
-        return 1 if self.single_thread_reason is not None else threads
-
     def background_builds(self) -> list[Callable[[], Any]]:
         # the pool's C library is compiled on its first use: in a new process with a cold cache, next to the
         # first kernels instead of after them (it is a noticeable part of the first realize of a matmul)
-        return [pool_library] if self.pool is not None and pool_library.cache_info().currsize == 0 else []
+        return [pool_library] if isinstance(self.pool, ThreadPool) and pool_library.cache_info().currsize == 0 else []
 
     def _make_program(self, name: str, lib: bytes) -> CPUProgram:
         program = CPUProgram(name, lib, pool=self.pool, entry_points=self._entry_points)
@@ -137,10 +131,18 @@ class CPUDevice(Compiled):
     def set_threads(self, threads: int) -> None:
         """Run kernels on this many threads from now on, compiled ones included (1: on the calling thread).
         The previous pool's workers are joined once no launch uses them."""
-        self.threads = self._allowed(_checked_threads(threads))
-        self.pool = ThreadPool(self.threads) if self.threads > 1 else None
+        self.threads = _checked_threads(threads)
+        self.pool = _make_pool(self.threads)
         for program in list(self._programs):
             program.use_pool(self.pool)
+
+
+def _make_pool(threads: int) -> ThreadPool | PythonThreadPool | None:
+    """The native pool (thread_pool.c, built by the C compiler); on a machine without one (the LLVM path needs
+    none), Python threads calling the slices; None for one thread."""
+    if threads <= 1:
+        return None
+    return ThreadPool(threads) if find_c_compiler()[0] is not None else PythonThreadPool(threads)
 
 
 def _checked_threads(threads: int) -> int:

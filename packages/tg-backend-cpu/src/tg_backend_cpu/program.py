@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tg_backend_cpu.loader import load_library
+from tg_backend_cpu.py_thread_pool import PythonThreadPool
 from tg_backend_cpu.thread_pool import ThreadPool
 
 #: a launch uses another thread only for at least this much estimated work (ProgramSpec.estimated_ops) per thread:
@@ -25,7 +26,7 @@ class CPUProgram:
     A shared object without them - plain C, `void name(buffers..., values...)` - is called directly, on one thread.
     """
 
-    def __init__(self, name: str, lib: bytes, pool: ThreadPool | None = None,
+    def __init__(self, name: str, lib: bytes, pool: ThreadPool | PythonThreadPool | None = None,
                  entry_points: Callable[[str, bytes], dict[str, int]] | None = None):
         """`entry_points(name, lib)`: the addresses of the entry points and constants of a kernel that is not a
         shared object (the LLVM path's object files, loaded in memory); None: `lib` is a shared object."""
@@ -68,7 +69,7 @@ class CPUProgram:
         self._launch = self._launch_on_pool if self.parts > 1 else self.run_fn
         return self.parts
 
-    def use_pool(self, pool: ThreadPool | None) -> int:
+    def use_pool(self, pool: ThreadPool | PythonThreadPool | None) -> int:
         """Launch on another pool (None: on the calling thread only); returns the threads a launch now uses."""
         self.pool = pool
         return self.plan_launch(self.estimated_ops)
