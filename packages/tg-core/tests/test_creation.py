@@ -441,7 +441,7 @@ def test_device_bits_follow_the_formula_across_the_32_bit_counter_boundary() -> 
 
     Tensor.manual_seed(42)
     np.testing.assert_array_equal(Tensor.random_bits(100).numpy(), _reference_bits(42, 0, 100))
-    state = DeviceRNG.state(Device.DEFAULT)
+    state = DeviceRNG.state(Tensor, Device.DEFAULT)
     k1, k2 = seed_keys(42)
     start = (1 << 32) - 10  # the draw crosses into the counter's high word
     state._buffer().copyin(np.array([k1, k2, start & 0xFFFFFFFF, start >> 32], np.uint32).data.cast("B"))
@@ -454,14 +454,14 @@ def test_draws_are_kernels_over_one_state_buffer() -> None:
     from tinygrad.mixin.rng import DeviceRNG
 
     Tensor.rand(3).realize()
-    storage = DeviceRNG.state(Device.DEFAULT)._buffer().storage
+    storage = DeviceRNG.state(Tensor, Device.DEFAULT)._buffer().storage
     before = GlobalCounters.kernel_count
     x = Tensor.rand(1000)
     assert GlobalCounters.kernel_count - before == 2, "advancing the state: one kernel, and its copy into the state"
     leaves = [u for u in x.uop.toposort() if u.op.name == "BUFFER"]
     assert leaves and all(u.dtype == dtypes.uint32 for u in leaves), "no float data comes from the host"
     x.realize()
-    assert DeviceRNG.state(Device.DEFAULT)._buffer().storage is storage, "the state keeps its buffer"
+    assert DeviceRNG.state(Tensor, Device.DEFAULT)._buffer().storage is storage, "the state keeps its buffer"
 
 
 def test_lazy_draws_do_not_depend_on_when_they_are_realized() -> None:
@@ -477,4 +477,4 @@ def test_draw_size_limit_is_a_clear_error() -> None:
     from tinygrad.mixin.rng import DeviceRNG
 
     with pytest.raises(ValueError, match="at most"):
-        DeviceRNG.bits(1 << 32, Device.DEFAULT)
+        DeviceRNG.bits(Tensor, 1 << 32, Device.DEFAULT)

@@ -38,19 +38,6 @@ from tinygrad.engine.schedule import (
 from tinygrad.errors import BroadcastError, DTypeError
 from tinygrad.gradient import compute_gradient
 from tinygrad.helpers import prod
-from tinygrad.mixin import (
-    creation,
-    elementwise,
-    functional,
-    indexing,
-    linalg,
-    movement,
-    processing,
-    reduce,
-    rng,
-    unary,
-    utility,
-)
 from tinygrad.mixin.common import Scalar, broadcast_shape, shape_args
 from tinygrad.mixin.creation import CreationMixin
 from tinygrad.mixin.elementwise import ElementwiseMixin
@@ -557,10 +544,5 @@ def _list_to_numpy(data: list | tuple, want: DType | None) -> tuple[np.ndarray, 
         return (arr.astype(np.int32), dtypes.int32) if fits else (arr, dtypes.int64)
     return arr, None
 
-
-# the mixin modules name `Tensor` in their bodies; give them the class now that it exists
-for _module in (creation, elementwise, functional, indexing, linalg, movement, processing, reduce, rng, unary,
-                utility):
-    _module.Tensor = Tensor  # type: ignore[attr-defined]
 
 __all__ = ["Tensor", "broadcast_shape", "shape_args"]

@@ -18,6 +18,14 @@ Scalar = int | float | bool
 ShapeArg = int | Sequence[int]
 
 
+class TensorBase:
+    """The base of every mixin class, so of Tensor. The mixin modules cannot import Tensor at run time (tensor.py
+    imports them), so `isinstance(x, TensorBase)` is their test for "x is a Tensor"; the methods reach the class
+    itself through `type(self)` or `cls`."""
+
+    __slots__ = ()
+
+
 def shape_args(shape: tuple[Any, ...], symbolic: bool = False) -> tuple[Any, ...]:
     """Accept `f(2, 3)` and `f((2, 3))` alike, and check the sizes. With `symbolic`, a size may also be a bound
     Variable or an integer expression over bound Variables (`n.bind(10)`, `n.bind(10) * 2`)."""

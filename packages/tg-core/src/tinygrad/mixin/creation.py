@@ -22,17 +22,15 @@ from tinygrad.dtype import DType, DTypeLike, dtypes, is_emulated_float, to_dtype
 from tinygrad.engine.schedule import buffer_view
 from tinygrad.errors import DTypeError
 from tinygrad.helpers import TRAINING, prod
-from tinygrad.mixin.common import Scalar, ShapeArg, shape_args
+from tinygrad.mixin.common import Scalar, ShapeArg, TensorBase, shape_args
 from tinygrad.mixin.rng import DeviceRNG, bits64, normal_bits, uniform_bits
 from tinygrad.uop.ops import UOp, sint, sym_prod
 
 if TYPE_CHECKING:
     from tinygrad.tensor import Tensor
-else:
-    Tensor = None  # bound to the real class by tinygrad.tensor once it is defined (the modules import each other)
 
 
-class CreationMixin:
+class CreationMixin(TensorBase):
     __slots__ = ()
 
     @classmethod
@@ -114,8 +112,8 @@ class CreationMixin:
         `steps` may be a bound Variable: the spacing is then computed from its value at run time."""
         d = to_dtype(dtype) if dtype is not None else dtypes.default_float
         if isinstance(steps, UOp):
-            i = Tensor.arange(steps, device=device, dtype=dtypes.float32)
-            n = Tensor(steps, device=device).cast(dtypes.float32)
+            i = cls.arange(steps, device=device, dtype=dtypes.float32)
+            n = cls(steps, device=device).cast(dtypes.float32)
             step = (float(stop) - float(start)) / (n - 1).maximum(1)  # one step: just `start`, as below
             half = (n / 2).floor()
             # as below, each half counted from its own end; the first value is `start` even for one step
@@ -135,14 +133,14 @@ class CreationMixin:
         m = n if m is None else m
         d = to_dtype(dtype) if dtype is not None else dtypes.default_float
         if isinstance(n, UOp) or isinstance(m, UOp):  # symbolic: compare row and column numbers
-            rows = Tensor.arange(n, device=device, dtype=dtypes.int32)
-            cols = Tensor.arange(m, device=device, dtype=dtypes.int32)
+            rows = cls.arange(n, device=device, dtype=dtypes.int32)
+            cols = cls.arange(m, device=device, dtype=dtypes.int32)
             return cls((rows.reshape(n, 1) == cols.reshape(1, m)).cast(d).uop, device=device, **kwargs)
         _check_count(n, "eye n")
         _check_count(m, "eye m")
         k = min(n, m)
         # k rows of (1, 0 x m), read back as k rows of m: row i then holds its 1 at column i
-        ones = Tensor.full((k, 1), 1, dtype=dtypes.int32, device=device).pad(((0, 0), (0, m)))
+        ones = cls.full((k, 1), 1, dtype=dtypes.int32, device=device).pad(((0, 0), (0, m)))
         diag = ones.reshape(k * (m + 1)).shrink(((0, k * m),)).reshape(k, m).pad(((0, n - k), (0, 0)))
         return cls(diag.cast(d).uop, device=device, **kwargs)
 
@@ -195,9 +193,9 @@ class CreationMixin:
         dev = Device.canonicalize(device)
         n = prod(sh)
         if d.itemsize == 8:
-            raw = bits64(n, dev)
+            raw = bits64(cls, n, dev)
         else:
-            raw = DeviceRNG.bits(n, dev)
+            raw = DeviceRNG.bits(cls, n, dev)
             raw = raw if d.itemsize == 4 else raw.cast(dtypes.uint8 if d.itemsize == 1 else dtypes.uint16)
         unsigned = raw.dtype
         out = raw if d == unsigned else raw.bitcast(d)
@@ -210,7 +208,7 @@ class CreationMixin:
         sh = shape_args(shape)
         d = _float_dtype(dtype, "rand")
         dev = Device.canonicalize(device)
-        return cls(uniform_bits(prod(sh), d, dev).reshape(sh).uop, device=dev, **kwargs)
+        return cls(uniform_bits(cls, prod(sh), d, dev).reshape(sh).uop, device=dev, **kwargs)
 
     @classmethod
     def randn(cls: type[Tensor], *shape: Any, device: str | None = None, dtype: DTypeLike | None = None,
@@ -219,7 +217,7 @@ class CreationMixin:
         sh = shape_args(shape)
         d = _float_dtype(dtype, "randn")
         dev = Device.canonicalize(device)
-        return cls(normal_bits(prod(sh), d, dev).reshape(sh).uop, device=dev, **kwargs)
+        return cls(normal_bits(cls, prod(sh), d, dev).reshape(sh).uop, device=dev, **kwargs)
 
     def rand_like(self: Tensor, **kwargs: Any) -> Tensor:
         return type(self).rand(self.shape, **{"dtype": self._like_dtype(kwargs, "rand_like"), "device": self.device,
@@ -239,7 +237,7 @@ class CreationMixin:
     def uniform(cls: type[Tensor], *shape: Any, low: float = 0.0, high: float = 1.0, **kwargs: Any) -> Tensor:
         """Uniform values in [low, high); the result is a leaf (requires_grad applies to it, not to rand)."""
         requires_grad = kwargs.pop("requires_grad", None)
-        out = (Tensor.rand(*shape, **kwargs) * (high - low) + low).realize()
+        out = (cls.rand(*shape, **kwargs) * (high - low) + low).realize()
         return out.requires_grad_(requires_grad)  # None (tinygrad's default), True or False
 
     @classmethod
@@ -247,7 +245,7 @@ class CreationMixin:
         if std < 0:
             raise RuntimeError(f"normal needs std >= 0, got std={std}")
         requires_grad = kwargs.pop("requires_grad", None)
-        out = (Tensor.randn(*shape, **kwargs) * std + mean).realize()
+        out = (cls.randn(*shape, **kwargs) * std + mean).realize()
         return out.requires_grad_(requires_grad)  # None (tinygrad's default), True or False
 
     @classmethod
@@ -268,14 +266,14 @@ class CreationMixin:
         n = prod(sh)
         if Device[dev].supports_dtype(dtypes.uint64):
             # mod a 64-bit draw: the bias is below span / 2**64
-            draws = bits64(n, dev)
+            draws = bits64(cls, n, dev)
             offsets = draws if span >= 1 << 64 else draws % span
             values = (offsets + (low % (1 << 64))).bitcast(dtypes.int64)  # wraps to the signed value
         else:
             if not (dtypes.int32.min <= low and high - 1 <= dtypes.int32.max):
                 raise ValueError(f"randint range [{low}, {high}) needs 64-bit integers, which device {dev} lacks; "
                                  f"use a range within int32")
-            offsets = DeviceRNG.bits(n, dev) % span if span < 1 << 32 else DeviceRNG.bits(n, dev)
+            offsets = DeviceRNG.bits(cls, n, dev) % span if span < 1 << 32 else DeviceRNG.bits(cls, n, dev)
             values = (offsets + (low % (1 << 32))).bitcast(dtypes.int32)
         if d.is_unsigned and d.itemsize == values.dtype.itemsize:
             values = values.bitcast(d)
@@ -286,7 +284,7 @@ class CreationMixin:
                  **kwargs: Any) -> Tensor:
         """A random permutation of 0..n-1 (int32 by default, tinygrad's; PyTorch's is int64)."""
         _check_count(n, "randperm n")
-        perm = np.argsort(Tensor.random_bits(n, dtype=dtypes.uint64, device=device).numpy(), kind="stable")
+        perm = np.argsort(cls.random_bits(n, dtype=dtypes.uint64, device=device).numpy(), kind="stable")
         d = to_dtype(dtype)
         return cls(perm if is_emulated_float(d) else perm.astype(to_numpy(d)), device=device, dtype=d, **kwargs)
 
@@ -341,7 +339,7 @@ class CreationMixin:
             raise RuntimeError("multinomial needs a positive weight in every row (a row sums to 0)")
         rows, cats = w.shape
         if replacement:
-            u = _host_uniform(rows * num_samples, self.device).reshape(rows, num_samples)
+            u = _host_uniform(self, rows * num_samples).reshape(rows, num_samples)
             cdf = np.cumsum(w / total, axis=1)
             idx = np.stack([np.searchsorted(c, r, side="right") for c, r in zip(cdf, u)])
             # rounding can leave the cdf's end just below 1: a draw past it takes the last positive category
@@ -352,7 +350,7 @@ class CreationMixin:
                 raise RuntimeError(f"cannot draw {num_samples} samples without replacement: a row has fewer "
                                    f"categories of positive weight")
             # exponential races: the first num_samples arrivals of clocks running at rates w (rate 0 never arrives)
-            u = _host_uniform(rows * cats, self.device).reshape(rows, cats)
+            u = _host_uniform(self, rows * cats).reshape(rows, cats)
             with np.errstate(divide="ignore"):
                 arrival = -np.log1p(-u) / w
             idx = np.argsort(arrival, axis=1, kind="stable")[:, :num_samples]
@@ -364,13 +362,13 @@ class CreationMixin:
         scale the rest by 1/(1-p); otherwise the identity."""
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"dropout probability has to be between 0 and 1, got {p}")
-        if not (Tensor.training or TRAINING) or p == 0:
+        if not (type(self).training or TRAINING) or p == 0:
             return self
         if not self.dtype.is_float:
             raise DTypeError(f"dropout of a {self.dtype} tensor; dropout scales by 1/(1-p) and needs floats")
         if p == 1:
             return self * 0
-        keep = Tensor.rand(*self.shape, device=self.device) >= p
+        keep = type(self).rand(*self.shape, device=self.device) >= p
         return keep.where(self, 0) * (1 / (1 - p))
 
 
@@ -392,7 +390,8 @@ def _float_dtype(dtype: DTypeLike | None, name: str) -> DType:
     return d
 
 
-def _host_uniform(n: int, device: str) -> np.ndarray:
-    """n float64 values in [0, 1) from device-drawn bits (53 of them each), for the draws finished on the host."""
-    raw = Tensor.random_bits(n, dtype=dtypes.uint64, device=device).numpy()
+def _host_uniform(like: Tensor, n: int) -> np.ndarray:
+    """n float64 values in [0, 1) from bits drawn on like's device (53 of them each), for the draws finished on the
+    host."""
+    raw = type(like).random_bits(n, dtype=dtypes.uint64, device=like.device).numpy()
     return (raw >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))

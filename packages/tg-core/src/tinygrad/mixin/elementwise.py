@@ -9,16 +9,14 @@ from typing import TYPE_CHECKING
 from tinygrad.device import Device
 from tinygrad.dtype import dtypes
 from tinygrad.errors import DTypeError
-from tinygrad.mixin.common import Scalar, broadcast_shape, scalar_like, sign_bit
+from tinygrad.mixin.common import Scalar, TensorBase, broadcast_shape, scalar_like, sign_bit
 from tinygrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
     from tinygrad.tensor import Tensor
-else:
-    Tensor = None  # bound to the real class by tinygrad.tensor once it is defined (the modules import each other)
 
 
-class ElementwiseMixin:
+class ElementwiseMixin(TensorBase):
     __slots__ = ()
 
     # arithmetic
@@ -127,12 +125,12 @@ class ElementwiseMixin:
         """`x` where self is true (nonzero), else `y`. A Python number next to a tensor takes the tensor's dtype
         unless it is of a higher category (a float next to an int tensor), as in PyTorch."""
         cond = self if self.dtype.is_bool else self != 0
-        if isinstance(x, Tensor):
+        if isinstance(x, TensorBase):
             xt, yt = x._broadcasted(y)
-        elif isinstance(y, Tensor):
+        elif isinstance(y, TensorBase):
             xt, yt = y._broadcasted(x, reverse=True)
         else:
-            xt, yt = Tensor(UOp.const(dtypes.from_py([x, y]), x), device=cond.device)._broadcasted(y)
+            xt, yt = type(self)(UOp.const(dtypes.from_py([x, y]), x), device=cond.device)._broadcasted(y)
         shape = broadcast_shape(cond.shape, xt.shape)
         c, xt, yt = cond._broadcast_to(shape), xt._broadcast_to(shape), yt._broadcast_to(shape)
         return c._derive(c.uop.alu(Ops.WHERE, xt.uop, yt.uop), xt, yt)
@@ -141,7 +139,7 @@ class ElementwiseMixin:
         """self + weight * (end - self), evaluated from the nearer end so that weight 1 gives exactly `end`."""
         start = self._float()
         diff = end - start
-        if isinstance(weight, Tensor):
+        if isinstance(weight, TensorBase):
             return (weight.abs() < 0.5).where(start + weight * diff, end - diff * (1 - weight))
         return start + diff * weight if abs(weight) < 0.5 else end - diff * (1 - weight)
 
@@ -171,7 +169,7 @@ class ElementwiseMixin:
 
     def _cmp(self: Tensor, op: Ops, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
         a, b = self._broadcasted(x, reverse)
-        return Tensor(a.uop.alu(op, b.uop), device=self.device)
+        return type(self)(a.uop.alu(op, b.uop), device=self.device)
 
     def _cmp_or_equal(self: Tensor, x: Tensor | Scalar, reverse: bool) -> Tensor:
         # self >= x (reverse: self <= x). For floats "not <" would call NaN comparisons true
@@ -185,7 +183,7 @@ class ElementwiseMixin:
     def ne(self: Tensor, x: Tensor | Scalar) -> Tensor: return self != x
 
     def logical_not(self: Tensor) -> Tensor:
-        return Tensor(self.bool().uop.alu(Ops.CMPNE, UOp.const(dtypes.bool, True).reshape(
+        return type(self)(self.bool().uop.alu(Ops.CMPNE, UOp.const(dtypes.bool, True).reshape(
             (1,) * self.ndim).expand(self.shape)), device=self.device)
 
     def isnan(self: Tensor) -> Tensor:
@@ -234,7 +232,7 @@ class ElementwiseMixin:
         a, b = self._broadcasted(x, reverse)
         if a.dtype.is_float:
             raise DTypeError(f"bitwise {op.name} needs integer or bool tensors, got {a.dtype}")
-        return Tensor(a.uop.alu(op, b.uop), device=self.device)
+        return type(self)(a.uop.alu(op, b.uop), device=self.device)
 
     def bitwise_and(self: Tensor, x: Tensor | Scalar) -> Tensor: return self._bitop(Ops.AND, x)
     def bitwise_or(self: Tensor, x: Tensor | Scalar) -> Tensor: return self._bitop(Ops.OR, x)

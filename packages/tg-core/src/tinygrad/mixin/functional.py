@@ -21,11 +21,10 @@ from tinygrad.dtype import dtypes
 from tinygrad.engine import jit_state
 from tinygrad.errors import DTypeError
 from tinygrad.helpers import ContextVar
+from tinygrad.mixin.common import TensorBase
 
 if TYPE_CHECKING:
     from tinygrad.tensor import Tensor
-else:
-    Tensor = None  # bound to the real class by tinygrad.tensor once it is defined (the modules import each other)
 
 CHECK_INDICES = ContextVar("CHECK_INDICES", 1)
 
@@ -62,7 +61,7 @@ def _check_targets(target: Tensor, num_classes: int, ignore_index: int | None, w
 def _class_mask(target: Tensor, num_classes: int, axis: int, ndim: int) -> Tensor:
     """Bool mask of shape `target` with a class axis of `num_classes` inserted at `axis` (of `ndim` in all):
     True where the class is the target."""
-    classes = Tensor.arange(num_classes, device=target.device).reshape((num_classes,) + (1,) * (ndim - axis - 1))
+    classes = type(target).arange(num_classes, device=target.device).reshape((num_classes,) + (1,) * (ndim - axis - 1))
     return target.unsqueeze(axis) == classes
 
 
@@ -72,7 +71,7 @@ def _softplus_neg(x: Tensor) -> Tensor:
     return (x < 0).where(-x, 0.0) + (1 + neg_abs.exp()).log()
 
 
-class FunctionalMixin:
+class FunctionalMixin(TensorBase):
     __slots__ = ()
 
     # ---- layers ----
@@ -154,7 +153,7 @@ class FunctionalMixin:
         if is_causal:
             if attn_mask is not None:
                 raise ValueError("scaled_dot_product_attention: pass attn_mask or is_causal=True, not both")
-            attn_mask = Tensor.arange(L, device=q.device).unsqueeze(-1) >= Tensor.arange(S, device=q.device)
+            attn_mask = type(self).arange(L, device=q.device).unsqueeze(-1) >= type(self).arange(S, device=q.device)
         if attn_mask is not None:
             scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype.is_bool else scores + attn_mask
         if S == 0:  # nothing to attend to: the output is an empty sum, 0
@@ -164,7 +163,7 @@ class FunctionalMixin:
         total = e.sum(-1, keepdim=True)
         weights = e / (total == 0).where(1.0, total)
         if dropout_p > 0:
-            keep = Tensor.rand(*weights.shape, device=q.device) >= dropout_p
+            keep = type(self).rand(*weights.shape, device=q.device) >= dropout_p
             weights = keep.where(weights / (1 - dropout_p), 0.0) if dropout_p < 1 else weights * 0
         return weights.matmul(value)
 

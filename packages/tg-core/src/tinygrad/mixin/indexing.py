@@ -26,25 +26,23 @@ position, the last write wins (PyTorch leaves it unspecified).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from tinygrad.dtype import dtypes, to_numpy
 from tinygrad.errors import DTypeError
 from tinygrad.helpers import argsort, prod
-from tinygrad.mixin.common import Scalar, broadcast_shape, index_dtype, placed_mask, scalar_like, select
+from tinygrad.mixin.common import Scalar, TensorBase, broadcast_shape, index_dtype, placed_mask, scalar_like, select
 from tinygrad.uop.ops import Ops, UOp, resolve_size
 
 if TYPE_CHECKING:
     from tinygrad.tensor import Tensor
-else:
-    Tensor = None  # bound to the real class by tinygrad.tensor once it is defined (the modules import each other)
 
 SCATTER_REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
 
 
-class IndexingMixin:
+class IndexingMixin(TensorBase):
     __slots__ = ()
     _requires_grad: bool | None  # Tensor's slot (see Tensor.requires_grad)
 
@@ -60,7 +58,7 @@ class IndexingMixin:
         return _take(y, picks) if picks else y
 
     def __setitem__(self: Tensor, index: Any, value: Tensor | Scalar | Sequence[Any]) -> None:
-        if self.requires_grad and id(self) in Tensor._grad_tensors:
+        if self.requires_grad and id(self) in type(self)._grad_tensors:
             raise RuntimeError("a leaf tensor that requires grad cannot be written in place (PyTorch refuses too); "
                                "write into a copy: y = x.clone(); y[...] = v")
         view = _View(self, _parse(self, index))
@@ -76,7 +74,7 @@ class IndexingMixin:
                 new_y = _put(y, picks, v)
             else:
                 new_y = _broadcast_value(v, y.shape)
-        written = view.place(Tensor(UOp.const(dtypes.bool, True).reshape((1,) * y.ndim).expand(y.shape)))
+        written = view.place(type(self)(UOp.const(dtypes.bool, True).reshape((1,) * y.ndim).expand(y.shape)))
         new = select(written, view.place(new_y), self)
         self.assign(new)
         if new.requires_grad:  # a value with gradient history makes the target a part of the graph
@@ -108,14 +106,14 @@ class IndexingMixin:
         including the old value unless include_self=False. Integer means round down, as in PyTorch."""
         if reduce not in SCATTER_REDUCTIONS:
             raise ValueError(f"scatter_reduce reduce must be one of {', '.join(SCATTER_REDUCTIONS)}, got {reduce!r}")
-        if not isinstance(src, Tensor):
+        if not isinstance(src, TensorBase):
             raise TypeError(f"scatter_reduce needs a tensor src, got {type(src).__name__}; use scatter for a scalar")
         return _scatter(self, dim, index, src, reduce, include_self)
 
     def masked_fill(self: Tensor, mask: Tensor, value: Tensor | Scalar) -> Tensor:
         """`value` where the boolean `mask` (broadcast to self's shape) is True."""
         _check_mask(self, mask, "masked_fill")
-        if isinstance(value, Tensor):
+        if isinstance(value, TensorBase):
             if value.ndim != 0:
                 raise ValueError(f"masked_fill takes a 0-d tensor value, got shape {value.shape}")
             v = value.cast(self.dtype)
@@ -135,14 +133,14 @@ class IndexingMixin:
         coords = np.argwhere(self.numpy() != 0)  # (count, ndim)
         coords = coords.astype(to_numpy(index_dtype(max(self.shape, default=1))))
         if as_tuple:
-            return tuple(Tensor(coords[:, d].copy(), device=self.device) for d in range(max(self.ndim, 1)))
-        return Tensor(coords, device=self.device)
+            return tuple(type(self)(coords[:, d].copy(), device=self.device) for d in range(max(self.ndim, 1)))
+        return type(self)(coords, device=self.device)
 
 
 # ---- parsing an index ----
 
 def _host_index(i: list | np.ndarray) -> np.ndarray:
-    if isinstance(i, list) and any(isinstance(e, Tensor) for e in i):
+    if isinstance(i, list) and any(isinstance(e, TensorBase) for e in i):
         raise IndexError("a list of tensors is not an index; pass them as a tuple: t[a, b]")
     try:
         arr = np.asarray(i)
@@ -171,7 +169,8 @@ def _parse(t: Tensor, index: Any) -> list[tuple[Any, ...]]:
             items.append(("flag", bool(i)))
         elif isinstance(i, (int, np.integer)):
             items.append(("int", int(i)))
-        elif isinstance(i, Tensor):
+        elif isinstance(i, TensorBase):
+            i = cast("Tensor", i)
             if i.device != t.device:
                 raise IndexError(f"an index on {i.device} for a tensor on {t.device}; move it with .to()")
             if i.dtype.is_float:
@@ -207,13 +206,13 @@ class _Pick:
         self.index, self.size, self.host = index, size, host
 
 
-def _pick_from_host(arr: np.ndarray, size: int, dim: int) -> _Pick:
+def _pick_from_host(tensor_type: type[Tensor], arr: np.ndarray, size: int, dim: int) -> _Pick:
     if arr.size and (arr.min() < -size or arr.max() >= size):
         bad = int(arr[(arr < -size) | (arr >= size)].reshape(-1)[0])
         raise IndexError(f"index {bad} is out of bounds for dimension {dim} with size {size}")
     wrapped = np.where(arr < 0, arr + size, arr)
     dt = np.int32 if size <= np.iinfo(np.int32).max else np.int64
-    return _Pick(Tensor(wrapped.astype(dt)), size, wrapped)
+    return _Pick(tensor_type(wrapped.astype(dt)), size, wrapped)
 
 
 def _pick_from_tensor(i: Tensor, size: int) -> _Pick:
@@ -227,6 +226,7 @@ class _View:
     inverse. Advanced items keep their dimension (or add one) in the view; they are applied afterwards."""
 
     def __init__(self, t: Tensor, items: list[tuple[Any, ...]]):
+        self.tensor_type = type(t)
         self.in_shape = t.shape
         self.bounds: list[tuple[int, int]] = []
         self.flips: list[int] = []
@@ -243,7 +243,8 @@ class _View:
                 continue
             if kind == "flag":
                 # a Python bool adds a dimension of size 1 and keeps it (True) or none of it (False)
-                self.picks.append((len(self.out_shape), _pick_from_host(np.zeros(int(item[1]), np.int64), 1, d)))
+                flag = _pick_from_host(self.tensor_type, np.zeros(int(item[1]), np.int64), 1, d)
+                self.picks.append((len(self.out_shape), flag))
                 self.out_shape.append(1)
                 continue
             if kind == "mask":
@@ -272,7 +273,7 @@ class _View:
             elif kind == "slice":
                 self._slice(item[1], size, d)
             else:  # an integer index: keep the whole dimension, pick from it later
-                p = _pick_from_host(item[1], size, d) if isinstance(item[1], np.ndarray) else \
+                p = _pick_from_host(self.tensor_type, item[1], size, d) if isinstance(item[1], np.ndarray) else \
                     _pick_from_tensor(item[1], size)
                 self.picks.append((len(self.out_shape), p))
                 self._keep(size, 0, size, 1)
@@ -334,10 +335,10 @@ class _View:
         for at, mask in self.masks:
             arr = mask if isinstance(mask, np.ndarray) else mask.numpy()
             if arr.ndim == 0:
-                picks.append((at, _pick_from_host(np.zeros(int(bool(arr)), np.int64), 1, at)))
+                picks.append((at, _pick_from_host(self.tensor_type, np.zeros(int(bool(arr)), np.int64), 1, at)))
                 continue
             for k, coords in enumerate(np.nonzero(arr)):
-                picks.append((at + k, _pick_from_host(coords, arr.shape[k], at + k)))
+                picks.append((at + k, _pick_from_host(self.tensor_type, coords, arr.shape[k], at + k)))
         return sorted(picks, key=lambda p: p[0])
 
     def masked_write(self, y: Tensor, v: Tensor) -> Tensor | None:
@@ -350,7 +351,7 @@ class _View:
         tail = y.shape[at + k:]
         if k == 0 or v.ndim > len(tail):
             return None
-        m = mask if isinstance(mask, Tensor) else Tensor(mask, device=y.device)
+        m = mask if isinstance(mask, TensorBase) else type(y)(mask, device=y.device)
         m = m.reshape((1,) * at + m.shape + (1,) * len(tail))
         return select(m, _broadcast_value(v, tail).reshape((1,) * (at + k) + tail), y)
 
@@ -362,7 +363,7 @@ def _one_hot(idx: Tensor, size: int) -> Tensor:
     # lazy positions (an ARANGE node, not a host-made buffer): lowered, they are the reduce loop's own index, so
     # the compiler sees `idx == r` and turns the compare-and-sum into a direct load (codegen/gather_fold.py)
     dt = dtypes.int32 if size < 2**31 else dtypes.int64
-    positions = Tensor(UOp(Ops.ARANGE, dt, (), size), device=idx.device)
+    positions = type(idx)(UOp(Ops.ARANGE, dt, (), size), device=idx.device)
     return idx.unsqueeze(-1) == positions
 
 
@@ -428,7 +429,7 @@ def _put(y: Tensor, picks: list[tuple[int, _Pick]], v: Tensor) -> Tensor:
         hit = mask._derive(mask.uop.reduce_axis(Ops.MAX, tuple(range(nb)))).reshape(sizes)
     else:
         # several index positions name one element: the last one writes it
-        order_of = Tensor.arange(prod(bshape), device=y.device, dtype=dtypes.int32).reshape(bshape + (1,) * k)
+        order_of = type(y).arange(prod(bshape), device=y.device, dtype=dtypes.int32).reshape(bshape + (1,) * k)
         ranked = select(mask, order_of, scalar_like(order_of, -1))
         last = ranked._derive(ranked.uop.reduce_axis(Ops.MAX, tuple(range(nb))))
         mask = mask & (order_of == last)
@@ -458,20 +459,20 @@ def _broadcast_value(v: Tensor, shape: tuple[int, ...]) -> Tensor:
     return v._broadcast_to(shape)
 
 
-def _value_tensor(t: Tensor, value: Any) -> Tensor:
-    if isinstance(value, Tensor):
+def _value_tensor(t: Tensor, value: Tensor | Scalar | Sequence[Any]) -> Tensor:
+    if isinstance(value, TensorBase):
         if value.device != t.device:
             raise RuntimeError(f"a value on {value.device} written into a tensor on {t.device}; move it with .to()")
         return value.cast(t.dtype)
     if isinstance(value, (bool, int, float, np.generic)):
         return scalar_like(t, value.item() if isinstance(value, np.generic) else value)
-    return Tensor(value, device=t.device, dtype=t.dtype)
+    return type(t)(value, device=t.device, dtype=t.dtype)
 
 
 # ---- gather and scatter ----
 
 def _scatter_args(t: Tensor, dim: int, index: Tensor, src: Tensor | None, name: str) -> tuple[Tensor, Tensor, int]:
-    if not isinstance(index, Tensor):
+    if not isinstance(index, TensorBase):
         raise TypeError(f"{name} index must be a Tensor, got {type(index).__name__}")
     if not index.dtype.is_int:
         raise DTypeError(f"{name} index must be an integer tensor, got {index.dtype}")
@@ -494,12 +495,12 @@ def _scatter_args(t: Tensor, dim: int, index: Tensor, src: Tensor | None, name: 
 
 
 def _scatter(t: Tensor, dim: int, index: Tensor, src: Tensor | Scalar, how: str, include_self: bool) -> Tensor:
-    x, idx, d = _scatter_args(t, dim, index, src if isinstance(src, Tensor) else None, "scatter")
-    if isinstance(src, Tensor) and src.device != t.device:
+    x, idx, d = _scatter_args(t, dim, index, src if isinstance(src, TensorBase) else None, "scatter")
+    if isinstance(src, TensorBase) and src.device != t.device:
         raise RuntimeError(f"scatter src on {src.device} for a tensor on {t.device}; move it with .to()")
     if idx.numel() == 0:
         return t
-    if isinstance(src, Tensor):
+    if isinstance(src, TensorBase):
         values = (src.reshape(1) if src.ndim == 0 else src).shrink(tuple((0, n) for n in idx.shape)).cast(t.dtype)
     else:
         values = scalar_like(x, src)._broadcast_to(idx.shape)
@@ -517,10 +518,10 @@ def _scatter(t: Tensor, dim: int, index: Tensor, src: Tensor | Scalar, how: str,
         return r.permute(list(range(d)) + [r.ndim - 1] + list(range(d, r.ndim - 1)))
 
     hit = over_contributors(hot, Ops.MAX)
-    if how == "assign" and not isinstance(src, Tensor):
+    if how == "assign" and not isinstance(src, TensorBase):
         new = select(hit, scalar_like(part, src), part)  # one value for every write: no need to rank the writers
     elif how == "assign":
-        order = Tensor.arange(idx.shape[d], device=x.device, dtype=dtypes.int32)
+        order = type(x).arange(idx.shape[d], device=x.device, dtype=dtypes.int32)
         order = order.reshape((1,) * d + (idx.shape[d],) + (1,) * (idx.ndim - d))
         ranked = select(hot, order, scalar_like(order, -1))
         last = ranked._derive(ranked.uop.reduce_axis(Ops.MAX, (d,)))
@@ -558,8 +559,8 @@ def _scatter(t: Tensor, dim: int, index: Tensor, src: Tensor | Scalar, how: str,
 
 
 def _check_mask(t: Tensor, mask: Tensor, name: str, both_ways: bool = False) -> tuple[int, ...]:
-    if not isinstance(mask, Tensor) or not mask.dtype.is_bool:
-        got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
+    if not isinstance(mask, TensorBase) or not mask.dtype.is_bool:
+        got = mask.dtype if isinstance(mask, TensorBase) else type(mask).__name__
         raise DTypeError(f"{name} needs a bool mask tensor, got {got}")
     try:
         shape = broadcast_shape(t.shape, mask.shape)

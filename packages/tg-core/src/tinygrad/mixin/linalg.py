@@ -11,12 +11,10 @@ import numpy as np
 from tinygrad.device import Device
 from tinygrad.dtype import DTypeLike, dtypes, least_upper_dtype, to_numpy
 from tinygrad.errors import DTypeError, ShapeError
-from tinygrad.mixin.common import acc_dtype, broadcast_shape
+from tinygrad.mixin.common import TensorBase, acc_dtype, broadcast_shape
 
 if TYPE_CHECKING:
     from tinygrad.tensor import Tensor
-else:
-    Tensor = None  # bound to the real class by tinygrad.tensor once it is defined (the modules import each other)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -125,7 +123,7 @@ def _panel_packed(y: Tensor) -> Tensor:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-class LinalgMixin:
+class LinalgMixin(TensorBase):
     __slots__ = ()
 
     # ---- products ----
@@ -135,7 +133,7 @@ class LinalgMixin:
 
     def matmul(self: Tensor, x: Tensor, reverse: bool = False, dtype: DTypeLike | None = None) -> Tensor:
         """PyTorch's matmul: 1-D operands are vectors, leading dims broadcast. `reverse` computes x @ self."""
-        if not isinstance(x, Tensor):
+        if not isinstance(x, TensorBase):
             raise TypeError(f"matmul needs a Tensor, got {type(x).__name__}")
         a, b = (x, self) if reverse else (self, x)
         if a.ndim == 0 or b.ndim == 0:
@@ -172,7 +170,7 @@ class LinalgMixin:
         and without '->' the output is the subscripts used once, in alphabetical order, after the '...' dims."""
         ops: list[Tensor] = list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) \
             else list(operands)  # type: ignore[arg-type]
-        if not ops or not all(isinstance(t, Tensor) for t in ops):
+        if not ops or not all(isinstance(t, TensorBase) for t in ops):
             raise TypeError("einsum needs a formula and at least one Tensor operand")
         in_labels, out_labels = _einsum_terms(formula, ops)
         sizes: dict[Any, int] = {}
@@ -239,13 +237,13 @@ class LinalgMixin:
         m, n = self.shape[-2], self.shape[-1]
         batch = self.shape[:-2]
         r = self
-        q = Tensor.eye(m, dtype=self.dtype, device=self.device).expand(*batch, m, m)
+        q = type(self).eye(m, dtype=self.dtype, device=self.device).expand(*batch, m, m)
         for j in range(min(m - 1, n)):
             x = r[..., j:, j]  # the column from the diagonal down
             norm = (x * x).sum(-1, keepdim=True).sqrt()
             x0 = x[..., :1]
             alpha = -(x0 >= 0).where(norm, -norm)  # the sign that avoids cancellation
-            e1 = Tensor.eye(m - j, dtype=self.dtype, device=self.device)[0]
+            e1 = type(self).eye(m - j, dtype=self.dtype, device=self.device)[0]
             v = x - alpha * e1
             vnorm = (v * v).sum(-1, keepdim=True).sqrt()
             v = (vnorm > 0).where(v / vnorm.maximum(1e-30), 0.0)  # a zero column needs no reflection
@@ -268,5 +266,6 @@ class LinalgMixin:
         host = self.numpy().astype(np.float64)
         u, s, vh = np.linalg.svd(host, full_matrices=full_matrices)
         nd = to_numpy(self.dtype)
-        return (Tensor(u.astype(nd), device=self.device), Tensor(s.astype(nd), device=self.device),
-                Tensor(vh.astype(nd), device=self.device))
+        make = type(self)
+        return (make(u.astype(nd), device=self.device), make(s.astype(nd), device=self.device),
+                make(vh.astype(nd), device=self.device))

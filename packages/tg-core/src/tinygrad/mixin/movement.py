@@ -16,16 +16,14 @@ import numpy as np
 from tinygrad.dtype import DType, dtypes, least_upper_dtype
 from tinygrad.errors import ConcatError, DTypeError, ShapeError
 from tinygrad.helpers import prod
-from tinygrad.mixin.common import placed_mask, scalar_like, select, symbolic_size
+from tinygrad.mixin.common import TensorBase, placed_mask, scalar_like, select, symbolic_size
 from tinygrad.uop.ops import UOp, resolve_size, sint, sym_div_exact, sym_prod
 
 if TYPE_CHECKING:
     from tinygrad.tensor import Tensor
-else:
-    Tensor = None  # bound to the real class by tinygrad.tensor once it is defined (the modules import each other)
 
 
-class MovementMixin:
+class MovementMixin(TensorBase):
     __slots__ = ()
 
     def _axis(self: Tensor, axis: int, ndim: int | None = None) -> int:
@@ -226,7 +224,7 @@ class MovementMixin:
                 raise ConcatError(f"stack needs tensors of one shape, got {tensors[0].shape} (tensor 0) and {t.shape} "
                                  f"(tensor {i})")
         d = tensors[0]._axis(dim, tensors[0].ndim + 1)
-        return Tensor.cat(*[t.unsqueeze(d) for t in tensors], dim=d)
+        return type(tensors[0]).cat(*[t.unsqueeze(d) for t in tensors], dim=d)  # self may be a list
 
     def split(self: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
         """Pieces of `sizes` elements along `dim` (an int: equal pieces, the last one smaller), as views."""
@@ -285,7 +283,7 @@ class MovementMixin:
             shape = x.shape
             spread = x.reshape(shape[:d + 1] + (1,) + shape[d + 1:])
             return spread.expand(shape[:d + 1] + (int(repeats),) + shape[d + 1:]).flatten(d, d + 1)
-        counts = np.asarray(repeats.numpy() if isinstance(repeats, Tensor) else repeats).reshape(-1)
+        counts = np.asarray(repeats.numpy() if isinstance(repeats, TensorBase) else repeats).reshape(-1)
         if counts.dtype.kind not in "iu":
             raise DTypeError(f"repeat_interleave counts must be integers, got {counts.dtype}")
         if counts.size == 1:
@@ -447,16 +445,16 @@ def _pad_dim(x: Tensor, d: int, before: int, after: int, mode: str) -> Tensor:
             raise ValueError(f"circular padding ({before}, {after}) of dimension {d} wraps around more than once: at "
                              f"most its size {n} (shape {x.shape})")
         left, right = part(n - before, n), part(0, after)
-    return Tensor.cat(*[p for p in (left, x, right) if p.shape[d]] or [x], dim=d)
+    return type(x).cat(*[p for p in (left, x, right) if p.shape[d]] or [x], dim=d)
 
 
 def _tensor_list(first: Any, rest: Sequence[Any], name: str) -> list[Tensor]:
     # Tensor.cat([a, b]) calls the method with the list as `self`
-    tensors = [*first, *rest] if isinstance(first, (list, tuple)) else [first, *rest]
+    tensors: list[Tensor] = [*first, *rest] if isinstance(first, (list, tuple)) else [first, *rest]
     if not tensors:
         raise ValueError(f"{name} needs at least one tensor")
     for i, t in enumerate(tensors):
-        if not isinstance(t, Tensor):
+        if not isinstance(t, TensorBase):
             raise TypeError(f"{name} takes tensors, argument {i} is {type(t).__name__}")
         if t.device != tensors[0].device:
             raise RuntimeError(f"{name} mixes tensors on {tensors[0].device} and {t.device}; move one with .to()")
@@ -488,8 +486,8 @@ def _triangle(x: Tensor, diagonal: int, upper: bool) -> Tensor:
         name = "triu" if upper else "tril"
         raise ValueError(f"{name} needs a tensor with at least 2 dimensions, got shape {x.shape}")
     rows, cols = x.shape[-2:]
-    r = Tensor.arange(rows, device=x.device, dtype=dtypes.int32).reshape(rows, 1)
-    c = Tensor.arange(cols, device=x.device, dtype=dtypes.int32).reshape(1, cols)
+    r = type(x).arange(rows, device=x.device, dtype=dtypes.int32).reshape(rows, 1)
+    c = type(x).arange(cols, device=x.device, dtype=dtypes.int32).reshape(1, cols)
     inside = (c - r >= diagonal) if upper else (c - r <= diagonal)
     return select(inside, x, scalar_like(x, 0))
 

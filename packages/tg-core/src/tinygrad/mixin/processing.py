@@ -18,12 +18,10 @@ from tinygrad.device import Device
 from tinygrad.dtype import DTypeLike, dtypes, least_upper_dtype
 from tinygrad.errors import DTypeError
 from tinygrad.helpers import prod
-from tinygrad.mixin.common import acc_dtype, index_dtype
+from tinygrad.mixin.common import TensorBase, acc_dtype, index_dtype
 
 if TYPE_CHECKING:
     from tinygrad.tensor import Tensor
-else:
-    Tensor = None  # bound to the real class by tinygrad.tensor once it is defined (the modules import each other)
 
 Pads = list[tuple[int, int]]
 
@@ -207,11 +205,11 @@ def _resample_axis(x: Tensor, axis: int, mode: str, o: int, scale: float | None,
     moved = x.transpose(axis, -1)
     # float32 weights upload on every device (not all have float64); float64 inputs get float64 weights. Half
     # floats are resampled with float32 weights and rounded once at the end.
-    wt = Tensor(w.T.astype(np.float64 if x.dtype == dtypes.float64 else np.float32), device=x.device)
+    wt = type(x)(w.T.astype(np.float64 if x.dtype == dtypes.float64 else np.float32), device=x.device)
     if not x.dtype.is_float:
         wt = wt.cast(x.dtype)  # nearest on integers: a 0/1 matrix keeps the values exact
     return (moved @ wt).cast(x.dtype).transpose(axis, -1)
-class ProcessingMixin:
+class ProcessingMixin(TensorBase):
     __slots__ = ()
 
 
@@ -223,7 +221,7 @@ class ProcessingMixin:
         k1..kn) decides n, so 3-D and 5-D inputs give conv1d and conv3d. The input is (batch, cin, i1..in), or
         (cin, i1..in) unbatched. `padding`: an int, one int per dim, tinygrad's 2*n form in F.pad order (last dim
         first, before/after), or 'same' / 'valid'. `dtype`: accumulation and result dtype."""
-        if not isinstance(weight, Tensor) or weight.ndim < 3:
+        if not isinstance(weight, TensorBase) or weight.ndim < 3:
             raise ValueError(f"conv2d needs a weight of shape (cout, cin/groups, k1, ...) with at least one spatial "
                              f"dim, got {getattr(weight, 'shape', weight)!r}")
         n = weight.ndim - 2
@@ -258,7 +256,7 @@ class ProcessingMixin:
         """Transposed convolution (the gradient of conv2d with respect to its input), over any number of spatial
         dims; weight is (cin, cout/groups, k1..kn). Output size per dim: (i-1)*stride - pad_before - pad_after +
         dilation*(k-1) + output_padding + 1."""
-        if not isinstance(weight, Tensor) or weight.ndim < 3:
+        if not isinstance(weight, TensorBase) or weight.ndim < 3:
             raise ValueError(f"conv_transpose2d needs a weight of shape (cin, cout/groups, k1, ...), got "
                              f"{getattr(weight, 'shape', weight)!r}")
         n = weight.ndim - 2
@@ -312,7 +310,7 @@ class ProcessingMixin:
         if not return_indices:
             return out
         plane = prod(spatial)
-        idx = Tensor.arange(plane, device=self.device, dtype=index_dtype(plane)).reshape(spatial)
+        idx = type(self).arange(plane, device=self.device, dtype=index_dtype(plane)).reshape(spatial)
         idx_win = _windows(_pad_spatial(idx, full, plane), ks, st, dil, outs)
         # the first position (in scan order, where indices grow) that holds the maximum
         first = (win == out.reshape(out.shape + (1,) * n)).where(idx_win, plane).min(k_axes)
@@ -325,7 +323,7 @@ class ProcessingMixin:
         the rest is zero. The output size is (i-1)*stride - 2*padding + dilation*(k-1) + 1 per dim unless
         output_size (the full shape or its spatial dims) says otherwise."""
         ks, st, dil, pads, n = _pool_args(self, "max_unpool2d", kernel_size, stride, dilation, padding)
-        if not isinstance(indices, Tensor) or indices.shape != self.shape:
+        if not isinstance(indices, TensorBase) or indices.shape != self.shape:
             raise ValueError(f"max_unpool2d: indices must be a Tensor of the input's shape {self.shape}, got "
                              f"{getattr(indices, 'shape', indices)!r}")
         if indices.dtype.is_float:
@@ -340,8 +338,8 @@ class ProcessingMixin:
                 raise ValueError(f"max_unpool2d: output_size {output_size!r} needs at least {n} entries")
         plane = prod(outs)
         values = self.reshape(pre + (prod(spatial), 1))
-        hit = indices.reshape(pre + (prod(spatial), 1)) == Tensor.arange(plane, device=self.device,
-                                                                           dtype=indices.dtype)
+        hit = indices.reshape(pre + (prod(spatial), 1)) == type(self).arange(plane, device=self.device,
+                                                                               dtype=indices.dtype)
         # Overlapping pooling windows can pick one element twice, so an index may repeat; its copies hold one value,
         # which the max over the hits returns exactly (a sum would count it twice).
         lowest = -math.inf if self.dtype.is_float else (False if self.dtype.is_bool else self.dtype.min)
@@ -368,7 +366,7 @@ class ProcessingMixin:
             return total / prod(ks)
         # how many positions of each window count: ones over what counts, zeros elsewhere, pooled the same way (at
         # the input's full shape, so that both sums run in one kernel instead of broadcasting a separate one)
-        counted = Tensor.ones(x.shape, device=x.device, dtype=x.dtype)
+        counted = type(x).ones(x.shape, device=x.device, dtype=x.dtype)
         if count_include_pad:
             counted = _pad_spatial(counted, pads, 1.0)
             full = [(0, a - pa) for (_, a), (_, pa) in zip(full, pads)]
@@ -457,10 +455,10 @@ def _define_conv_gradient(out: Tensor, xp: Tensor, w: Tensor) -> None:
     # The rule holds UOps, not tensors: CUSTOM_GRADIENTS keys on out.uop weakly, and a value that reaches its own
     # key (through `out`, or through the .grad that backward() gives a live input tensor) would keep the entry and
     # its graphs alive forever. The UOps are also the values the forward pass used, whatever is assigned later.
-    device, xp_uop, w_uop = out.device, xp.uop, w.uop
+    make, device, xp_uop, w_uop = type(out), out.device, xp.uop, w.uop
 
     def rule(g_uop: Any) -> tuple[Any, ...]:
-        xp, w = Tensor(xp_uop, device=device), Tensor(w_uop, device=device)
+        xp, w = make(xp_uop, device=device), make(w_uop, device=device)
         # g realized once: both convolutions read every element of g many times, and the ops that made it (the
         # backward of a pool, a norm, a relu) would otherwise be fused into, and redone in, every one of those
         # reads. Then a copy with the full convolution's zero border, which the input's gradient reads without
@@ -468,7 +466,7 @@ def _define_conv_gradient(out: Tensor, xp: Tensor, w: Tensor) -> None:
         # not simplify, as the border offset can make an index negative: several times slower than two kernels
         # on the MNIST example's second layer, see the CHANGELOG.)
         border = [(k - 1, k - 1) for k in kernel]
-        g = Tensor(g_uop, device=device).contiguous()
+        g = make(g_uop, device=device).contiguous()
         full = _pad_spatial(g, border).contiguous()
         flipped = w.flip(tuple(range(2, n + 2))).transpose(0, 1)
         dx = _conv(full, flipped, None, 1, (1,) * n, (1,) * n, [(0, 0)] * n, None, "conv2d (gradient)")
@@ -512,7 +510,7 @@ def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, stride: t
     if cin != cin_g * groups:
         raise ValueError(f"{name}: given groups={groups}, a weight of shape {weight.shape} expects an input with "
                          f"{cin_g * groups} channels (dim 1), but the input of shape {x.shape} has {cin}")
-    if bias is not None and (not isinstance(bias, Tensor) or bias.shape != (cout,)):
+    if bias is not None and (not isinstance(bias, TensorBase) or bias.shape != (cout,)):
         raise ValueError(f"{name}: bias must have shape ({cout},), one value per output channel, got "
                          f"{getattr(bias, 'shape', bias)!r}")
     padded = [i + b + a for i, (b, a) in zip(spatial, pads)]

@@ -22,13 +22,11 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from tinygrad.dtype import DType, DTypeLike, dtypes, sum_acc_dtype, to_dtype
-from tinygrad.mixin.common import index_dtype
+from tinygrad.mixin.common import TensorBase, index_dtype
 from tinygrad.uop.ops import Ops, UOp, sym_prod
 
 if TYPE_CHECKING:
     from tinygrad.tensor import Tensor
-else:
-    Tensor = None  # bound to the real class by tinygrad.tensor once it is defined (the modules import each other)
 
 Axis = int | Sequence[int] | None
 
@@ -67,7 +65,7 @@ def _reversed_order(x: Tensor) -> Tensor:
     return -x if x.dtype.is_float else ~x
 
 
-class ReduceMixin:
+class ReduceMixin(TensorBase):
     __slots__ = ()
 
     # ---- plain reductions ----
@@ -188,7 +186,7 @@ class ReduceMixin:
             nan = _isnan(x)
             hit = nan.any(ax, keepdim=True).where(nan, hit)
         # the first hit scores highest: position i scores n - i
-        score = Tensor.arange(n, 0, -1, device=self.device).reshape((n,) + (1,) * (x.ndim - ax - 1))
+        score = type(self).arange(n, 0, -1, device=self.device).reshape((n,) + (1,) * (x.ndim - ax - 1))
         first = (n - hit.where(score, 0).max(ax, keepdim=True)).cast(index_dtype(n))
         if not keepdim:
             first = first.reshape(tuple(s for i, s in enumerate(x.shape) if i != ax))
@@ -234,11 +232,11 @@ class ReduceMixin:
     # ---- cumulative scans ----
     def cumsum(self: Tensor, axis: int = 0, dtype: DTypeLike | None = None, *, dim: int | None = None) -> Tensor:
         acc = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
-        return self.cast(acc)._scan_along(_pick(axis, dim), _sum_window, Tensor.add, 0)  # type: ignore[arg-type]
+        return self.cast(acc)._scan_along(_pick(axis, dim), _sum_window, type(self).add, 0)  # type: ignore[arg-type]
 
     def cumprod(self: Tensor, axis: int = 0, dtype: DTypeLike | None = None, *, dim: int | None = None) -> Tensor:
         acc = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
-        return self.cast(acc)._scan_along(_pick(axis, dim), _prod_window, Tensor.mul, 1)  # type: ignore[arg-type]
+        return self.cast(acc)._scan_along(_pick(axis, dim), _prod_window, type(self).mul, 1)  # type: ignore[arg-type]
 
     def logcumsumexp(self: Tensor, axis: int = 0, *, dim: int | None = None) -> Tensor:
         x = self._float()
@@ -266,17 +264,17 @@ class ReduceMixin:
         x = self.reshape(1) if self.ndim == 0 else self.transpose(ax, -1)
         n = x.shape[-1]
         if n == 0:
-            return self, Tensor.full(self.shape, 0, dtype=index_dtype(n), device=self.device)
+            return self, type(self).full(self.shape, 0, dtype=index_dtype(n), device=self.device)
         key = (x if largest else _reversed_order(x)).detach()
         lowest = _lowest(key.dtype)
-        running = _scan(key, _max_window, Tensor.maximum, lowest)
+        running = _scan(key, _max_window, type(self).maximum, lowest)
         before = _shift_right(running, lowest)
         # a position sets the running extreme if it reaches the extreme so far; the index is the last such one
         sets = (key > before) | (key == before)
         if key.dtype.is_float:
             sets = sets | _isnan(key)
-        pos = Tensor.arange(n, device=self.device)
-        idx = _scan(sets.where(pos, -1), _max_window, Tensor.maximum, -1)
+        pos = type(self).arange(n, device=self.device)
+        idx = _scan(sets.where(pos, -1), _max_window, type(self).maximum, -1)
         values = _take_last(x, idx)
         if self.ndim == 0:
             return values.reshape(()), idx.reshape(()).cast(index_dtype(n))
@@ -410,7 +408,7 @@ def _take_last(x: Tensor, idx: Tensor) -> Tensor:
     comparison that fuses into a reduction. Floats sum the one selected value (the gradient goes exactly there);
     other dtypes take the max over the selection, which keeps their dtype."""
     n = x.shape[-1]
-    picked = idx.unsqueeze(-1) == Tensor.arange(n, device=x.device)  # (..., m, n)
+    picked = idx.unsqueeze(-1) == type(x).arange(n, device=x.device)  # (..., m, n)
     if x.dtype.is_float:
         return picked.where(x.unsqueeze(-2), 0.0).sum(-1, dtype=x.dtype)
     return picked.where(x.unsqueeze(-2), _lowest(x.dtype)).max(-1)
@@ -431,8 +429,8 @@ def _rank_permutation(x: Tensor, descending: bool, k: int) -> Tensor:
     """For x of shape (..., n): the (int32) indices of its first k elements in stable sorted order."""
     n = x.shape[-1]
     xi, xj = x.detach().unsqueeze(-1), x.detach().unsqueeze(-2)  # element i against every element j
-    pos = Tensor.arange(n, device=x.device)
+    pos = type(x).arange(n, device=x.device)
     earlier = pos.unsqueeze(-1) > pos  # j < i: among equal values, the earlier one goes first
     rank = (_before(xj, xi, descending) | (_equal(xj, xi) & earlier)).sum(-1, dtype=dtypes.int32)  # (..., n)
-    slots = Tensor.arange(k, device=x.device).unsqueeze(-1)  # (k, 1)
+    slots = type(x).arange(k, device=x.device).unsqueeze(-1)  # (k, 1)
     return (rank.unsqueeze(-2) == slots).where(pos, 0).sum(-1, dtype=dtypes.int32)  # (..., k)

@@ -27,8 +27,6 @@ from tinygrad.engine.schedule import ScheduleItem, base_buffer, buffer_view, cop
 
 if TYPE_CHECKING:
     from tinygrad.tensor import Tensor
-else:
-    Tensor = None  # bound to the real class by tinygrad.tensor once it is defined
 
 MASK32 = 0xFFFFFFFF
 #: one draw takes at most this many values: the per-element index is 32 bits
@@ -61,7 +59,8 @@ def seed_keys(seed: int) -> tuple[int, int]:
 
 
 class DeviceRNG:
-    """The generator's state per device. `Tensor.manual_seed` resets it."""
+    """The generator's state per device. `Tensor.manual_seed` resets it. The draws take the tensor class that
+    builds the state on a device's first draw (tensor.py imports this module, so it cannot name Tensor)."""
 
     seed = 0
     states: dict[str, Tensor] = {}
@@ -79,37 +78,37 @@ class DeviceRNG:
             state.uop = buffer_view(Buffer(buf.device, buf.size, buf.dtype, base=buf), (4,))
 
     @classmethod
-    def state(cls, device: str) -> Tensor:
+    def state(cls, tensor_type: type[Tensor], device: str) -> Tensor:
         if device not in cls.states:
             k1, k2 = seed_keys(cls.seed)
-            cls.states[device] = Tensor(np.array([k1, k2, 0, 0], dtype=np.uint32), device=device)
+            cls.states[device] = tensor_type(np.array([k1, k2, 0, 0], dtype=np.uint32), device=device)
         return cls.states[device]
 
     @classmethod
-    def iota(cls, device: str, n: int) -> Tensor:
+    def iota(cls, tensor_type: type[Tensor], device: str, n: int) -> Tensor:
         key = (device, n)
         if key not in cls._iota:
             if len(cls._iota) > 32:
                 cls._iota.pop(next(iter(cls._iota)))
-            cls._iota[key] = Tensor(np.arange(n, dtype=np.uint32), device=device)
+            cls._iota[key] = tensor_type(np.arange(n, dtype=np.uint32), device=device)
         return cls._iota[key]
 
     @classmethod
-    def bits(cls, n: int, device: str) -> Tensor:
+    def bits(cls, tensor_type: type[Tensor], n: int, device: str) -> Tensor:
         """n uniformly random uint32 values on `device` (lazy), advancing the device's counter by n."""
         if n >= MAX_DRAW:
             raise ValueError(f"one random draw can take at most {MAX_DRAW - 1} values, asked for {n}; draw in parts")
-        state = cls.state(device)
+        state = cls.state(tensor_type, device)
         after = _advance(state, n).realize()
         buf = _state_buffer(state)
         run_schedule([ScheduleItem(copy_kernel_ast(dtypes.uint32, 4), [buf, _state_buffer(after)], device)])
         state.uop = buffer_view(Buffer(buf.device, buf.size, buf.dtype, base=buf), (4,))
         if n == 0:
-            return Tensor.empty(0, dtype=dtypes.uint32, device=device)
+            return tensor_type.empty(0, dtype=dtypes.uint32, device=device)
         k1, k2, lo, hi = (after[i:i + 1] for i in range(4))
         start_lo = lo - n  # the counter before the draw: C - n, with a borrow into the high word
         start_hi = hi - (lo < n).cast(dtypes.uint32)
-        idx_lo = start_lo + cls.iota(device, n)
+        idx_lo = start_lo + cls.iota(tensor_type, device, n)
         idx_hi = start_hi + (idx_lo < start_lo).cast(dtypes.uint32)
         x = _mix(idx_lo + _mix(idx_hi ^ k2))
         return _mix(_mix(x ^ k1) + k2)
@@ -130,26 +129,26 @@ def _advance(state: Tensor, n: int) -> Tensor:
 
 # ---- distributions built on the bits ----
 
-def uniform_bits(n: int, dtype: DType, device: str) -> Tensor:
+def uniform_bits(tensor_type: type[Tensor], n: int, dtype: DType, device: str) -> Tensor:
     """n values in [0, 1), each exactly representable in `dtype` (so that casting never rounds up to 1)."""
     if dtype == dtypes.float64:
-        raw = DeviceRNG.bits(2 * n, device)
+        raw = DeviceRNG.bits(tensor_type, 2 * n, device)
         hi, lo = raw[:n], raw[n:]
         return (hi >> 11).cast(dtypes.float64) * (2.0 ** -21) + lo.cast(dtypes.float64) * (2.0 ** -53)
     mantissa = min(significand_bits(dtype), 24) if dtype.is_float else 24
-    u = (DeviceRNG.bits(n, device) >> (32 - mantissa)).cast(dtypes.float32) * (2.0 ** -mantissa)
+    u = (DeviceRNG.bits(tensor_type, n, device) >> (32 - mantissa)).cast(dtypes.float32) * (2.0 ** -mantissa)
     return u.cast(dtype)
 
 
-def normal_bits(n: int, dtype: DType, device: str) -> Tensor:
+def normal_bits(tensor_type: type[Tensor], n: int, dtype: DType, device: str) -> Tensor:
     """n standard normal values (Box-Muller on two uniform draws), computed in float32 (float64 for float64)."""
     work = dtypes.float64 if dtype == dtypes.float64 else dtypes.float32
-    u = uniform_bits(2 * n, work, device)
+    u = uniform_bits(tensor_type, 2 * n, work, device)
     u1, u2 = u[:n], u[n:]
     r = ((1 - u1).log() * -2).sqrt()  # 1 - u1 is in (0, 1]: the log is finite
     return (r * (u2 * (2 * math.pi)).cos()).cast(dtype)
 
 
-def bits64(n: int, device: str) -> Tensor:
-    raw = DeviceRNG.bits(2 * n, device).cast(dtypes.uint64)
+def bits64(tensor_type: type[Tensor], n: int, device: str) -> Tensor:
+    raw = DeviceRNG.bits(tensor_type, 2 * n, device).cast(dtypes.uint64)
     return (raw[:n] << 32) | raw[n:]

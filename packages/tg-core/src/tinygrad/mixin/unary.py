@@ -16,19 +16,17 @@ from typing import TYPE_CHECKING
 
 from tinygrad.dtype import dtypes
 from tinygrad.errors import DTypeError
-from tinygrad.mixin.common import Scalar, scalar_like, sign_bit
+from tinygrad.mixin.common import Scalar, TensorBase, scalar_like, sign_bit
 from tinygrad.uop.ops import Ops
 
 if TYPE_CHECKING:
     from tinygrad.tensor import Tensor
-else:
-    Tensor = None  # bound to the real class by tinygrad.tensor once it is defined (the modules import each other)
 
 LN2 = math.log(2)
 SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
 
 
-class UnaryMixin:
+class UnaryMixin(TensorBase):
     __slots__ = ()
 
     # unary math

@@ -13,19 +13,17 @@ import numpy as np
 
 from tinygrad.dtype import DTypeLike, dtypes
 from tinygrad.helpers import prod
-from tinygrad.mixin.common import Scalar
+from tinygrad.mixin.common import Scalar, TensorBase
 from tinygrad.uop.ops import GroupOp, Ops
 
 if TYPE_CHECKING:
     from tinygrad.tensor import Tensor
-else:
-    Tensor = None  # bound to the real class by tinygrad.tensor once it is defined (the modules import each other)
 
 #: the Keccak configurations keccak() accepts (FIPS 202 names, as hashlib spells them); shake digests are 32 bytes
 KECCAK_CONFIGS = ("sha3_224", "sha3_256", "sha3_384", "sha3_512", "shake_128", "shake_256")
 
 
-class UtilityMixin:
+class UtilityMixin(TensorBase):
     __slots__ = ()
 
     def alu(self: Tensor, op: Ops, *src: Tensor) -> Tensor:
@@ -51,11 +49,11 @@ class UtilityMixin:
 
     def ufix(self: Tensor, x: Tensor | Scalar) -> Tensor:
         """`x` as a tensor that can meet this one in an op: Python numbers become constants of a matching dtype."""
-        return x if isinstance(x, Tensor) else self._const_operand(x)
+        return x if isinstance(x, TensorBase) else self._const_operand(x)
 
     def replace(self: Tensor, x: Tensor) -> Tensor:
         """Give this tensor the value (and dtype) of `x`, which must have the same shape; returns self."""
-        if not isinstance(x, Tensor):
+        if not isinstance(x, TensorBase):
             raise TypeError(f"replace needs a Tensor, got {type(x).__name__}")
         if x.shape != self.shape:
             raise ValueError(f"replace of a tensor of shape {self.shape} by one of shape {x.shape}: shapes must match")
@@ -88,7 +86,7 @@ class UtilityMixin:
         h = hashlib.blake2b(digest_size=16)
         h.update(repr((tuple(self.shape), self.dtype.name)).encode())
         h.update(np.ascontiguousarray(self.numpy()).tobytes())
-        return Tensor(np.frombuffer(h.digest(), dtype=np.uint8), device=self.device)
+        return type(self)(np.frombuffer(h.digest(), dtype=np.uint8), device=self.device)
 
     def keccak(self: Tensor, cfg: str = "sha3_256") -> Tensor:
         """A Keccak (SHA-3) hash of each row of bytes along the last dimension; returns uint8 digests."""
@@ -104,7 +102,7 @@ class UtilityMixin:
         out = np.stack([np.frombuffer(digest(r), dtype=np.uint8) for r in flat]) if len(flat) else \
             np.zeros((0, 32), dtype=np.uint8)
         lead = self.shape[:-1] if self.ndim > 1 else ()
-        return Tensor(out.reshape(*lead, out.shape[-1]), device=self.device)
+        return type(self)(out.reshape(*lead, out.shape[-1]), device=self.device)
 
     @classmethod
     def from_url(cls: type[Tensor], url: str, device: str | None = None, dtype: DTypeLike | None = None,
@@ -134,5 +132,6 @@ class UtilityMixin:
         if self.shape[0] % d.itemsize:
             raise ValueError(f"{self.shape[0]} bytes are not a whole number of {d.name} items ({d.itemsize} bytes)")
         raw = self.numpy().view(to_numpy(d))  # bfloat16 and the 8-bit floats travel as their bit patterns
-        return Tensor(raw, device=self.device).bitcast(d) if is_emulated_float(d) else Tensor(raw, device=self.device)
+        out = type(self)(raw, device=self.device)
+        return out.bitcast(d) if is_emulated_float(d) else out
 
