@@ -162,6 +162,9 @@ def conformance(session: nox.Session) -> None:
     for dev, extra in (("CPU", []), ("CL", []), ("QCOM", []), ("WEBGPU", []), ("PYREF", ["--tg-quick"])):
         session.run("pytest", "-n", "2", "-q", "--pyargs", "tinygrad.conformance", f"--tg-device={dev}",
                     *extra, *session.posargs)
+    # CPU above compiles with clang, backend_cpu_llvm runs the kit on the LLVM path; here gcc's
+    session.run("pytest", "-n", "2", "-q", "--pyargs", "tinygrad.conformance", "--tg-device=CPU",
+                *session.posargs, env={"CPU_COMPILER": "gcc"})
 
 
 @nox.session(python="3.11")
