@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import statistics
 import subprocess
 import sys
@@ -32,9 +33,10 @@ class Worker:
         assert framework.python is not None
         self.framework = framework
         self.log = tempfile.TemporaryFile(mode="w+")  # the worker's stderr, shown when it fails
+        base = {**os.environ, **(tinygrad_path() if framework.key == "tinygrad" else {})}
         self.proc = subprocess.Popen([framework.python, str(WORKER), module, framework.key],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
-                                     env={**os.environ, **(env or {})}, cwd=WORKER.parent)
+                                     env={**base, **(env or {})}, cwd=WORKER.parent)
 
     def call(self, **request: Any) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -236,6 +238,26 @@ def describe(workers: dict[str, Worker]) -> str:
         info = reply.get("result") or {"error": _failed(reply)}
         lines.append(f"- {worker.framework.label}: " + ", ".join(f"{k} {v}" for k, v in info.items()))
     return "\n".join(lines)
+
+
+def tinygrad_path() -> dict[str, str]:
+    """tinygrad 0.14.0 runs the program named `clang`; Debian installs clang-19 and such under their versioned
+    names only. Where `clang` is missing, a PATH whose first folder links `clang` to the newest versioned one."""
+    if shutil.which("clang") is not None:
+        return {}
+    versioned = [name for d in os.environ.get("PATH", "").split(os.pathsep) if os.path.isdir(d)
+                 for name in os.listdir(d) if name.startswith("clang-") and name[6:].isdigit()]
+    if not versioned:
+        return {}
+    newest = shutil.which(max(versioned, key=lambda name: int(name[6:])))
+    assert newest is not None
+    folder = Path(tempfile.gettempdir()) / f"tg-bench-clang-{os.getuid()}"
+    folder.mkdir(exist_ok=True)
+    link = folder / "clang"
+    if not link.is_symlink() or os.readlink(link) != newest:
+        link.unlink(missing_ok=True)
+        link.symlink_to(newest)
+    return {"PATH": f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
 def thread_env(threads: int | None) -> dict[str, str]:
