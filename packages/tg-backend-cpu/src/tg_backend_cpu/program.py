@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -95,6 +96,21 @@ class CPUProgram:
         st = time.perf_counter()
         launch(args)
         return time.perf_counter() - st
+
+    def prepare(self, *bufs: Any, global_size: tuple[int, ...] | None = None,
+                local_size: tuple[int, ...] | None = None, vals: tuple[int, ...] = ()) -> Callable[[], None]:
+        """This launch with its argument array built once (TinyJit replays it): a replay is one ctypes call."""
+        if self.run_fn is None:
+            return functools.partial(self._call_plain, bufs, vals, False)
+        if len(bufs) + len(vals) != self.nargs:
+            raise TypeError(f"kernel {self.name} takes {self.nargs} arguments (its buffers, then its variables' "
+                            f"values); got {len(bufs)} buffers and {len(vals)} values")
+        args = self._args_type(*[b[1] for b in bufs], *vals)
+
+        def launch() -> None:
+            # read at call time: set_threads may move the program to another pool after the capture
+            self._launch(args)  # type: ignore[misc]
+        return launch
 
     def _call_plain(self, bufs: tuple[Any, ...], vals: tuple[int, ...], wait: bool) -> float | None:
         args = [ctypes.c_void_p(b[1]) for b in bufs] + [ctypes.c_int(v) for v in vals]
