@@ -217,6 +217,8 @@ JIT = ContextVar("JIT", 1)
 BEAM = ContextVar("BEAM", 0)
 #: PROFILE=1: write a Chrome trace of every launch, copy and compile at exit (engine/profile.py)
 PROFILE = ContextVar("PROFILE", 0)
+#: VIZ=1: record each schedule's graph and each kernel's passes, then save and serve them at exit (tinygrad/viz)
+VIZ = ContextVar("VIZ", 0)
 #: TRAINING=1 (or `Context(TRAINING=1)`, tinygrad's spelling): training mode, as `Tensor.training = True` is
 TRAINING = ContextVar("TRAINING", 0)
 

@@ -18,7 +18,7 @@ from tinygrad.codegen.linearize import linearize
 from tinygrad.codegen.lowerer import lower_kernel
 from tinygrad.codegen.opt import Opt, expand_kernel, optimize
 from tinygrad.codegen.work_items import global_size, map_work_items
-from tinygrad.helpers import DEBUG, prod
+from tinygrad.helpers import DEBUG, VIZ, prod
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import AxisKind, GroupOp, Ops, UOp, sint
 
@@ -66,8 +66,11 @@ def get_program(ast: UOp, renderer: Renderer, opts: tuple[Opt, ...] | None = Non
         print(ast.pretty(), file=sys.stderr)
     lowered = lower_kernel(ast)
     state = optimize(lowered, renderer, opts)
-    typed = type_indices(expand_kernel(state), renderer.index_wide_dtype, renderer.device or type(renderer).__name__)
-    program = decompose_program(linearize(decompose(typed, renderer)), renderer)
+    expanded = expand_kernel(state)
+    typed = type_indices(expanded, renderer.index_wide_dtype, renderer.device or type(renderer).__name__)
+    decomposed = decompose(typed, renderer)
+    linear = linearize(decomposed)
+    program = linear_program = decompose_program(linear, renderer)
     # (global size, work-group size) per launch dimension; (None, None) for a target that loops
     gsize: tuple[int, ...] | None = None
     lsize: tuple[int, ...] | None = None
@@ -88,8 +91,15 @@ def get_program(ast: UOp, renderer: Renderer, opts: tuple[Opt, ...] | None = Non
     if DEBUG >= 4:
         print(src, file=sys.stderr)
     var_names = tuple(sorted({u.arg.name for u in program if u.op is Ops.DEFINE_VAR}))
-    return ProgramSpec(name, src, params, gsize, lsize, ops, nbytes, tuple(str(o) for o in state.applied),
+    spec = ProgramSpec(name, src, params, gsize, lsize, ops, nbytes, tuple(str(o) for o in state.applied),
                        var_names=var_names)
+    if VIZ.value:  # tinygrad/viz snapshots each pass's result (as data: these UOps may be freed after this)
+        from tinygrad.viz.record import record_kernel
+        record_kernel(spec, renderer.device or type(renderer).__name__, [
+            ("ast", ast), ("lowered", lowered), ("optimized", state.sink), ("expanded", expanded),
+            ("typed indices", typed), ("decomposed", decomposed), ("linearized", linear),
+            ("decomposed program", linear_program), *([("work items", program)] if renderer.has_local else [])])
+    return spec
 
 
 __all__ = ["ProgramSpec", "get_program", "prod"]

@@ -26,6 +26,7 @@ from tinygrad.engine.memory import plan_memory
 from tinygrad.engine.schedule_cache import SCHEDULE_CACHE, Template, graph_key, schedule_cache
 from tinygrad.engine.schedule_item import ScheduleItem, buffer_view
 from tinygrad.engine.split_reduce import reduce_identity_value, split_large_reductions, split_settings
+from tinygrad.helpers import VIZ
 from tinygrad.uop.ops import Ops, UOp, UOpMeta, post_order, sint, sym_prod, unbind
 
 
@@ -211,6 +212,13 @@ class _Kernel:
 def create_schedule(outputs: list[UOp], devices: list[str]) -> tuple[list[ScheduleItem], dict[UOp, UOp], list[UOp]]:
     """Kernels (in execution order) that compute `outputs`, the buffer view each realized node becomes,
     and the buffer view of each output (valid once the kernels ran)."""
+    if VIZ.value:  # tinygrad/viz records the graph given and the items made
+        from tinygrad.viz.record import record_schedule
+        return record_schedule(outputs, devices, _create_schedule)
+    return _create_schedule(outputs, devices)
+
+
+def _create_schedule(outputs: list[UOp], devices: list[str]) -> tuple[list[ScheduleItem], dict[UOp, UOp], list[UOp]]:
     if not SCHEDULE_CACHE.value:
         return _schedule_graph(_substitute_realized(outputs, devices), devices)
     walked = graph_key(outputs, devices, stop_at_realized=True)

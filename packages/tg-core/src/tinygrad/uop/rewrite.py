@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from tinygrad.dtype import DType
+from tinygrad.helpers import VIZ
 from tinygrad.uop.ops import ARG_RECORDS, Ops, UOp
 
 Bindings = dict[str, UOp]
@@ -151,4 +152,7 @@ def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, max_steps: int
         else:
             stack.append((u, 2, out))
             stack.append((out, 0, None))
+    if VIZ.value:  # tinygrad/viz counts the rewrites run for the kernel or schedule it is recording
+        from tinygrad.viz.record import record_rewrite
+        record_rewrite(root, done[root], steps)
     return done[root]
