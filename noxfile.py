@@ -24,10 +24,12 @@ TEST_DEPS = ["pytest==9.2.0", "pytest-xdist==3.8.0", "hypothesis==6.170.17", "sa
 # (tests that need torch's reference values skip there, and say so)
 TORCH = "torch==2.13.0"
 LINT_DEPS = ["ruff==0.17.6"]
+DOCS_DEPS = ["mkdocs==1.6.1", "mkdocs-material==9.8.2", "mkdocstrings==1.0.8", "mkdocstrings-python==2.0.11",
+             "griffelib==2.4.1", "mkdocs-autorefs==1.4.5", "pymdown-extensions==13.1.2"]
 TYPE_DEPS = ["mypy==2.4.1", "numpy==2.4.6", "pluggy==1.7.0", "pytest==9.2.0", "hypothesis==6.170.17"]
 
 nox.options.sessions = ["lint", "types", "tests", "integration", "examples", "backend_opencl", "backend_qcom",
-                         "backend_webgpu", "backend_cpu_llvm", "conformance"]
+                         "backend_webgpu", "backend_cpu_llvm", "conformance", "docs"]
 nox.options.error_on_missing_interpreters = bool(os.environ.get("CI"))
 nox.options.reuse_existing_virtualenvs = not os.environ.get("CI")
 
@@ -165,6 +167,16 @@ def conformance(session: nox.Session) -> None:
     # CPU above compiles with clang, backend_cpu_llvm runs the kit on the LLVM path; here gcc's
     session.run("pytest", "-n", "2", "-q", "--pyargs", "tinygrad.conformance", "--tg-device=CPU",
                 *session.posargs, env={"CPU_COMPILER": "gcc"})
+
+
+@nox.session(python="3.11")
+def docs(session: nox.Session) -> None:
+    """The docs site (mkdocs.yml), built with --strict: a broken link, a missing page or a docstring griffe cannot
+    parse fails the session. The site goes to a temporary folder."""
+    _install_framework(session)
+    session.install(*DOCS_DEPS, *LINT_DEPS)  # ruff formats the rendered signatures
+    site = Path(session.create_tmp()) / "site"
+    session.run("mkdocs", "build", "--strict", "--site-dir", str(site), env={"NO_MKDOCS_2_WARNING": "1"})
 
 
 @nox.session(python="3.11")
