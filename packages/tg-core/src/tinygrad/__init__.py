@@ -1,10 +1,9 @@
 """tinygrad: a hackable deep learning stack. `from tinygrad import Tensor, Device, Context, dtypes`."""
 
 # `tinygrad` is one import namespace shared by several distributions (tg-core, tg-compiler, tg-nn):
-# extend the package path so their sub-packages are found wherever each one is installed.
-from pkgutil import extend_path
-
-__path__ = extend_path(__path__, __name__)
+# extend the package path so their sub-packages are found wherever each one is installed. Spelled as the packaging
+# guide's pkgutil-style namespace package, the form that griffe (the docs site's API reader) recognises.
+__path__ = __import__("pkgutil").extend_path(__path__, __name__)
 
 from tinygrad.device import Device
 from tinygrad.dtype import dtypes
