@@ -29,7 +29,7 @@ DOCS_DEPS = ["mkdocs==1.6.1", "mkdocs-material==9.8.2", "mkdocstrings==1.0.8", "
 TYPE_DEPS = ["mypy==2.4.1", "numpy==2.4.6", "pluggy==1.7.0", "pytest==9.2.0", "hypothesis==6.170.17"]
 
 nox.options.sessions = ["lint", "types", "tests", "integration", "examples", "backend_opencl", "backend_qcom",
-                         "backend_webgpu", "backend_cpu_llvm", "conformance", "docs"]
+                         "backend_webgpu", "backend_cpu_llvm", "backend_cuda", "conformance", "docs"]
 nox.options.error_on_missing_interpreters = bool(os.environ.get("CI"))
 nox.options.reuse_existing_virtualenvs = not os.environ.get("CI")
 
@@ -151,6 +151,16 @@ def backend_cpu_llvm(session: nox.Session) -> None:
                 "packages/tg-core/tests/test_ops.py", *session.posargs, env=env)
     session.run("pytest", "-n", workers, "-q", "--pyargs", "tinygrad.conformance", "--tg-device=CPU",
                 *session.posargs, env=env)
+
+
+@nox.session(python="3.11")
+def backend_cuda(session: nox.Session) -> None:
+    """CUDA without a GPU: every kernel of the expression table, the conformance kit and the op table compiled by
+    NVRTC for sm_80/sm_90 and assembled by ptxas; the GPU tests skip with the reason."""
+    _install_framework(session)
+    session.install("-e", "packages/tg-backend-cuda[test]", *TEST_DEPS, TORCH)
+    session.run("pytest", "-n", os.environ.get("PYTEST_WORKERS", "2"), "-q", "packages/tg-backend-cuda/tests",
+                *session.posargs, env={"TG_CUDA_COMPILE_TABLES": "1"})
 
 
 @nox.session(python="3.11")
