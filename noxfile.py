@@ -29,7 +29,8 @@ DOCS_DEPS = ["mkdocs==1.6.1", "mkdocs-material==9.8.2", "mkdocstrings==1.0.8", "
 TYPE_DEPS = ["mypy==2.4.1", "numpy==2.4.6", "pluggy==1.7.0", "pytest==9.2.0", "hypothesis==6.170.17"]
 
 nox.options.sessions = ["lint", "types", "tests", "integration", "examples", "backend_opencl", "backend_qcom",
-                         "backend_webgpu", "backend_cpu_llvm", "backend_cuda", "conformance", "docs"]
+                         "backend_webgpu", "backend_cpu_llvm", "backend_cuda", "backend_amd", "backend_metal",
+                         "conformance", "docs"]
 nox.options.error_on_missing_interpreters = bool(os.environ.get("CI"))
 nox.options.reuse_existing_virtualenvs = not os.environ.get("CI")
 
@@ -161,6 +162,27 @@ def backend_cuda(session: nox.Session) -> None:
     session.install("-e", "packages/tg-backend-cuda[test]", *TEST_DEPS, TORCH)
     session.run("pytest", "-n", os.environ.get("PYTEST_WORKERS", "2"), "-q", "packages/tg-backend-cuda/tests",
                 *session.posargs, env={"TG_CUDA_COMPILE_TABLES": "1"})
+
+
+@nox.session(python="3.11")
+def backend_amd(session: nox.Session) -> None:
+    """AMD without a GPU: every kernel of the expression table and of the conformance kit compiled by clang-19 and
+    linked by ld.lld-19 into code objects for gfx942 and gfx1100 (the op table too with TG_AMD_COMPILE_TABLES=1
+    and no -k: it takes several minutes more)."""
+    _install_framework(session)
+    session.install("-e", "packages/tg-backend-amd[test]", *TEST_DEPS)
+    session.run("pytest", "-n", os.environ.get("PYTEST_WORKERS", "2"), "-q", "packages/tg-backend-amd/tests",
+                "-k", "not test_op_table_kernels_compile", *session.posargs, env={"TG_AMD_COMPILE_TABLES": "1"})
+
+
+@nox.session(python="3.11")
+def backend_metal(session: nox.Session) -> None:
+    """Metal without a Mac: the MSL of the expression table syntax-checked by clang-19 against a stand-in
+    metal_stdlib."""
+    _install_framework(session)
+    session.install("-e", "packages/tg-backend-metal[test]", *TEST_DEPS)
+    session.run("pytest", "-n", os.environ.get("PYTEST_WORKERS", "2"), "-q", "packages/tg-backend-metal/tests",
+                *session.posargs)
 
 
 @nox.session(python="3.11")

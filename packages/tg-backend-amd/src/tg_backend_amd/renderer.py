@@ -1,0 +1,131 @@
+"""HIP-style C++ on top of the C-style base, compiled by clang in HIP device mode without ROCm's headers or
+device libraries (`-nogpuinc -nogpulib`). So the kernels spell out what hip_runtime.h would give them:
+
+* kernels are `extern "C" __attribute__((global))` (HIP's `__global__`) with `amdgpu_flat_work_group_size` of the
+  device's largest block, since blocks are chosen after rendering and the register budget must allow it;
+* work-item ids come from the amdgcn builtins (workgroup id, workgroup size, workitem id), which is what HIP's
+  blockIdx/blockDim/threadIdx expand to;
+* GROUP scratch arrays live in LDS (`__attribute__((shared))`), and the barrier is HIP's `__syncthreads()`
+  written out: a workgroup release fence, `s_barrier`, an acquire fence (the barrier alone orders no memory);
+* helpers are `__attribute__((device))`: in HIP mode an unmarked function is host code a kernel cannot call;
+* math goes through clang's builtins (`__builtin_sqrtf`, ...), which lower to LLVM intrinsics the amdgcn
+  backend expands itself: without ocml (-nogpulib) a call to `sqrtf` would be an unresolved symbol.
+
+float16 is `_Float16`, native on gfx9 and gfx11, rounded back after every op by the base. bfloat16 and the 8-bit
+floats are emulated as in the C-style base, their helpers made device functions.
+"""
+
+from __future__ import annotations
+
+from tinygrad.dtype import DType, dtypes
+from tinygrad.renderer.cstyle import BF16_PRELUDE, FLOAT_BITS_PRELUDE, CStyleRenderer
+from tinygrad.uop.ops import Ops
+
+from tg_backend_amd.launch import BLOCK_MAX, MAX_THREADS_PER_BLOCK
+
+#: qualifier of the helper functions a kernel calls: device code, always inlined (no call overhead on a GPU)
+DEVICE_FN = "static __attribute__((device)) __attribute__((always_inline)) inline"
+
+#: the few declarations hip_runtime.h would give: vector types (clang's ext_vector_type, as HIP defines them),
+#: signbit for the base's IEEE maximum
+PRELUDE = """typedef float float4 __attribute__((ext_vector_type(4)));
+typedef int int4 __attribute__((ext_vector_type(4)));
+typedef unsigned int uint4 __attribute__((ext_vector_type(4)));
+#define signbit(x) __builtin_signbit(x)
+"""
+
+#: the gfx targets the tests compile for: CDNA3 (MI300, wave64) and RDNA3 (wave32)
+TARGETS = ("gfx942", "gfx1100")
+
+AMD_TYPES: dict[DType, str] = {**CStyleRenderer.type_names}
+_VECTOR4 = {dtypes.float32: "float4", dtypes.int32: "int4", dtypes.uint32: "uint4"}
+_AXES = "xyz"
+#: float ops by their clang builtin (the f-suffixed form for float32 and narrower)
+_BUILTINS = {Ops.SQRT: "__builtin_sqrt", Ops.EXP2: "__builtin_exp2", Ops.LOG2: "__builtin_log2",
+             Ops.SIN: "__builtin_sin", Ops.TRUNC: "__builtin_trunc", Ops.MOD: "__builtin_fmod"}
+
+
+class AMDRenderer(CStyleRenderer):
+    device = "AMD"
+    has_local = True
+    launch_rounds_up = True
+    kernel_prefix = 'extern "C" __attribute__((global)) '
+    buffer_prefix = ""
+    restrict = "__restrict__"
+    prelude = PRELUDE
+    bf16_prelude = BF16_PRELUDE.replace("static inline", DEVICE_FN)
+    float_bits_prelude = FLOAT_BITS_PRELUDE.replace("static inline", DEVICE_FN)
+    helper_qualifier = DEVICE_FN
+    infinity, nan = "__builtin_inff()", "__builtin_nanf(\"\")"
+    type_names = AMD_TYPES
+    address_var_type = None  # 32-bit index math: 64-bit integer arithmetic takes several instructions
+    vector_widths = (4,)
+    vector_dtypes = frozenset(_VECTOR4)
+    global_max = (2**31 - 1, 2**31 - 1, 2**31 - 1)
+    # float64 is not claimed yet: without ROCm's device math library (ocml) clang-19 cannot lower float64 exp2, log2
+    # and sin for amdgcn (it stops with "no libcall available", or crashes on fsin)
+    supported_dtypes = frozenset(d for d in dtypes.all() if d != dtypes.float64)
+
+    def __init__(self, arch: str = "gfx942", local_max: tuple[int, int, int] = BLOCK_MAX,
+                 max_work_group_size: int = MAX_THREADS_PER_BLOCK, local_mem_max: int = 64 * 1024):
+        """64 KiB is the LDS a workgroup may allocate on gfx9 (CDNA) and gfx10/11 (RDNA)."""
+        self.arch = arch
+        self.local_max, self.max_work_group_size, self.local_mem_max = local_max, max_work_group_size, local_mem_max
+
+    def math_fn(self, op: Ops, d: DType) -> str:
+        base = _BUILTINS[op]
+        return base if d.scalar == dtypes.float64 else base + "f"
+
+    @staticmethod
+    def _pun(x: str, frm_type: str, to_type: str) -> str:
+        # C++ has no union compound literals of C's kind; clang's bit cast is the defined way
+        return f"__builtin_bit_cast({to_type}, ({frm_type})({x}))"
+
+    # ---- vector accesses: hipMalloc aligns buffers (at least 256 bytes) and `find_vector_accesses` proves the
+    # index a multiple of 4, so 16-byte accesses are aligned ----
+    def vector_type(self, d: DType, width: int) -> str:
+        return _VECTOR4[d.scalar]
+
+    def render_vector_load(self, buf: str, idx: str, width: int, d: DType) -> str:
+        return f"(*((const {self.vector_type(d, width)}*)({buf}+{idx})))"
+
+    def render_vector_lane(self, vec: str, lane: int) -> str:
+        return f"{vec}.{'xyzw'[lane]}"
+
+    def render_vector_store(self, buf: str, idx: str, values: list[str], d: DType) -> str:
+        vtype = self.vector_type(d, len(values))
+        return f"*(({vtype}*)({buf}+{idx})) = {vtype}{{{', '.join(values)}}};"
+
+    # ---- work-items, LDS, barriers ----
+    def render_special(self, name: str, dim: int, dtype: DType) -> str:
+        t, a = self.value_type(dtype), _AXES[dim]
+        group = f"__builtin_amdgcn_workgroup_id_{a}()"
+        if dtype.itemsize == 8:  # the product can pass 2**32: multiply in 64 bits
+            group = f"(({t}){group})"
+        return (f"{t} {name} = ({t})({group}*__builtin_amdgcn_workgroup_size_{a}()"
+                f"+__builtin_amdgcn_workitem_id_{a}());")
+
+    def render_define_local(self, name: str, d: DType, size: int) -> str:
+        return f"__attribute__((shared)) {self.value_type(d)} {name}[{size}];"
+
+    def render_barrier(self) -> str:
+        return ('__builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup"); __builtin_amdgcn_s_barrier(); '
+                '__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");')
+
+    # the LDS arrays hold computed values (floats for the emulated dtypes), not bit patterns
+    def render_local_load(self, buf: str, idx: str, gate: str | None, d: DType) -> str:
+        raw = f"{buf}[{idx}]"
+        return raw if gate is None else f"({gate}?{raw}:{self.render_const(0, d)})"
+
+    def render_local_store(self, buf: str, idx: str, value: str, d: DType) -> str:
+        return f"{buf}[{idx}] = {value};"
+
+    def render_kernel(self, name: str, params: list[str], body: list[str], uses_bf16: bool = False,
+                      helpers: str = "") -> str:
+        head = (f"{self.kernel_prefix}__attribute__((amdgpu_flat_work_group_size(1, {self.max_work_group_size}))) "
+                f"void {name}({', '.join(params)}) {{")
+        return self.prelude + (self.bf16_prelude if uses_bf16 else "") + helpers + head + "\n" + \
+            "\n".join(body) + "\n}\n"
+
+
+__all__ = ["AMD_TYPES", "DEVICE_FN", "TARGETS", "AMDRenderer"]

@@ -1,0 +1,98 @@
+"""Metal Shading Language on top of the C-style base: `kernel void` functions whose buffers are `device T*` at
+`[[buffer(n)]]`, symbolic variables `constant int&` at the next indices, work-items from the threadgroup position,
+size and thread position, GROUP scratch arrays in `threadgroup` memory with `threadgroup_barrier`.
+
+Metal has no float64, so the renderer does not claim it (the compiler refuses such kernels with a clear error).
+float16 is `half`, rounded back after every op by the base; bfloat16 and the 8-bit floats are emulated as in the
+base, with the bit helpers written with `as_type` (MSL has no memcpy). Math uses the `precise::` functions, since
+Metal's default fast math would not meet the reference's accuracy.
+"""
+
+from __future__ import annotations
+
+from tinygrad.dtype import DType, dtypes
+from tinygrad.renderer.cstyle import BF16_PRELUDE, CStyleRenderer
+from tinygrad.uop.ops import Ops, UOp
+
+PRELUDE = "#include <metal_stdlib>\nusing namespace metal;\n"
+_MEMCPY_TO_U = "unsigned int u; __builtin_memcpy(&u, &f, 4);"
+BF16_HELPERS = (BF16_PRELUDE
+                .replace("unsigned int u = ((unsigned int)b) << 16; float f; __builtin_memcpy(&f, &u, 4); return f;",
+                         "return as_type<float>(((unsigned int)b) << 16);")
+                .replace(_MEMCPY_TO_U, "unsigned int u = as_type<unsigned int>(f);"))
+FLOAT_BITS_HELPERS = """static inline unsigned int tg_f32_bits(float f) { return as_type<unsigned int>(f); }
+static inline float tg_bits_f32(unsigned int u) { return as_type<float>(u); }
+"""
+METAL_TYPES: dict[DType, str] = {**CStyleRenderer.type_names, dtypes.float16: "half", dtypes.int64: "long",
+                                 dtypes.uint64: "ulong", dtypes.int8: "char", dtypes.uint8: "uchar",
+                                 dtypes.uint16: "ushort", dtypes.uint32: "uint"}
+del METAL_TYPES[dtypes.float64]
+_MATH = {Ops.SQRT: "precise::sqrt", Ops.EXP2: "precise::exp2", Ops.LOG2: "precise::log2", Ops.SIN: "precise::sin",
+         Ops.TRUNC: "trunc", Ops.MOD: "precise::fmod"}
+_AXES = "xyz"
+
+
+class MetalRenderer(CStyleRenderer):
+    device = "METAL"
+    has_local = True
+    launch_rounds_up = True
+    supported_dtypes = frozenset(d for d in dtypes.all() if d != dtypes.float64)
+    kernel_prefix = "kernel "
+    buffer_prefix = "device "
+    restrict = ""
+    prelude = PRELUDE
+    bf16_prelude = BF16_HELPERS
+    float_bits_prelude = FLOAT_BITS_HELPERS
+    infinity, nan = "INFINITY", "NAN"
+    type_names = METAL_TYPES
+    address_var_type = None
+    # Apple GPUs: 1024 threads per threadgroup, 32 KiB of threadgroup memory
+    global_max = (2**31 - 1, 2**31 - 1, 2**31 - 1)
+    local_max = (1024, 1024, 1024)
+    max_work_group_size = 1024
+    local_mem_max = 32 * 1024
+
+    def math_fn(self, op: Ops, d: DType) -> str:
+        return _MATH[op]
+
+    @staticmethod
+    def _pun(x: str, frm_type: str, to_type: str) -> str:
+        return f"as_type<{to_type}>(({frm_type})({x}))"
+
+    def render_param(self, index: int, d: DType, is_output: bool) -> str:
+        const = "" if is_output else "const "
+        return f"device {const}{self.memory_type(d)}* data{index} [[buffer({index})]]"
+
+    def render_special(self, name: str, dim: int, dtype: DType) -> str:
+        t, a = self.value_type(dtype), _AXES[dim]
+        group = f"(({t})tg_group.{a})" if dtype.itemsize == 8 else f"tg_group.{a}"
+        return f"{t} {name} = ({t})({group}*tg_size.{a}+tg_lid.{a});"
+
+    def render_define_local(self, name: str, d: DType, size: int) -> str:
+        return f"threadgroup {self.value_type(d)} {name}[{size}];"
+
+    def render_barrier(self) -> str:
+        return "threadgroup_barrier(mem_flags::mem_threadgroup);"
+
+    def render_local_load(self, buf: str, idx: str, gate: str | None, d: DType) -> str:
+        raw = f"{buf}[{idx}]"
+        return raw if gate is None else f"({gate}?{raw}:{self.render_const(0, d)})"
+
+    def render_local_store(self, buf: str, idx: str, value: str, d: DType) -> str:
+        return f"{buf}[{idx}] = {value};"
+
+    def render_source(self, name: str, program: list[UOp], params: list[str], var_params: list[str],
+                      local_decls: list[str], body: list[str]) -> str:
+        # symbolic variables are bound as small constant buffers after the data buffers, in the same order
+        var_decls = []
+        for i, p in enumerate(var_params):
+            type_name, var = p.removeprefix("const ").rsplit(" ", 1)
+            var_decls.append(f"constant {type_name}& {var} [[buffer({len(params) + i})]]")
+        builtins = ["uint3 tg_group [[threadgroup_position_in_grid]]", "uint3 tg_size [[threads_per_threadgroup]]",
+                    "uint3 tg_lid [[thread_position_in_threadgroup]]"]
+        lines = ["  " + decl for decl in local_decls] + body
+        uses_bf16 = any(u.dtype.scalar == dtypes.bfloat16 for u in program)
+        return self.render_kernel(name, params + var_decls + builtins, lines, uses_bf16, self.fp8_helpers(program))
+
+
+__all__ = ["METAL_TYPES", "MetalRenderer"]
