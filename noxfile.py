@@ -23,6 +23,7 @@ TEST_DEPS = ["pytest==9.2.0", "pytest-xdist==3.8.0", "hypothesis==6.170.17", "sa
 # the CPU build of torch 2.13.0 exists as a wheel for Python 3.11 here; other Pythons run without it
 # (tests that need torch's reference values skip there, and say so)
 TORCH = "torch==2.13.0"
+MPI4PY = "mpi4py==4.1.2"
 LINT_DEPS = ["ruff==0.17.6"]
 DOCS_DEPS = ["mkdocs==1.6.1", "mkdocs-material==9.8.2", "mkdocstrings==1.0.8", "mkdocstrings-python==2.0.11",
              "griffelib==2.4.1", "mkdocs-autorefs==1.4.5", "pymdown-extensions==13.1.2"]
@@ -69,7 +70,7 @@ def tests(session: nox.Session) -> None:
 def integration(session: nox.Session) -> None:
     """The packages together: clean-venv installs, plugin discovery, the sample out-of-tree backend."""
     _install_framework(session)
-    session.install(*TEST_DEPS)
+    session.install(*TEST_DEPS, MPI4PY)  # MPI: the data-parallel test runs mpirun -n 2
     session.run("pytest", "-q", "integration-tests", *session.posargs, success_codes=[0, 5])
 
 

@@ -10,6 +10,7 @@ import math
 import weakref
 from collections.abc import Callable
 
+from tinygrad.multi import device_of, replicate_node, shard_like_node
 from tinygrad.uop.ops import GroupOp, Ops, UOp, inverse_permutation
 
 GradRule = Callable[[UOp, UOp], tuple[UOp | None, ...]]
@@ -37,13 +38,14 @@ def _cos(x: UOp) -> UOp:
 
 
 def _copy_back(g: UOp, src: UOp) -> UOp:
-    """The gradient of a device copy is a copy back to the device the source lives on."""
-    for u in src.toposort():
-        if u.op is Ops.BUFFER:
-            return UOp(Ops.COPY, g.dtype, (g,), u.arg.device)
-        if u.op is Ops.COPY:
-            return UOp(Ops.COPY, g.dtype, (g,), u.arg)
-    return g  # a source made of constants has no device of its own
+    """The gradient of a device copy is a copy back to where the source lives: its device, or its devices, placed
+    as the source is (the gradient of a gather is sharded like the tensor gathered)."""
+    device = device_of(src)
+    if device is None:
+        return g  # a source made of constants has no device of its own
+    if isinstance(device, tuple):
+        return shard_like_node(replicate_node(g, device), src)
+    return UOp(Ops.COPY, g.dtype, (g,), device)
 
 
 def _max_grad(g: UOp, node: UOp) -> tuple[UOp | None, ...]:
@@ -119,6 +121,10 @@ GRAD_RULES: dict[Ops, GradRule] = {
     Ops.FLIP: lambda g, n: (g.flip(n.arg),),
     Ops.CONTIGUOUS: lambda g, n: (g,),
     Ops.COPY: lambda g, n: (_copy_back(g, n.src[0]),),
+    # where a value lives does not change it: the gradient goes through placement unchanged (lowering places it),
+    # and a SHARD's second source only says where
+    Ops.SHARD: lambda g, n: (g, None)[:len(n.src)],
+    Ops.MULTI: lambda g, n: (None,) * len(n.src),  # a MULTI holds buffers: the realized shards of a tensor
     Ops.DETACH: lambda g, n: (None,),
 }
 # ops with no gradient (piecewise constant or integer-valued)

@@ -32,7 +32,6 @@ from tinygrad.engine.schedule import (
     ScheduleItem,
     base_buffer,
     buffer_view,
-    create_schedule,
     realized_views,
 )
 from tinygrad.errors import BroadcastError, DTypeError
@@ -45,11 +44,13 @@ from tinygrad.mixin.functional import FunctionalMixin
 from tinygrad.mixin.indexing import IndexingMixin
 from tinygrad.mixin.linalg import LinalgMixin
 from tinygrad.mixin.movement import MovementMixin
+from tinygrad.mixin.multi import MultiDeviceMixin
 from tinygrad.mixin.processing import ProcessingMixin
 from tinygrad.mixin.reduce import ReduceMixin
 from tinygrad.mixin.unary import UnaryMixin
 from tinygrad.mixin.utility import UtilityMixin
 from tinygrad.mixin.views import ViewRecord, record_view, view_record, write_through, written_base
+from tinygrad.multi import create_schedule, place_on_devices
 from tinygrad.uop.ops import Ops, UOp, _arg_key, post_order, resolve_size
 
 #: (dtype, scalar, shape) -> the broadcast constant that `x + scalar` reads. Hash-consing would return the same node;
@@ -74,39 +75,103 @@ class _CastShortcuts:
         raise NotImplementedError
 
     def float(self) -> Tensor:
+        """`self.cast(dtypes.float32)`: PyTorch's shortcut for a cast to float32.
+
+        Examples:
+            >>> Tensor([1, 2]).float().tolist()
+            [1.0, 2.0]
+        """
         return self.cast(dtypes.float32)
 
     def half(self) -> Tensor:
+        """`self.cast(dtypes.float16)`: PyTorch's shortcut for a cast to float16.
+
+        Examples:
+            >>> Tensor([1.5, 2.0]).half().dtype
+            dtypes.float16
+        """
         return self.cast(dtypes.float16)
 
     def int(self) -> Tensor:
+        """`self.cast(dtypes.int32)`: floats are truncated toward zero, as in C and PyTorch.
+
+        Examples:
+            >>> Tensor([1.5, -2.7]).int().tolist()
+            [1, -2]
+        """
         return self.cast(dtypes.int32)
 
     def long(self) -> Tensor:
+        """`self.cast(dtypes.int64)`: floats are truncated toward zero.
+
+        Examples:
+            >>> Tensor([1.9, -1.9]).long().tolist()
+            [1, -1]
+        """
         return self.cast(dtypes.int64)
 
     def bool(self) -> Tensor:
+        """`self.cast(dtypes.bool)`: True where the element is nonzero (NaN is nonzero).
+
+        Examples:
+            >>> Tensor([0, 2, -1]).bool().tolist()
+            [False, True, True]
+        """
         return self.cast(dtypes.bool)
 
     def double(self) -> Tensor:
+        """`self.cast(dtypes.float64)`, on devices that have float64.
+
+        Examples:
+            >>> Tensor([1, 2]).double().dtype
+            dtypes.float64
+        """
         return self.cast(dtypes.float64)
 
     def short(self) -> Tensor:
+        """`self.cast(dtypes.int16)`; values outside int16 wrap around.
+
+        Examples:
+            >>> Tensor([1, 40000]).short().tolist()
+            [1, -25536]
+        """
         return self.cast(dtypes.int16)
 
     def bfloat16(self) -> Tensor:
+        """`self.cast(dtypes.bfloat16)`: stored as 16-bit patterns, computed in float32 and rounded after each op.
+
+        Examples:
+            >>> Tensor([1.0, 3.140625]).bfloat16().tolist()
+            [1.0, 3.140625]
+        """
         return self.cast(dtypes.bfloat16)
 
 
 class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, MovementMixin, IndexingMixin, ReduceMixin,
-             FunctionalMixin, ProcessingMixin, LinalgMixin, UtilityMixin):
+             FunctionalMixin, ProcessingMixin, LinalgMixin, UtilityMixin, MultiDeviceMixin):
     """A lazy tensor. `Tensor([1, 2, 3])`, `Tensor(np_array)`, `Tensor.zeros(2, 3)`, ..."""
 
     training: ClassVar[bool] = False
+    """Whether training mode is on (`dropout` reads it); set it with `Tensor.train()` or `Context(TRAINING=1)`.
+
+    Examples:
+        >>> Tensor.training
+        False
+    """
 
     class train(contextlib.ContextDecorator):
         """`with Tensor.train():` or `@Tensor.train()`: training mode inside (earlier tinygrad releases' spelling
-        of `Context(TRAINING=1)`); `Tensor.train(False)` turns it off inside."""
+        of `Context(TRAINING=1)`); `Tensor.train(False)` turns it off inside.
+
+        Training mode is what `dropout` (and layers built on it) read; the previous mode comes back on exit.
+
+        Examples:
+            >>> with Tensor.train():
+            ...     print(Tensor.training)
+            True
+            >>> Tensor.training
+            False
+        """
 
         def __init__(self, mode: bool = True):
             self.mode = mode
@@ -123,13 +188,41 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
     # _view: None, or for a tensor made by movement ops what assign needs to write through it (mixin/views.py)
     __slots__ = ("__weakref__", "_requires_grad", "_view", "device", "grad", "uop")
     uop: UOp
-    _view: ViewRecord | None
-    device: str
+    """The node of the UOp graph that computes this tensor: a BUFFER (or a view of one) once realized, else the
+    op that makes it.
 
-    def __init__(self, data: Any, device: str | None = None, dtype: DTypeLike | None = None,
+    Examples:
+        >>> print((Tensor([1, 2]) + 1).uop.op)
+        Ops.ADD
+    """
+    _view: ViewRecord | None
+    device: str | tuple[str, ...]
+    """The canonical name of the device that holds the data ("CPU", "CL:1", ...); for a tensor on several devices
+    (`shard`, `to` a tuple) the tuple of their names.
+
+    Examples:
+        >>> Tensor([1, 2], device="cpu").device
+        'CPU'
+    """
+
+    def __init__(self, data: Any, device: str | Sequence[str] | None = None, dtype: DTypeLike | None = None,
                  requires_grad: bool | None = None):
-        self.device = Device.canonicalize(device)
+        if device is not None and not isinstance(device, str):  # several devices: the data on each (tinygrad/multi.py)
+            self.device, data = place_on_devices(Tensor, data, device, dtype)
+        else:
+            self.device = Device.canonicalize(device)
         self.grad: Tensor | None = None
+        """The gradient that `backward()` stored (None until then); parameters (requires_grad=True) accumulate
+        it until an optimizer's `zero_grad()`.
+
+        Examples:
+            >>> x = Tensor([3.0], requires_grad=True)
+            >>> print(x.grad)
+            None
+            >>> loss = x.square().sum().backward()
+            >>> x.grad.tolist()
+            [6.0]
+        """
         self._view = None  # not a view (see _moved)
         self._requires_grad: bool | None = False  # until the end: see the requires_grad property
         want = to_dtype(dtype) if dtype is not None else None
@@ -165,36 +258,77 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
     def _upload(self, arr: np.ndarray, d: DType) -> UOp:
         from tinygrad.device import dtype_error
 
-        if not Device[self.device].supports_dtype(d):
-            raise dtype_error(d, self.device)
+        device = self.device
+        assert isinstance(device, str), "host data for several devices is uploaded to each one (multi.py)"
+        if not Device[device].supports_dtype(d):
+            raise dtype_error(d, device)
         if is_emulated_float(d):  # numpy has no such type: upload the rounded bit patterns
             flat = encode_floats(arr, d)
         else:
             flat = np.ascontiguousarray(arr.astype(to_numpy(d), copy=False).reshape(-1))
-        buf = Buffer(self.device, flat.size, d)
+        buf = Buffer(device, flat.size, d)
         buf.copyin(flat.data.cast("B"))
         return buffer_view(buf, tuple(arr.shape))
 
     # ---- basic properties ----
     @property
     def shape(self) -> tuple[int, ...]:
+        """The size of each dimension, as a tuple (a symbolic dimension is a `UOp` over a bound Variable).
+
+        Examples:
+            >>> Tensor([[1, 2, 3], [4, 5, 6]]).shape
+            (2, 3)
+        """
         return self.uop.shape
 
     @property
     def dtype(self) -> DType:
+        """The element type, a `DType` from `tinygrad.dtypes`. Python ints make int32, Python floats
+        `dtypes.default_float` (float32), bools bool.
+
+        Examples:
+            >>> Tensor([1, 2]).dtype
+            dtypes.int32
+            >>> Tensor([1.5]).dtype
+            dtypes.float32
+        """
         return self.uop.dtype
 
     @property
     def ndim(self) -> int:
+        """The number of dimensions, `len(self.shape)`.
+
+        Examples:
+            >>> Tensor.zeros(2, 3, 4).ndim
+            3
+        """
         return len(self.shape)
 
     def numel(self) -> int:
+        """The number of elements, the product of the shape (1 for a 0-d tensor).
+
+        Examples:
+            >>> Tensor.zeros(2, 3).numel()
+            6
+        """
         return prod(self.shape)
 
     def element_size(self) -> int:
+        """The size of one element in bytes.
+
+        Examples:
+            >>> Tensor([1.0], dtype=dtypes.float16).element_size()
+            2
+        """
         return self.dtype.itemsize
 
     def nbytes(self) -> int:
+        """The size of the data in bytes, `numel() * element_size()`.
+
+        Examples:
+            >>> Tensor([1, 2, 3]).nbytes()
+            12
+        """
         return self.numel() * self.element_size()
 
     def __len__(self) -> int:
@@ -203,6 +337,13 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         return self.shape[0]
 
     def size(self, dim: int | None = None) -> tuple[int, ...] | int:
+        """The shape, or with `dim` the size of that dimension (negative counts from the end), as PyTorch's `size`.
+
+        Examples:
+            >>> t = Tensor.zeros(2, 3)
+            >>> t.size(), t.size(-1)
+            ((2, 3), 3)
+        """
         return self.shape if dim is None else self.shape[self._axis(dim)]
 
     def __repr__(self) -> str:
@@ -222,7 +363,14 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         """Tri-state, as in tinygrad. None (the default): backward() fills this tensor's .grad when the loss depends
         on it (floating point only), and an optimizer given it makes it True. True: a parameter, a leaf of its own
         that realize() keeps (PyTorch's requires_grad). False: never takes a gradient, and what is computed from it
-        alone neither; optimizers keep such tensors as buffers (running statistics, counters)."""
+        alone neither; optimizers keep such tensors as buffers (running statistics, counters).
+
+        Examples:
+            >>> print(Tensor([1.0]).requires_grad)
+            None
+            >>> Tensor([1.0], requires_grad=True).requires_grad
+            True
+        """
         return self._requires_grad
 
     @requires_grad.setter
@@ -242,12 +390,27 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         self._requires_grad = None if value is None else bool(value)
 
     def requires_grad_(self, value: bool | None = True) -> Tensor:
+        """Set `requires_grad` (True by default) and return self; only floating-point tensors can be True.
+
+        Examples:
+            >>> Tensor([1.0, 2.0]).requires_grad_().requires_grad
+            True
+        """
         self.requires_grad = value
         return self
 
     @property
     def is_param(self) -> bool:
-        """tinygrad 0.14's spelling: whether an optimizer optimises this tensor (requires_grad is not False)."""
+        """tinygrad 0.14's spelling: whether an optimizer optimises this tensor (requires_grad is not False).
+
+        Setting it to False sets requires_grad to False; setting it to True turns a False into None.
+
+        Examples:
+            >>> Tensor([1.0]).is_param
+            True
+            >>> Tensor([1.0], requires_grad=False).is_param
+            False
+        """
         return self._requires_grad is not False
 
     @is_param.setter
@@ -258,6 +421,12 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
             self.requires_grad = None
 
     def is_param_(self, value: bool = True) -> Tensor:
+        """Set `is_param` and return self (tinygrad 0.14's spelling of `requires_grad_`).
+
+        Examples:
+            >>> Tensor([1.0]).is_param_(False).requires_grad
+            False
+        """
         self.is_param = value
         return self
 
@@ -287,12 +456,28 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
 
     # ---- realization ----
     def schedule(self, *others: Tensor) -> list[ScheduleItem]:
-        """The kernels that realize() would run, without running them."""
+        """The kernels that realize() would run, without running them: a list of `ScheduleItem`s. Already
+        realized tensors need none; the tensors in `others` are scheduled together with self.
+
+        Examples:
+            >>> t = Tensor([1, 2, 3])
+            >>> len(t.schedule()), len((t + 1).schedule())
+            (0, 1)
+        """
         tensors = [self, *others]
         items, _, _ = create_schedule([t.uop for t in tensors], [t.device for t in tensors])
         return items
 
     def realize(self, *others: Tensor) -> Tensor:
+        """Run the kernels that compute this tensor (and `others`, in one schedule) and keep the result in a
+        buffer; returns self. Reading a value (`numpy`, `tolist`, `item`) realizes first, so an explicit call is
+        only needed to control when work happens (for example to time it).
+
+        Examples:
+            >>> t = (Tensor([1, 2]) * 3).realize()
+            >>> t.tolist()
+            [3, 6]
+        """
         tensors = (self, *others)
         written = [b for t in tensors if (b := written_base(t)) is not None and all(b is not u for u in tensors)]
         if written:  # `cache[:, i:i+1].assign(x).realize()` writes the cache, as in tinygrad
@@ -316,6 +501,8 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         return self
 
     def _buffer(self) -> Buffer:
+        if isinstance(self.device, tuple):
+            raise RuntimeError(f"a tensor on {self.device} has one buffer per device; gather it first with .to(device)")
         self.realize()
         view = realized_views.get(self.uop)
         base = base_buffer(view if view is not None else self.uop)
@@ -323,7 +510,16 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         return base.arg
 
     def numpy(self) -> np.ndarray:
+        """The value as a numpy array (realizing first). bfloat16 and the 8-bit floats come back as float32 values.
+
+        Examples:
+            >>> Tensor([[1, 2], [3, 4]]).numpy()
+            array([[1, 2],
+                   [3, 4]], dtype=int32)
+        """
         check_host_read("numpy(), tolist() and item()")
+        if isinstance(self.device, tuple):  # gathered onto the first device
+            return self.to(self.device[0]).numpy()
         shape = tuple(resolve_size(s) for s in self.shape)  # symbolic dims take their bound values
         if 0 in shape:
             return np.zeros(shape, dtype=np.float32 if is_emulated_float(self.dtype) else to_numpy(self.dtype))
@@ -333,26 +529,79 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         return raw.reshape(shape)
 
     def tolist(self) -> Any:
+        """The value as (nested) Python lists of Python numbers; a 0-d tensor gives a number.
+
+        Examples:
+            >>> Tensor([[1, 2], [3, 4]]).tolist()
+            [[1, 2], [3, 4]]
+        """
         return self.numpy().tolist()
 
     def item(self) -> Scalar:
+        """The value of a one-element tensor as a Python number; raises ValueError for any other size.
+
+        Examples:
+            >>> Tensor([[2.5]]).item()
+            2.5
+        """
         if self.numel() != 1:
             raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
         return self.numpy().reshape(()).item()
 
     def data(self) -> memoryview:
+        """The value as a `memoryview` of a host copy, with the tensor's shape and the element format of its dtype.
+
+        Examples:
+            >>> Tensor([1, 2, 3]).data().tolist()
+            [1, 2, 3]
+        """
         return self.numpy().data
 
     def contiguous(self) -> Tensor:
+        """The same value, marked to be computed into a buffer of its own (row-major) when realized; a kernel
+        boundary for the scheduler. Unlike PyTorch's, it is lazy and may copy even when the tensor is already laid out
+        contiguously.
+
+        Examples:
+            >>> Tensor([[1, 2], [3, 4]]).T.contiguous().tolist()
+            [[1, 3], [2, 4]]
+        """
         return self._derive(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 
     def detach(self) -> Tensor:
+        """The same value with the gradient stopped: backward() sends nothing through the result. Its
+        requires_grad is the default None (PyTorch: False).
+
+        Examples:
+            >>> x = Tensor([2.0], requires_grad=True)
+            >>> y = (x * x.detach()).backward()
+            >>> x.grad.tolist()
+            [2.0]
+        """
         return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)), device=self.device)
 
     def clone(self) -> Tensor:
+        """A copy with a node of its own: the same value, and assigning to the copy leaves self alone. Gradients
+        flow through it.
+
+        Examples:
+            >>> a = Tensor([1, 2])
+            >>> b = a.clone()
+            >>> b.assign(Tensor([5, 6])).tolist(), a.tolist()
+            ([5, 6], [1, 2])
+        """
         return self._derive(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,), ("clone", id(self))))
 
-    def to(self, device: str | None) -> Tensor:
+    def to(self, device: str | Sequence[str] | None) -> Tensor:
+        """This tensor on `device` (a name such as "CPU" or "CL:1"; None is the default device; a tuple of names
+        puts a copy on each, see `shard`); self when it is already there. The copy is lazy and keeps requires_grad.
+
+        Examples:
+            >>> Tensor([1, 2]).to("CPU").device
+            'CPU'
+        """
+        if device is not None and not isinstance(device, str):  # replicated on several devices (mixin/multi.py)
+            return self._to_devices(device)
         dev = Device.canonicalize(device)
         if dev == self.device:
             return self
@@ -370,7 +619,15 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         of a leaf that requires grad. Realizing a view only caches its value: it still writes into its base. Reads
         follow the rule of values: anything computed before the assign, views of the base taken earlier included,
         keeps the value it had (realized yet or not); everything made after reads the new one. `v = c[0];
-        c.assign(x); v.assign(y)` writes y into row 0 of x (a write lands in the base's current value)."""
+        c.assign(x); v.assign(y)` writes y into row 0 of x (a write lands in the base's current value).
+
+        Examples:
+            >>> c = Tensor.zeros(2, 2).contiguous()
+            >>> c[:, 1:2].assign(Tensor([[5.0], [6.0]])).tolist()
+            [[5.0], [6.0]]
+            >>> c.tolist()
+            [[0.0, 5.0], [0.0, 6.0]]
+        """
         other = x if isinstance(x, Tensor) else Tensor.full(self.shape, x, dtype=self.dtype, device=self.device)
         if other.shape != self.shape:
             raise ValueError(f"assign of shape {other.shape} to a tensor of shape {self.shape}")
@@ -379,6 +636,8 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         if other.device != self.device:
             raise RuntimeError(f"assign of a tensor on {other.device} to a tensor on {self.device}; move it with "
                                f".to({self.device!r}) first")
+        if isinstance(self.device, tuple):  # in place: the new value keeps the placement of the buffers it goes into
+            other = other.shard_like(self)
         rec = view_record(self)
         if rec is not None and write_through(self, rec, other):  # a view (made by movement ops): into its base
             return self
@@ -454,10 +713,25 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         return self if self.dtype.is_float else self.cast(dtypes.default_float)
 
     def cast(self, dtype: DTypeLike) -> Tensor:
+        """The value converted to `dtype` (a `DType` or its name); self when it already has it. Floats to
+        integers truncate toward zero; out-of-range integers wrap.
+
+        Examples:
+            >>> Tensor([1.7, -1.7]).cast(dtypes.int32).tolist()
+            [1, -1]
+            >>> Tensor([1, 2]).cast("float16").dtype
+            dtypes.float16
+        """
         d = to_dtype(dtype)
         return self if d == self.dtype else self._derive(self.uop.cast(d))
 
     def bitcast(self, dtype: DTypeLike) -> Tensor:
+        """Reinterpret the bits of each element as `dtype`, which must have the same size (no value conversion).
+
+        Examples:
+            >>> Tensor([1.0, 2.0]).bitcast(dtypes.int32).tolist()
+            [1065353216, 1073741824]
+        """
         d = to_dtype(dtype)
         if d.itemsize != self.dtype.itemsize:
             raise DTypeError(f"bitcast from {self.dtype} ({self.dtype.itemsize} bytes) to {d} ({d.itemsize} bytes) "
@@ -466,7 +740,17 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
 
     # ---- autograd ----
     def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
-        """d(self)/d(target) for each target, as new tensors (nothing is stored in .grad)."""
+        """d(self)/d(target) for each target, as new tensors (nothing is stored in .grad).
+
+        `gradient` is the incoming gradient, required unless self has one element. Targets that self does not
+        depend on get zeros.
+
+        Examples:
+            >>> x = Tensor([2.0, 3.0])
+            >>> (dx,) = (x * x).sum().gradient(x)
+            >>> dx.tolist()
+            [4.0, 6.0]
+        """
         if gradient is None:
             if self.numel() != 1:
                 raise RuntimeError(f"gradient of a non-scalar tensor of shape {self.shape} needs `gradient=` "
@@ -499,7 +783,14 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         """Fill `t.grad` with d(self)/d(t) for every live floating-point tensor t that self depends on, as tinygrad
         does: leaves and intermediates (self included), whatever their requires_grad unless it is False. What lies
         behind `detach()` takes no gradient. Tensors with requires_grad=True (parameters) accumulate the gradient
-        into .grad; the others have it replaced."""
+        into .grad; the others have it replaced. Returns self.
+
+        Examples:
+            >>> x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+            >>> loss = (x * x).sum().backward()
+            >>> x.grad.tolist()
+            [2.0, 4.0, 6.0]
+        """
         live = {id(t): t for ref in list(_live_float) if (t := ref()) is not None and t._requires_grad is not False}
         live.update(Tensor._grad_tensors)  # the parameters, however their requires_grad was set
         candidates = list(live.values())

@@ -47,6 +47,7 @@ from tinygrad.engine import realize as engine_realize
 from tinygrad.engine.jit_state import JitError, RunningJit, running
 from tinygrad.engine.schedule import ScheduleItem, base_buffer, buffer_view, copy_kernel_ast, realized_views
 from tinygrad.helpers import DEBUG, JIT, PROFILE, GlobalCounters
+from tinygrad.multi import realized_buffers, view_of_buffers
 from tinygrad.tensor import Tensor
 from tinygrad.uop.ops import Ops, UOp, unbind
 
@@ -67,7 +68,7 @@ class _Recorded:
 
 @dataclass(frozen=True)
 class _Signature:
-    inputs: tuple[tuple[tuple[Any, ...], Any, str], ...]  # (shape with variables unbound, dtype, device)
+    inputs: tuple[tuple[tuple[Any, ...], Any, str | tuple[str, ...]], ...]  # (shape, variables unbound; dtype; device)
 
     def describe(self) -> str:
         return ", ".join(f"{tuple(_dim_name(d) for d in shape)} {dtype.name} on {dev}"
@@ -118,7 +119,7 @@ class TinyJit(Generic[R]):
         inputs = [a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]
         if inputs:
             Tensor.realize(*inputs)
-        buffers = [_buffer_of(t) for t in inputs]
+        buffers = [b for t in inputs for b in _buffers_of(t)]  # a tensor on several devices: one per device
         var_vals = _bound_values(args, kwargs, inputs)
         signature = _Signature(tuple((tuple(_unbound(d) for d in t.shape), t.dtype, t.device) for t in inputs))
         if not JIT:
@@ -156,7 +157,7 @@ class TinyJit(Generic[R]):
                 engine_realize.capture_hooks.pop()
         if capturing:
             records += _write_back_state(state)
-            self._state = [_StateSlot(weakref.ref(t), buf, t.uop) for t, buf in _state_tensors(state)]
+            self._state = [_StateSlot(weakref.ref(t), bufs, _axis(t), t.uop) for t, bufs in _state_tensors(state)]
             self._finish_capture(records, buffers, var_vals, out)
         return out
 
@@ -222,7 +223,8 @@ class TinyJit(Generic[R]):
             if (t := held.tensor()) is not None and t.uop is not held.node:
                 # assigned a new value outside the function (a checkpoint loaded, say): the kernels read the state
                 # from the captured buffer, so the new value goes there
-                _copy_into(held.buffer, _buffer_of(t), t.device)
+                for old, new in zip(held.buffers, _buffers_of(t)):
+                    _copy_into(old, new, old.device)
         values = {**self._var_vals, **var_vals}
         launches = self._launches
         for i in self._dynamic:
@@ -248,8 +250,7 @@ class TinyJit(Generic[R]):
         GlobalCounters.count_launches(len(launches), self._replay_ops, self._replay_mem)
         for held in self._state:
             if (t := held.tensor()) is not None:  # a new name for the new contents, as realize() gives
-                buf = held.buffer
-                t.uop = held.node = buffer_view(Buffer(buf.device, buf.size, buf.dtype, base=buf), t.shape)
+                t.uop = held.node = _fresh_view(held.buffers, t, held.axis)
         return _fill(self._outputs, inputs, values)  # type: ignore[no-any-return]
 
 
@@ -260,23 +261,25 @@ class _StateSlot:
     """A tensor the function assigns, the buffer its kernels read it from, and the node a replay last gave it
     (another node means it was assigned outside the function since: load_state_dict, a manual assign)."""
     tensor: weakref.ref[Tensor]
-    buffer: Buffer
+    buffers: list[Buffer]  # one per device for a tensor on several devices
+    axis: int | None  # and the axis it is split along
     node: UOp
 
 
-def _old_buffer(old: UOp) -> Buffer | None:
+def _old_buffers(old: UOp) -> list[Buffer] | None:
     view = realized_views.get(old)
-    base = base_buffer(view if view is not None else old)
-    return base.arg if base is not None else None  # type: ignore[no-any-return]
+    return realized_buffers(view if view is not None else old)
 
 
-def _state_tensors(state: RunningJit) -> list[tuple[Tensor, Buffer]]:
-    """Tensors assigned during the call that held a buffer before: model state, now written back into it."""
+def _state_tensors(state: RunningJit) -> list[tuple[Tensor, list[Buffer]]]:
+    """Tensors assigned during the call that held a buffer (one per device) before: model state, now written back
+    into it."""
     out = []
     for t, old in state.assigned.values():
-        buf = _old_buffer(old)
-        if buf is not None and buf.size == t.numel() and buf.dtype == t.dtype:
-            out.append((t, buf))
+        bufs = _old_buffers(old)
+        if bufs is not None and all(b.dtype == t.dtype for b in bufs) and \
+                (isinstance(t.device, tuple) or bufs[0].size == t.numel()):
+            out.append((t, bufs))
     return out
 
 
@@ -284,13 +287,29 @@ def _write_back_state(state: RunningJit) -> list[tuple[ScheduleItem, Runner | No
     """Copy each state tensor's new value into the buffer it held before the call, and point the tensor there.
     Replays read the state from those buffers, so they must hold the newest value after every replay."""
     records: list[tuple[ScheduleItem, Runner | None]] = []
-    for t, old in _state_tensors(state):
-        new = _buffer_of(t)
-        if new.storage is old.storage:
+    for t, olds in _state_tensors(state):
+        news = _buffers_of(t)
+        if [b.size for b in news] != [b.size for b in olds]:
+            raise JitError(f"TinyJit function {state.name} gave a tensor on {t.device} a new placement (its shards "
+                           f"changed size); a replay writes the new value into the old buffers, so keep the sharding")
+        if all(new.storage is old.storage for new, old in zip(news, olds)):
             continue
-        records.append(_copy_into(old, new, t.device))
-        t.uop = buffer_view(Buffer(old.device, old.size, old.dtype, base=old), t.shape)
+        records += [_copy_into(old, new, old.device) for old, new in zip(olds, news) if new.storage is not old.storage]
+        t.uop = _fresh_view(olds, t, _axis(t))
     return records
+
+
+def _axis(t: Tensor) -> int | None:
+    """The axis a realized tensor on several devices is split along (None: replicated, or on one device)."""
+    view = realized_views.get(t.uop)
+    node = view if view is not None else t.uop
+    return node.arg if node.op is Ops.MULTI else None
+
+
+def _fresh_view(bufs: list[Buffer], t: Tensor, axis: int | None) -> UOp:
+    """t's value over new Buffer objects naming the memory of `bufs` (one per device for a multi-device t)."""
+    fresh = [Buffer(b.device, b.size, b.dtype, base=b) for b in bufs]
+    return view_of_buffers(fresh, t.shape, axis, isinstance(t.device, tuple))
 
 
 def _copy_into(dst: Buffer, src: Buffer, device: str) -> tuple[ScheduleItem, Runner]:
@@ -307,12 +326,14 @@ def _copy_into(dst: Buffer, src: Buffer, device: str) -> tuple[ScheduleItem, Run
 
 # ---- inputs and outputs ----
 
-def _buffer_of(t: Tensor) -> Buffer:
-    view = realized_views.get(t.uop)
-    base = base_buffer(view if view is not None else t.uop)
-    if base is None:  # a realized tensor is a buffer; anything else was realized into one by _buffer()
-        return t._buffer()
-    return base.arg  # type: ignore[no-any-return]
+def _buffers_of(t: Tensor) -> list[Buffer]:
+    """The buffer holding t's value, realized first if need be; one per device for a tensor on several devices."""
+    for _ in range(2):
+        view = realized_views.get(t.uop)
+        if (bufs := realized_buffers(view if view is not None else t.uop)) is not None:
+            return bufs
+        t.realize()
+    raise JitError(f"a tensor of shape {t.shape} on {t.device} did not realize into whole buffers")
 
 
 def _unbound(d: Any) -> Any:
@@ -343,20 +364,24 @@ def _collect_outputs(out: Any) -> list[Tensor]:
 
 @dataclass(frozen=True)
 class _OutputSlot:
-    buffer: Buffer | None  # the recorded buffer a replay writes the output into
-    input_index: int | None  # or: the output is this input, returned as it is
+    # per device (one for a tensor on one device): the recorded buffer a replay writes the output into, or the
+    # number of the input it is, returned as it is
+    buffers: tuple[Buffer | None, ...]
+    input_indices: tuple[int | None, ...]
     shape: tuple[Any, ...]
     dtype: Any
-    device: str
+    device: str | tuple[str, ...]
     requires_grad: bool | None
+    axis: int | None  # the axis a tensor on several devices is split along
 
 
 def _template(out: Any, slot_of: dict[int, int]) -> Any:
     if isinstance(out, Tensor):
-        buf = _buffer_of(out)
-        inp = slot_of.get(id(buf.storage))
+        bufs = _buffers_of(out)
+        inps = tuple(slot_of.get(id(b.storage)) for b in bufs)
         shape = tuple(d if isinstance(d, int) else _unbound(d) for d in out.shape)
-        return _OutputSlot(None if inp is not None else buf, inp, shape, out.dtype, out.device, out.requires_grad)
+        return _OutputSlot(tuple(None if i is not None else b for b, i in zip(bufs, inps)), inps, shape, out.dtype,
+                           out.device, out.requires_grad, _axis(out))
     if isinstance(out, (tuple, list)):
         return type(out)(_template(o, slot_of) for o in out)
     if isinstance(out, dict):
@@ -366,14 +391,16 @@ def _template(out: Any, slot_of: dict[int, int]) -> Any:
 
 def _fill(template: Any, inputs: list[Buffer], values: dict[str, int]) -> Any:
     if isinstance(template, _OutputSlot):
-        buf = inputs[template.input_index] if template.input_index is not None else template.buffer
-        assert buf is not None
+        bufs = [inputs[i] if i is not None else b for b, i in zip(template.buffers, template.input_indices)]
         shape = tuple(d if isinstance(d, int) else _rebind(d, values) for d in template.shape)
         # a new Buffer object over the recorded memory for each replay: expressions built on an earlier replay's
         # result (and the values remembered for them) belong to the earlier contents
-        fresh = Buffer(buf.device, buf.size, buf.dtype, base=buf)
-        flat = buffer_view(fresh, (fresh.size,))
-        uop = flat if shape == (fresh.size,) else _shaped(flat, shape)
+        fresh = [Buffer(b.device, b.size, b.dtype, base=b) for b in bufs if b is not None]
+        if isinstance(template.device, tuple):
+            uop = view_of_buffers(fresh, shape, template.axis, multi=True)
+        else:
+            flat = buffer_view(fresh[0], (fresh[0].size,))
+            uop = flat if shape == (fresh[0].size,) else _shaped(flat, shape)
         out = Tensor(uop, device=template.device)
         out._requires_grad = template.requires_grad
         return out

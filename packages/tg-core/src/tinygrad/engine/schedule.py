@@ -70,13 +70,17 @@ def _substitute_realized(roots: list[UOp], devices: list[str]) -> list[UOp]:
     sink = UOp(Ops.SINK, src=tuple(roots))
     on_device: dict[UOp, bool] = {}  # whether a node reads a buffer (else it is constants, computed anywhere)
     mapping: dict[UOp, UOp] = {}
-    for u in sink.toposort():
+    # every device the graph computes on: the outputs', and the buffers' and copies' upstream of a transfer
+    topo = sink.toposort()
+    everywhere = set(devices) | {u.arg.device for u in topo if u.op is Ops.BUFFER} | \
+        {u.arg for u in topo if u.op is Ops.COPY and isinstance(u.arg, str)}
+    for u in topo:
         on_device[u] = u.op in (Ops.BUFFER, Ops.COPY) or any(on_device[s] for s in u.src)
         # leaves keep their place: a buffer is its own value, and a constant is cheaper inline than read from memory
         if not u.src or (v := u._realized) is None:
             continue
         # a graph of constants is one node on every device (hash-consing): its buffer serves only its own device
-        if on_device[u] or ((base := base_buffer(v)) is not None and set(devices) == {base.arg.device}):
+        if on_device[u] or ((base := base_buffer(v)) is not None and everywhere == {base.arg.device}):
             mapping[u] = v
     return list(sink.substitute(mapping).src) if mapping else roots
 
@@ -308,6 +312,8 @@ def _assign_devices(sink: UOp, outputs: list[UOp], devices: list[str]) -> dict[U
             found[node] = node.arg.device
         elif node.op is Ops.COPY:
             found[node] = node.arg
+        elif node.op is Ops.SINK:  # outputs may live on different devices (the shards of a multi-device tensor)
+            found[node] = None
         else:
             devs = {d for s in node.src if (d := found.get(s)) is not None}
             if len(devs) > 1:

@@ -24,6 +24,7 @@ from tinygrad.errors import DTypeError
 from tinygrad.helpers import TRAINING, prod
 from tinygrad.mixin.common import Scalar, ShapeArg, TensorBase, shape_args
 from tinygrad.mixin.rng import DeviceRNG, bits64, normal_bits, uniform_bits
+from tinygrad.multi import DeviceLike, canonical_device, canonical_devices, device_names, multi_node
 from tinygrad.uop.ops import UOp, sint, sym_prod
 
 if TYPE_CHECKING:
@@ -34,10 +35,22 @@ class CreationMixin(TensorBase):
     __slots__ = ()
 
     @classmethod
-    def empty(cls: type[Tensor], *shape: Any, device: str | None = None, dtype: DTypeLike | None = None,
+    def empty(cls: type[Tensor], *shape: Any, device: DeviceLike = None, dtype: DTypeLike | None = None,
               **kwargs: Any) -> Tensor:
+        """An uninitialised tensor of `shape` (as `zeros(2, 3)` or `zeros((2, 3))`): memory is allocated, its
+        contents are not defined. `dtype` defaults to `dtypes.default_float`. A size may be a bound Variable.
+
+        Examples:
+            >>> t = Tensor.empty(2, 3)
+            >>> t.shape, t.dtype
+            ((2, 3), dtypes.float32)
+        """
         sh = shape_args(shape, symbolic=True)
         d = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        if device is not None and not isinstance(device, str):  # one buffer on each device
+            devs = canonical_devices(device)
+            return cls(multi_node([cls.empty(*shape, device=d, dtype=dtype).uop for d in devs], None), device=devs,
+                       **kwargs)
         dev = Device.canonicalize(device)
         if all(isinstance(s, int) for s in sh):
             return cls(buffer_view(Buffer(dev, prod(sh), d), sh), device=dev, **kwargs)
@@ -46,8 +59,17 @@ class CreationMixin(TensorBase):
         return cls(flat.shrink(((0, sym_prod(sh)),)).reshape(sh), device=dev, **kwargs)
 
     @classmethod
-    def full(cls: type[Tensor], shape: ShapeArg, fill_value: Scalar, device: str | None = None,
+    def full(cls: type[Tensor], shape: ShapeArg, fill_value: Scalar, device: DeviceLike = None,
              dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
+        """A tensor of `shape` filled with `fill_value`, lazily (a broadcast constant, no memory until realized).
+        The dtype is `dtype`, else the Python value's (int32, `default_float` or bool).
+
+        Examples:
+            >>> Tensor.full((2, 2), 7).tolist()
+            [[7, 7], [7, 7]]
+            >>> Tensor.full(3, 0.5).tolist()
+            [0.5, 0.5, 0.5]
+        """
         sh = shape_args((shape,) if isinstance(shape, (int, UOp)) else tuple(shape), symbolic=True)
         d = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
         c = UOp.const(d, fill_value)
@@ -55,24 +77,69 @@ class CreationMixin(TensorBase):
 
     @classmethod
     def zeros(cls: type[Tensor], *shape: Any, **kwargs: Any) -> Tensor:
+        """A tensor of zeros of `shape` (`zeros(2, 3)` or `zeros((2, 3))`), float32 unless `dtype=` says otherwise.
+
+        Examples:
+            >>> Tensor.zeros(2, 3).tolist()
+            [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+            >>> Tensor.zeros(2, dtype=dtypes.int32).tolist()
+            [0, 0]
+        """
         return cls.full(shape_args(shape, symbolic=True), 0.0, **{"dtype": dtypes.default_float, **kwargs})
 
     @classmethod
     def ones(cls: type[Tensor], *shape: Any, **kwargs: Any) -> Tensor:
+        """A tensor of ones of `shape`, float32 unless `dtype=` says otherwise.
+
+        Examples:
+            >>> Tensor.ones(2, 2).tolist()
+            [[1.0, 1.0], [1.0, 1.0]]
+        """
         return cls.full(shape_args(shape, symbolic=True), 1.0, **{"dtype": dtypes.default_float, **kwargs})
 
     def full_like(self: Tensor, fill_value: Scalar, **kwargs: Any) -> Tensor:
+        """A tensor of self's shape, dtype and device filled with `fill_value` (keywords override the dtype or
+        device).
+
+        Examples:
+            >>> Tensor([[1, 2], [3, 4]]).full_like(9).tolist()
+            [[9, 9], [9, 9]]
+        """
         return type(self).full(self.shape, fill_value, **{"dtype": self.dtype, "device": self.device, **kwargs})
 
     def zeros_like(self: Tensor, **kwargs: Any) -> Tensor:
+        """Zeros of self's shape, dtype and device.
+
+        Examples:
+            >>> Tensor([1.5, 2.5]).zeros_like().tolist()
+            [0.0, 0.0]
+        """
         return self.full_like(0, **kwargs)
 
     def ones_like(self: Tensor, **kwargs: Any) -> Tensor:
+        """Ones of self's shape, dtype and device (`dtype=` overrides).
+
+        Examples:
+            >>> Tensor([1, 2, 3]).ones_like().tolist()
+            [1, 1, 1]
+            >>> Tensor([1, 2]).ones_like(dtype=dtypes.float32).tolist()
+            [1.0, 1.0]
+        """
         return self.full_like(1, **kwargs)
 
     @classmethod
     def arange(cls: type[Tensor], start: Scalar, stop: Scalar | None = None, step: Scalar = 1,
-               device: str | None = None, dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
+               device: DeviceLike = None, dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
+        """Values from `start` up to (not including) `stop` in steps of `step`; `arange(n)` is 0..n-1. The dtype
+        follows the arguments (int32 for ints, `default_float` if any is a float) unless `dtype=` is given. `stop` may
+        be a bound Variable.
+
+        Examples:
+            >>> Tensor.arange(5).tolist()
+            [0, 1, 2, 3, 4]
+            >>> Tensor.arange(1, 2, 0.25).tolist()
+            [1.0, 1.25, 1.5, 1.75]
+        """
         if stop is None:
             start, stop = 0, start
         if step == 0:
@@ -87,7 +154,7 @@ class CreationMixin(TensorBase):
 
 
     @classmethod
-    def _symbolic_arange(cls: type[Tensor], start: Any, stop: Any, step: Any, device: str | None,
+    def _symbolic_arange(cls: type[Tensor], start: Any, stop: Any, step: Any, device: DeviceLike,
                          dtype: DTypeLike | None, **kwargs: Any) -> Tensor:
         """arange up to a bound Variable (`Tensor.arange(n.bind(10))`): the values for the Variable's largest value,
         shrunk to the bound length, so one kernel serves every value. tinygrad allows a symbolic stop only."""
@@ -106,10 +173,15 @@ class CreationMixin(TensorBase):
         return whole.shrink(((0, length),))
 
     @classmethod
-    def linspace(cls: type[Tensor], start: Scalar, stop: Scalar, steps: int, device: str | None = None,
+    def linspace(cls: type[Tensor], start: Scalar, stop: Scalar, steps: int, device: DeviceLike = None,
                  dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
         """`steps` evenly spaced values from start to stop, both included (integer dtypes truncate, as PyTorch).
-        `steps` may be a bound Variable: the spacing is then computed from its value at run time."""
+        `steps` may be a bound Variable: the spacing is then computed from its value at run time.
+
+        Examples:
+            >>> Tensor.linspace(0, 1, 5).tolist()
+            [0.0, 0.25, 0.5, 0.75, 1.0]
+        """
         d = to_dtype(dtype) if dtype is not None else dtypes.default_float
         if isinstance(steps, UOp):
             i = cls.arange(steps, device=device, dtype=dtypes.float32)
@@ -127,9 +199,16 @@ class CreationMixin(TensorBase):
         return cls(values if is_emulated_float(d) else values.astype(to_numpy(d)), device=device, dtype=d, **kwargs)
 
     @classmethod
-    def eye(cls: type[Tensor], n: int, m: int | None = None, device: str | None = None,
+    def eye(cls: type[Tensor], n: int, m: int | None = None, device: DeviceLike = None,
             dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
-        """The n x m (default n x n) identity matrix, built lazily from a padded constant (no host upload)."""
+        """The n x m (default n x n) identity matrix, built lazily from a padded constant (no host upload).
+
+        Examples:
+            >>> Tensor.eye(2).tolist()
+            [[1.0, 0.0], [0.0, 1.0]]
+            >>> Tensor.eye(2, 3, dtype=dtypes.int32).tolist()
+            [[1, 0, 0], [0, 1, 0]]
+        """
         m = n if m is None else m
         d = to_dtype(dtype) if dtype is not None else dtypes.default_float
         if isinstance(n, UOp) or isinstance(m, UOp):  # symbolic: compare row and column numbers
@@ -145,10 +224,21 @@ class CreationMixin(TensorBase):
         return cls(diag.cast(d).uop, device=device, **kwargs)
 
     def empty_like(self: Tensor, **kwargs: Any) -> Tensor:
+        """An uninitialised tensor of self's shape, dtype and device.
+
+        Examples:
+            >>> Tensor([[1, 2, 3]]).empty_like().shape
+            (1, 3)
+        """
         return type(self).empty(self.shape, **{"dtype": self.dtype, "device": self.device, **kwargs})
 
     def const_like(self: Tensor, b: Scalar) -> Tensor:
-        """A tensor of self's shape, dtype and device filled with `b`."""
+        """A tensor of self's shape, dtype and device filled with `b`.
+
+        Examples:
+            >>> Tensor([1, 2, 3]).const_like(4).tolist()
+            [4, 4, 4]
+        """
         return self.full_like(b)
 
     @classmethod
@@ -156,7 +246,13 @@ class CreationMixin(TensorBase):
                   dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
         """A tensor holding a copy of `prod(shape)` elements of `dtype` read from host memory at `ptr` (an int
         address or a ctypes pointer/array). tinygrad wraps the memory without copying; this one copies, so the
-        tensor stays valid after the memory is freed."""
+        tensor stays valid after the memory is freed.
+
+        Examples:
+            >>> a = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+            >>> Tensor.from_blob(a.ctypes.data, (3,), dtype=dtypes.float32).tolist()
+            [1.0, 2.0, 3.0]
+        """
         sh = shape_args((shape,) if isinstance(shape, int) else tuple(shape))
         d = to_dtype(dtype) if dtype is not None else dtypes.default_float
         if isinstance(ptr, (bool, str, bytes, float)):
@@ -181,16 +277,35 @@ class CreationMixin(TensorBase):
 
     @classmethod
     def manual_seed(cls: type[Tensor], seed: int = 0) -> None:
+        """Seed the random number generator of every device: after the same seed, the same draws give the same
+        values, on every device (randn may differ in the last bit). The draws are computed in kernels from a
+        counter, so no two draws after one seed repeat each other, and a TinyJit replay draws new numbers.
+
+        Examples:
+            >>> Tensor.manual_seed(42)
+            >>> a = Tensor.rand(3).tolist()
+            >>> Tensor.manual_seed(42)
+            >>> Tensor.rand(3).tolist() == a
+            True
+        """
         DeviceRNG.manual_seed(seed)
 
     @classmethod
-    def random_bits(cls: type[Tensor], *shape: Any, device: str | None = None, dtype: DTypeLike = dtypes.uint32,
+    def random_bits(cls: type[Tensor], *shape: Any, device: DeviceLike = None, dtype: DTypeLike = dtypes.uint32,
                     **kwargs: Any) -> Tensor:
-        """Raw generator output: every bit of every element uniformly random, in any integer dtype."""
+        """Raw generator output: every bit of every element uniformly random, in any integer dtype (uint32 by
+        default).
+
+        Examples:
+            >>> Tensor.manual_seed(0)
+            >>> t = Tensor.random_bits(2, 3, dtype=dtypes.uint8)
+            >>> t.shape, t.dtype
+            ((2, 3), dtypes.uint8)
+        """
         sh, d = shape_args(shape), to_dtype(dtype)
         if not d.is_int:
             raise DTypeError(f"random_bits needs an integer dtype, got {d}")
-        dev = Device.canonicalize(device)
+        dev = canonical_device(device)  # several devices: drawn on the first, replicated
         n = prod(sh)
         if d.itemsize == 8:
             raw = bits64(cls, n, dev)
@@ -202,28 +317,57 @@ class CreationMixin(TensorBase):
         return cls(out.reshape(sh).uop, device=dev, **kwargs)
 
     @classmethod
-    def rand(cls: type[Tensor], *shape: Any, device: str | None = None, dtype: DTypeLike | None = None,
+    def rand(cls: type[Tensor], *shape: Any, device: DeviceLike = None, dtype: DTypeLike | None = None,
              **kwargs: Any) -> Tensor:
-        """Uniform values in [0, 1)."""
+        """Uniform values in [0, 1) of `shape`, float32 unless `dtype=` gives another float dtype.
+
+        Examples:
+            >>> Tensor.manual_seed(0)
+            >>> t = Tensor.rand(2, 3)
+            >>> t.shape, bool(((t >= 0) & (t < 1)).all().item())
+            ((2, 3), True)
+        """
         sh = shape_args(shape)
         d = _float_dtype(dtype, "rand")
-        dev = Device.canonicalize(device)
+        dev = canonical_device(device)  # several devices: drawn on the first, replicated
         return cls(uniform_bits(cls, prod(sh), d, dev).reshape(sh).uop, device=dev, **kwargs)
 
     @classmethod
-    def randn(cls: type[Tensor], *shape: Any, device: str | None = None, dtype: DTypeLike | None = None,
+    def randn(cls: type[Tensor], *shape: Any, device: DeviceLike = None, dtype: DTypeLike | None = None,
               **kwargs: Any) -> Tensor:
-        """Standard normal values (Box-Muller on two uniform draws)."""
+        """Standard normal values of `shape` (Box-Muller on two uniform draws), float32 unless `dtype=` says
+        otherwise.
+
+        Examples:
+            >>> Tensor.manual_seed(0)
+            >>> t = Tensor.randn(1000)
+            >>> t.shape, abs(t.mean().item()) < 0.2, abs(t.std().item() - 1) < 0.2
+            ((1000,), True, True)
+        """
         sh = shape_args(shape)
         d = _float_dtype(dtype, "randn")
-        dev = Device.canonicalize(device)
+        dev = canonical_device(device)  # several devices: drawn on the first, replicated
         return cls(normal_bits(cls, prod(sh), d, dev).reshape(sh).uop, device=dev, **kwargs)
 
     def rand_like(self: Tensor, **kwargs: Any) -> Tensor:
+        """Uniform values in [0, 1) of self's shape and device; self's dtype, which must be a float (or `dtype=`).
+
+        Examples:
+            >>> Tensor.manual_seed(0)
+            >>> Tensor.zeros(2, 2).rand_like().shape
+            (2, 2)
+        """
         return type(self).rand(self.shape, **{"dtype": self._like_dtype(kwargs, "rand_like"), "device": self.device,
                                               **kwargs})
 
     def randn_like(self: Tensor, **kwargs: Any) -> Tensor:
+        """Standard normal values of self's shape and device; self's dtype, which must be a float (or `dtype=`).
+
+        Examples:
+            >>> Tensor.manual_seed(0)
+            >>> Tensor.zeros(3, dtype=dtypes.float16).randn_like().dtype
+            dtypes.float16
+        """
         return type(self).randn(self.shape, **{"dtype": self._like_dtype(kwargs, "randn_like"),
                                                "device": self.device, **kwargs})
 
@@ -235,13 +379,29 @@ class CreationMixin(TensorBase):
 
     @classmethod
     def uniform(cls: type[Tensor], *shape: Any, low: float = 0.0, high: float = 1.0, **kwargs: Any) -> Tensor:
-        """Uniform values in [low, high); the result is a leaf (requires_grad applies to it, not to rand)."""
+        """Uniform values in [low, high); the result is a leaf (requires_grad applies to it, not to rand).
+
+        Examples:
+            >>> Tensor.manual_seed(0)
+            >>> t = Tensor.uniform(100, low=-2, high=2)
+            >>> bool(((t >= -2) & (t < 2)).all().item())
+            True
+        """
         requires_grad = kwargs.pop("requires_grad", None)
         out = (cls.rand(*shape, **kwargs) * (high - low) + low).realize()
         return out.requires_grad_(requires_grad)  # None (tinygrad's default), True or False
 
     @classmethod
     def normal(cls: type[Tensor], *shape: Any, mean: float = 0.0, std: float = 1.0, **kwargs: Any) -> Tensor:
+        """Normal values with the given `mean` and `std` (`std` must be >= 0); the result is a realized leaf, so
+        `requires_grad=` applies to it.
+
+        Examples:
+            >>> Tensor.manual_seed(0)
+            >>> t = Tensor.normal(1000, mean=5.0, std=0.1)
+            >>> round(t.mean().item())
+            5
+        """
         if std < 0:
             raise RuntimeError(f"normal needs std >= 0, got std={std}")
         requires_grad = kwargs.pop("requires_grad", None)
@@ -250,8 +410,15 @@ class CreationMixin(TensorBase):
 
     @classmethod
     def randint(cls: type[Tensor], *shape: Any, low: int = 0, high: int = 10, dtype: DTypeLike = dtypes.int32,
-                device: str | None = None, **kwargs: Any) -> Tensor:
-        """Integers drawn uniformly from [low, high). The default dtype is int32 (tinygrad's; PyTorch's is int64)."""
+                device: DeviceLike = None, **kwargs: Any) -> Tensor:
+        """Integers drawn uniformly from [low, high). The default dtype is int32 (tinygrad's; PyTorch's is int64).
+
+        Examples:
+            >>> Tensor.manual_seed(0)
+            >>> t = Tensor.randint(2, 3, low=5, high=8)
+            >>> t.shape, t.dtype, bool(((t >= 5) & (t < 8)).all().item())
+            ((2, 3), dtypes.int32, True)
+        """
         sh, d = shape_args(shape), to_dtype(dtype)
         for name, v in (("low", low), ("high", high)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
@@ -262,9 +429,9 @@ class CreationMixin(TensorBase):
         if not d.is_float and (low < d.min or high - 1 > d.max):
             raise ValueError(f"randint range [{low}, {high}) does not fit in {d} ([{d.min}, {d.max}])")
         span = high - low
-        dev = Device.canonicalize(device)
+        dev = canonical_device(device)  # several devices: drawn on the first, replicated
         n = prod(sh)
-        if Device[dev].supports_dtype(dtypes.uint64):
+        if all(Device[d].supports_dtype(dtypes.uint64) for d in device_names(dev)):
             # mod a 64-bit draw: the bias is below span / 2**64
             draws = bits64(cls, n, dev)
             offsets = draws if span >= 1 << 64 else draws % span
@@ -280,9 +447,15 @@ class CreationMixin(TensorBase):
         return cls(values.cast(d).reshape(sh).uop, device=dev, **kwargs)
 
     @classmethod
-    def randperm(cls: type[Tensor], n: int, device: str | None = None, dtype: DTypeLike = dtypes.int32,
+    def randperm(cls: type[Tensor], n: int, device: DeviceLike = None, dtype: DTypeLike = dtypes.int32,
                  **kwargs: Any) -> Tensor:
-        """A random permutation of 0..n-1 (int32 by default, tinygrad's; PyTorch's is int64)."""
+        """A random permutation of 0..n-1 (int32 by default, tinygrad's; PyTorch's is int64).
+
+        Examples:
+            >>> Tensor.manual_seed(0)
+            >>> sorted(Tensor.randperm(5).tolist())
+            [0, 1, 2, 3, 4]
+        """
         _check_count(n, "randperm n")
         perm = np.argsort(cls.random_bits(n, dtype=dtypes.uint64, device=device).numpy(), kind="stable")
         d = to_dtype(dtype)
@@ -290,13 +463,27 @@ class CreationMixin(TensorBase):
 
     @classmethod
     def scaled_uniform(cls: type[Tensor], *shape: Any, **kwargs: Any) -> Tensor:
-        """Uniform in [-1, 1) scaled by 1/sqrt(numel)."""
+        """Uniform in [-1, 1) scaled by 1/sqrt(numel); the result is a leaf, as `uniform`'s.
+
+        Examples:
+            >>> Tensor.manual_seed(0)
+            >>> t = Tensor.scaled_uniform(4, 4)
+            >>> bool((t.abs() <= 0.25).all().item())
+            True
+        """
         n = prod(shape_args(shape))
         return cls.uniform(*shape, low=-n ** -0.5 if n else -1.0, high=n ** -0.5 if n else 1.0, **kwargs)
 
     @classmethod
     def glorot_uniform(cls: type[Tensor], *shape: Any, **kwargs: Any) -> Tensor:
-        """Xavier/Glorot uniform: bound sqrt(6 / (fan_out + fan_in)) with fan_out = shape[0]."""
+        """Xavier/Glorot uniform: bound sqrt(6 / (fan_out + fan_in)) with fan_out = shape[0].
+
+        Examples:
+            >>> Tensor.manual_seed(0)
+            >>> t = Tensor.glorot_uniform(3, 3)
+            >>> t.shape, bool((t.abs() <= 1).all().item())
+            ((3, 3), True)
+        """
         sh = shape_args(shape)
         if not sh:
             raise ValueError("glorot_uniform needs a shape with at least one dimension")
@@ -306,14 +493,27 @@ class CreationMixin(TensorBase):
 
     @classmethod
     def kaiming_uniform(cls: type[Tensor], *shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
-        """He uniform for a leaky ReLU of slope `a`: bound sqrt(6 / ((1 + a^2) fan_in)), fan_in = prod(shape[1:])."""
+        """He uniform for a leaky ReLU of slope `a`: bound sqrt(6 / ((1 + a^2) fan_in)), fan_in = prod(shape[1:]).
+
+        Examples:
+            >>> Tensor.manual_seed(0)
+            >>> t = Tensor.kaiming_uniform(4, 6, a=0)
+            >>> bool((t.abs() <= 1).all().item())
+            True
+        """
         fan_in = prod(shape_args(shape)[1:])
         bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(fan_in) if fan_in else 1.0
         return cls.uniform(*shape, low=-bound, high=bound, **kwargs)
 
     @classmethod
     def kaiming_normal(cls: type[Tensor], *shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
-        """He normal for a leaky ReLU of slope `a`: std sqrt(2 / ((1 + a^2) fan_in)), fan_in = prod(shape[1:])."""
+        """He normal for a leaky ReLU of slope `a`: std sqrt(2 / ((1 + a^2) fan_in)), fan_in = prod(shape[1:]).
+
+        Examples:
+            >>> Tensor.manual_seed(0)
+            >>> Tensor.kaiming_normal(8, 16).shape
+            (8, 16)
+        """
         fan_in = prod(shape_args(shape)[1:])
         std = math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(fan_in) if fan_in else 1.0
         return cls.normal(*shape, mean=0.0, std=std, **kwargs)
@@ -321,7 +521,15 @@ class CreationMixin(TensorBase):
     def multinomial(self: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
         """Indices drawn from the categories of each row of `self` (1-D or 2-D non-negative weights, not
         necessarily normalized). Without replacement an index appears at most once per row. Returns int32
-        (tinygrad's choice; PyTorch returns int64)."""
+        (tinygrad's choice; PyTorch returns int64). The draw finishes on the host, so it cannot run inside TinyJit.
+
+        Examples:
+            >>> Tensor.manual_seed(0)
+            >>> Tensor([0.0, 1.0, 0.0]).multinomial(3, replacement=True).tolist()
+            [1, 1, 1]
+            >>> sorted(Tensor([1.0, 1.0, 1.0]).multinomial(3).tolist())
+            [0, 1, 2]
+        """
         if self.ndim not in (1, 2):
             raise RuntimeError(f"multinomial needs a 1-D or 2-D tensor of weights, got shape {self.shape}")
         if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples <= 0:
@@ -359,7 +567,17 @@ class CreationMixin(TensorBase):
 
     def dropout(self: Tensor, p: float = 0.5) -> Tensor:
         """In training mode (`Tensor.training`, or `Context(TRAINING=1)`), zero each element with probability p and
-        scale the rest by 1/(1-p); otherwise the identity."""
+        scale the rest by 1/(1-p); otherwise the identity.
+
+        Examples:
+            >>> Tensor.ones(4).dropout(0.5).tolist()
+            [1.0, 1.0, 1.0, 1.0]
+            >>> Tensor.manual_seed(0)
+            >>> with Tensor.train():
+            ...     y = Tensor.ones(8).dropout(0.5)
+            >>> set(y.tolist()) <= {0.0, 2.0}
+            True
+        """
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"dropout probability has to be between 0 and 1, got {p}")
         if not (type(self).training or TRAINING) or p == 0:

@@ -10,6 +10,7 @@ from tinygrad.device import Device
 from tinygrad.dtype import dtypes
 from tinygrad.errors import DTypeError
 from tinygrad.mixin.common import Scalar, TensorBase, broadcast_shape, scalar_like, sign_bit
+from tinygrad.multi import device_names
 from tinygrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -21,18 +22,52 @@ class ElementwiseMixin(TensorBase):
 
     # arithmetic
     def add(self: Tensor, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
+        """`self + x`, elementwise with broadcasting and PyTorch's type promotion; `reverse` computes `x + self`.
+        A Python number takes the tensor's dtype unless it is of a higher category (a float next to ints).
+
+        Examples:
+            >>> Tensor([1, 2, 3]).add(1).tolist()
+            [2, 3, 4]
+            >>> (Tensor([[1], [2]]) + Tensor([10, 20])).tolist()
+            [[11, 21], [12, 22]]
+        """
         return self._binop(Ops.ADD, x, reverse)
 
     def sub(self: Tensor, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
+        """`self - x` elementwise, broadcasting; `reverse` computes `x - self`. Bool tensors cannot be subtracted.
+
+        Examples:
+            >>> Tensor([5, 6]).sub(1).tolist()
+            [4, 5]
+            >>> Tensor([5, 6]).sub(10, reverse=True).tolist()
+            [5, 4]
+        """
         a, b = self._broadcasted(x, reverse)
         if a.dtype.is_bool:
             raise DTypeError("subtraction of bool tensors is not supported; use logical_xor or cast to an integer")
         return a._derive(a.uop.alu(Ops.SUB, b.uop), b)
 
     def mul(self: Tensor, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
+        """`self * x` elementwise, broadcasting; `reverse` computes `x * self`. Integer products wrap on overflow.
+
+        Examples:
+            >>> Tensor([1, 2, 3]).mul(2).tolist()
+            [2, 4, 6]
+            >>> Tensor([1, 2]).mul(0.5).tolist()
+            [0.5, 1.0]
+        """
         return self._binop(Ops.MUL, x, reverse)
 
     def div(self: Tensor, x: Tensor | Scalar, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
+        """True division `self / x` (integers give floats, as in PyTorch); `reverse` computes `x / self`.
+        `rounding_mode="floor"` is `floordiv`, `"trunc"` rounds the quotient toward zero (integers stay integers).
+
+        Examples:
+            >>> Tensor([1, 2, 3]).div(2).tolist()
+            [0.5, 1.0, 1.5]
+            >>> Tensor([-7, 7]).div(2, rounding_mode="trunc").tolist()
+            [-3, 3]
+        """
         if rounding_mode == "floor":
             return self.floordiv(x, reverse)
         if rounding_mode == "trunc":
@@ -49,7 +84,14 @@ class ElementwiseMixin(TensorBase):
     def floordiv(self: Tensor, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
         """Python's and PyTorch's floor division; an integer divided by zero gives 0 (PyTorch raises).
         Floats follow PyTorch's definition (a - fmod(a, b)) / b, so that 5.0 // 0.1 is 49 and inf // 3 is NaN
-        (a zero result may come out as 0.0 where PyTorch gives -0.0)."""
+        (a zero result may come out as 0.0 where PyTorch gives -0.0).
+
+        Examples:
+            >>> Tensor([-7, 7]).floordiv(2).tolist()
+            [-4, 3]
+            >>> (Tensor([7.5]) // 2).tolist()
+            [3.0]
+        """
         a, b = self._broadcasted(x, reverse)
         if a.dtype.is_float:
             r = _fmod_float(a, b)
@@ -66,7 +108,14 @@ class ElementwiseMixin(TensorBase):
 
     def mod(self: Tensor, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
         """Python's and PyTorch's remainder: the result takes the sign of the divisor (a zero result keeps the
-        dividend's sign, where PyTorch gives the divisor's). Floats are exact within fmod's range."""
+        dividend's sign, where PyTorch gives the divisor's). Floats are exact within fmod's range.
+
+        Examples:
+            >>> Tensor([-7, 7]).mod(3).tolist()
+            [2, 1]
+            >>> (Tensor([7, -7]) % -3).tolist()
+            [-2, -1]
+        """
         a, b = self._broadcasted(x, reverse)
         if a.dtype.is_float:
             r = _fmod_float(a, b)
@@ -79,7 +128,14 @@ class ElementwiseMixin(TensorBase):
     def fmod(self: Tensor, x: Tensor | Scalar) -> Tensor:
         """C's fmod (PyTorch's torch.fmod): the remainder of truncated division, with the sign of the dividend.
         Floats are exact (as C's) while |a / b| < 2**29 (float32 and smaller, worked in float64 where the device
-        has it; else 2**12) or 2**26 (float64). An integer divided by zero gives 0 (PyTorch raises)."""
+        has it; else 2**12) or 2**26 (float64). An integer divided by zero gives 0 (PyTorch raises).
+
+        Examples:
+            >>> Tensor([-7, 7]).fmod(3).tolist()
+            [-1, 1]
+            >>> Tensor([5.5]).fmod(2).tolist()
+            [1.5]
+        """
         a, b = self._broadcasted(x)
         if a.dtype.is_bool:
             raise DTypeError("fmod of bool tensors is not supported; cast to an integer")
@@ -89,7 +145,17 @@ class ElementwiseMixin(TensorBase):
 
     def pow(self: Tensor, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
         """Power as PyTorch: integer tensors give integers (wrapping on overflow; a negative exponent gives 0
-        unless the base is 1 or -1), bool ** bool is logical, floats follow C's pow at 0, 1, inf and NaN."""
+        unless the base is 1 or -1), bool ** bool is logical, floats follow C's pow at 0, 1, inf and NaN.
+        `reverse` computes `x ** self`.
+
+        Examples:
+            >>> Tensor([1, 2, 3]).pow(2).tolist()
+            [1, 4, 9]
+            >>> Tensor([4.0, 9.0]).pow(0.5).tolist()
+            [2.0, 3.0]
+            >>> (2 ** Tensor([1, 2, 3])).tolist()
+            [2, 4, 8]
+        """
         a, b = self._broadcasted(x, reverse)
         if a.dtype.is_bool:
             return a | b.logical_not()
@@ -111,9 +177,24 @@ class ElementwiseMixin(TensorBase):
         return _float_pow(a, b)
 
     def maximum(self: Tensor, x: Tensor | Scalar) -> Tensor:
+        """The larger of self and `x` at each position, broadcasting (NaN wins, as PyTorch). Where both are equal
+        the gradient is split evenly between them.
+
+        Examples:
+            >>> Tensor([1, 5, 3]).maximum(Tensor([4, 2, 3])).tolist()
+            [4, 5, 3]
+            >>> Tensor([-1.0, 2.0]).maximum(0).tolist()
+            [0.0, 2.0]
+        """
         return self._binop(Ops.MAX, x)
 
     def minimum(self: Tensor, x: Tensor | Scalar) -> Tensor:
+        """The smaller of self and `x` at each position, broadcasting; the gradient splits at ties as `maximum`'s.
+
+        Examples:
+            >>> Tensor([1, 5, 3]).minimum(Tensor([4, 2, 3])).tolist()
+            [1, 2, 3]
+        """
         a, b = self._broadcasted(x)
         if a.dtype.is_bool:
             return a & b
@@ -123,7 +204,15 @@ class ElementwiseMixin(TensorBase):
 
     def where(self: Tensor, x: Tensor | Scalar, y: Tensor | Scalar) -> Tensor:
         """`x` where self is true (nonzero), else `y`. A Python number next to a tensor takes the tensor's dtype
-        unless it is of a higher category (a float next to an int tensor), as in PyTorch."""
+        unless it is of a higher category (a float next to an int tensor), as in PyTorch.
+
+        Examples:
+            >>> cond = Tensor([True, False, True])
+            >>> cond.where(Tensor([1, 2, 3]), 0).tolist()
+            [1, 0, 3]
+            >>> (Tensor([-1.0, 2.0]) > 0).where(1.0, -1.0).tolist()
+            [-1.0, 1.0]
+        """
         cond = self if self.dtype.is_bool else self != 0
         if isinstance(x, TensorBase):
             xt, yt = x._broadcasted(y)
@@ -136,7 +225,12 @@ class ElementwiseMixin(TensorBase):
         return c._derive(c.uop.alu(Ops.WHERE, xt.uop, yt.uop), xt, yt)
 
     def lerp(self: Tensor, end: Tensor | Scalar, weight: Tensor | Scalar) -> Tensor:
-        """self + weight * (end - self), evaluated from the nearer end so that weight 1 gives exactly `end`."""
+        """self + weight * (end - self), evaluated from the nearer end so that weight 1 gives exactly `end`.
+
+        Examples:
+            >>> Tensor([0.0, 10.0]).lerp(Tensor([10.0, 20.0]), 0.25).tolist()
+            [2.5, 12.5]
+        """
         start = self._float()
         diff = end - start
         if isinstance(weight, TensorBase):
@@ -145,7 +239,12 @@ class ElementwiseMixin(TensorBase):
 
     def copysign(self: Tensor, other: Tensor | Scalar) -> Tensor:
         """|self| with the sign (bit) of `other`, -0.0 included; the result is float. The gradient is 0 where
-        self is 0, and other gets none (as PyTorch)."""
+        self is 0, and other gets none (as PyTorch).
+
+        Examples:
+            >>> Tensor([1, -2, 3]).copysign(Tensor([-1.0, 1.0, -0.0])).tolist()
+            [-1.0, 2.0, -3.0]
+        """
         a, b = self._broadcasted(other)
         a, b = a._float(), b._float()
         neg = sign_bit(b)
@@ -153,7 +252,12 @@ class ElementwiseMixin(TensorBase):
         return (a == 0).where(neg.where(scalar_like(a, -0.0), scalar_like(a, 0.0)), mag)
 
     def logaddexp(self: Tensor, other: Tensor | Scalar) -> Tensor:
-        """log(exp(self) + exp(other)) without overflow: max + log1p(exp(-|self - other|))."""
+        """log(exp(self) + exp(other)) without overflow: max + log1p(exp(-|self - other|)).
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([0.0, 1000.0]).logaddexp(0.0).tolist()]
+            [0.6931, 1000.0]
+        """
         a, b = self._broadcasted(other)
         a, b = a._float(), b._float()
         d = (a == b).where(0.0, a - b)  # equal infinities would give inf - inf = NaN
@@ -179,17 +283,53 @@ class ElementwiseMixin(TensorBase):
             return hi._cmp(Ops.CMPLT, lo) | (a == b)
         return lo._cmp(Ops.CMPLT, hi).logical_not()
 
-    def eq(self: Tensor, x: Tensor | Scalar) -> Tensor: return self == x
-    def ne(self: Tensor, x: Tensor | Scalar) -> Tensor: return self != x
+    def eq(self: Tensor, x: Tensor | Scalar) -> Tensor:
+        """`self == x` elementwise, as a bool tensor (the `==` operator; `Tensor.__eq__` never compares identity).
+
+        Examples:
+            >>> Tensor([1, 2, 3]).eq(2).tolist()
+            [False, True, False]
+        """
+        return self == x
+
+    def ne(self: Tensor, x: Tensor | Scalar) -> Tensor:
+        """`self != x` elementwise, as a bool tensor; NaN differs from everything, itself included.
+
+        Examples:
+            >>> Tensor([1, 2, 3]).ne(Tensor([1, 0, 3])).tolist()
+            [False, True, False]
+        """
+        return self != x
 
     def logical_not(self: Tensor) -> Tensor:
+        """True where the element is zero (or False), as a bool tensor.
+
+        Examples:
+            >>> Tensor([True, False]).logical_not().tolist()
+            [False, True]
+            >>> Tensor([0, 3]).logical_not().tolist()
+            [True, False]
+        """
         return type(self)(self.bool().uop.alu(Ops.CMPNE, UOp.const(dtypes.bool, True).reshape(
             (1,) * self.ndim).expand(self.shape)), device=self.device)
 
     def isnan(self: Tensor) -> Tensor:
+        """True where the element is NaN (never for integers and bool).
+
+        Examples:
+            >>> Tensor([1.0, math.nan]).isnan().tolist()
+            [False, True]
+        """
         return self != self if self.dtype.is_float else self.full_like(False, dtype=dtypes.bool)
 
     def isinf(self: Tensor, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+        """True where the element is +inf (if `detect_positive`) or -inf (if `detect_negative`).
+
+        Examples:
+            >>> t = Tensor([1.0, math.inf, -math.inf])
+            >>> t.isinf().tolist(), t.isinf(detect_negative=False).tolist()
+            ([False, True, True], [False, True, False])
+        """
         out = self.full_like(False, dtype=dtypes.bool)
         if self.dtype.is_float:
             if detect_positive:
@@ -199,6 +339,12 @@ class ElementwiseMixin(TensorBase):
         return out
 
     def isfinite(self: Tensor) -> Tensor:
+        """True where the element is neither infinite nor NaN (always for integers and bool).
+
+        Examples:
+            >>> Tensor([1.0, math.inf, math.nan]).isfinite().tolist()
+            [True, False, False]
+        """
         if not self.dtype.is_float:
             return self.full_like(True, dtype=dtypes.bool)
         return (self < math.inf) & (self > -math.inf)  # false for NaN too
@@ -207,7 +353,14 @@ class ElementwiseMixin(TensorBase):
                 equal_nan: bool = False) -> Tensor:
         """|self - other| <= atol + rtol * |other|, elementwise; equal values (infinities too) are close, NaN
         only with equal_nan. Integers compare in float32 as in PyTorch. Unlike PyTorch, mixed dtypes are
-        promoted instead of refused."""
+        promoted instead of refused.
+
+        Examples:
+            >>> Tensor([1.0, 1.1, math.nan]).isclose(Tensor([1.0, 1.0, math.nan])).tolist()
+            [True, False, False]
+            >>> Tensor([1.0, math.nan]).isclose(Tensor([1.05, math.nan]), atol=0.1, equal_nan=True).tolist()
+            [True, True]
+        """
         if rtol < 0 or atol < 0:
             raise ValueError(f"isclose needs non-negative tolerances, got rtol={rtol}, atol={atol}")
         a, b = self._broadcasted(other)
@@ -222,9 +375,23 @@ class ElementwiseMixin(TensorBase):
 
     def allclose(self: Tensor, other: Tensor | Scalar, rtol: float = 1e-05, atol: float = 1e-08,
                  equal_nan: bool = False) -> bool:
+        """Whether every element is `isclose` to `other`, as a Python bool (this reads the result back).
+
+        Examples:
+            >>> Tensor([1.0, 2.0]).allclose(Tensor([1.0, 2.0000001]))
+            True
+            >>> Tensor([1.0, 2.0]).allclose(Tensor([1.0, 2.1]))
+            False
+        """
         return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
 
     def is_floating_point(self: Tensor) -> bool:
+        """Whether the dtype is a floating-point type (a Python bool).
+
+        Examples:
+            >>> Tensor([1.0]).is_floating_point(), Tensor([1]).is_floating_point()
+            (True, False)
+        """
         return self.dtype.is_float
 
     # bitwise
@@ -234,20 +401,65 @@ class ElementwiseMixin(TensorBase):
             raise DTypeError(f"bitwise {op.name} needs integer or bool tensors, got {a.dtype}")
         return type(self)(a.uop.alu(op, b.uop), device=self.device)
 
-    def bitwise_and(self: Tensor, x: Tensor | Scalar) -> Tensor: return self._bitop(Ops.AND, x)
-    def bitwise_or(self: Tensor, x: Tensor | Scalar) -> Tensor: return self._bitop(Ops.OR, x)
-    def bitwise_xor(self: Tensor, x: Tensor | Scalar) -> Tensor: return self._bitop(Ops.XOR, x)
+    def bitwise_and(self: Tensor, x: Tensor | Scalar) -> Tensor:
+        """`self & x` for integer and bool tensors (the `&` operator); floats raise DTypeError.
+
+        Examples:
+            >>> Tensor([12, 10]).bitwise_and(6).tolist()
+            [4, 2]
+            >>> (Tensor([True, True]) & Tensor([True, False])).tolist()
+            [True, False]
+        """
+        return self._bitop(Ops.AND, x)
+
+    def bitwise_or(self: Tensor, x: Tensor | Scalar) -> Tensor:
+        """`self | x` for integer and bool tensors (the `|` operator).
+
+        Examples:
+            >>> Tensor([12, 10]).bitwise_or(1).tolist()
+            [13, 11]
+        """
+        return self._bitop(Ops.OR, x)
+
+    def bitwise_xor(self: Tensor, x: Tensor | Scalar) -> Tensor:
+        """`self ^ x` for integer and bool tensors (the `^` operator).
+
+        Examples:
+            >>> Tensor([12, 10]).bitwise_xor(6).tolist()
+            [10, 12]
+        """
+        return self._bitop(Ops.XOR, x)
 
     def lshift(self: Tensor, x: Tensor | int) -> Tensor:
-        """Shift left; as PyTorch, a shift by the bit width or more (or by a negative amount) gives 0."""
+        """Shift left; as PyTorch, a shift by the bit width or more (or by a negative amount) gives 0.
+
+        Examples:
+            >>> Tensor([1, 3]).lshift(2).tolist()
+            [4, 12]
+            >>> (Tensor([1]) << 32).tolist()
+            [0]
+        """
         return self._bitop(Ops.SHL, x)
 
     def rshift(self: Tensor, x: Tensor | int) -> Tensor:
         """Arithmetic shift right for signed, logical for unsigned; a shift by the bit width or more (or by a
-        negative amount) gives the sign fill (0 or -1), as PyTorch."""
+        negative amount) gives the sign fill (0 or -1), as PyTorch.
+
+        Examples:
+            >>> Tensor([16, -16]).rshift(2).tolist()
+            [4, -4]
+        """
         return self._bitop(Ops.SHR, x)
 
     def bitwise_not(self: Tensor) -> Tensor:
+        """`~self`: every bit flipped for integers (`-x - 1` for signed ones), logical not for bool.
+
+        Examples:
+            >>> Tensor([0, 5]).bitwise_not().tolist()
+            [-1, -6]
+            >>> (~Tensor([True, False])).tolist()
+            [False, True]
+        """
         if self.dtype.is_bool:
             return self.logical_not()
         if self.dtype.is_float:
@@ -300,7 +512,7 @@ def _fmod_float(a: Tensor, b: Tensor) -> Tensor:
     shows as a negative residual. Beyond that the result is within rounding of a - trunc(a / b) * b."""
     if a.dtype.itemsize == 2:
         return _fmod_float(a.float(), b.float()).cast(a.dtype)
-    wide = a.dtype == dtypes.float32 and Device[a.device].supports_dtype(dtypes.float64)
+    wide = a.dtype == dtypes.float32 and all(Device[d].supports_dtype(dtypes.float64) for d in device_names(a.device))
     aw, bw = (a.cast(dtypes.float64), b.cast(dtypes.float64)) if wide else (a, b)
     a_neg = sign_bit(aw)
     x, y = a_neg.where(-aw, aw), (bw < 0).where(-bw, bw)

@@ -78,23 +78,45 @@ class FunctionalMixin(TensorBase):
     def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         """x @ weight + bias, tinygrad's convention: `weight` is (in_features, out_features), the transpose of
         PyTorch's `F.linear` weight (so `x.linear(w.T, b)` is PyTorch's `F.linear(x, w, b)`). A 1-d weight scales
-        elementwise."""
+        elementwise.
+
+        Examples:
+            >>> x = Tensor([[1.0, 2.0]])
+            >>> x.linear(Tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0]]), Tensor([0.0, 0.0, 10.0])).tolist()
+            [[1.0, 2.0, 13.0]]
+        """
         out = self * weight if weight.ndim == 1 else self.matmul(weight)
         return out if bias is None else out + bias
 
     def sequential(self: Tensor, ll: Sequence[Callable[[Tensor], Tensor]]) -> Tensor:
-        """Apply each callable in turn: `x.sequential([f, g])` is `g(f(x))`."""
+        """Apply each callable in turn: `x.sequential([f, g])` is `g(f(x))`.
+
+        Examples:
+            >>> Tensor([-1.0, 2.0]).sequential([Tensor.relu, lambda t: t * 10]).tolist()
+            [0.0, 20.0]
+        """
         return functools.reduce(lambda x, f: f(x), ll, self)
 
     def layernorm(self: Tensor, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Tensor:
-        """Normalise to mean 0 and variance 1 (biased) over `axis`; no affine part (see nn.LayerNorm)."""
+        """Normalise to mean 0 and variance 1 (biased) over `axis`; no affine part (see nn.LayerNorm).
+
+        Examples:
+            >>> [round(v, 3) for v in Tensor([1.0, 2.0, 3.0]).layernorm().tolist()]
+            [-1.225, 0.0, 1.225]
+        """
         centered = self - self.mean(axis, keepdim=True)
         return centered * ((centered * centered).mean(axis, keepdim=True) + eps).rsqrt()
 
     def batchnorm(self: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor,
                   axis: int | Sequence[int] = 1) -> Tensor:
         """(x - mean) * invstd * weight + bias, the statistics laid along `axis` (the channel axis) and broadcast
-        over the others (or one value for all). `invstd` is 1/sqrt(var + eps). A weight or bias of None is left out."""
+        over the others (or one value for all). `invstd` is 1/sqrt(var + eps). A weight or bias of None is left out.
+
+        Examples:
+            >>> x = Tensor([[1.0, 10.0], [3.0, 20.0]])
+            >>> x.batchnorm(None, None, mean=Tensor([2.0, 15.0]), invstd=Tensor([1.0, 0.2])).tolist()
+            [[-1.0, -1.0], [1.0, 1.0]]
+        """
         axes = {self._axis(a) for a in (axis if isinstance(axis, (tuple, list)) else (axis,))}
         shape = tuple(s if i in axes else 1 for i, s in enumerate(self.shape))
 
@@ -113,7 +135,14 @@ class FunctionalMixin(TensorBase):
 
     def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
         """int64 one-hot encoding along a new last axis (PyTorch's `F.one_hot`). `num_classes=-1` infers it from
-        the largest value, which reads it back to the host."""
+        the largest value, which reads it back to the host.
+
+        Examples:
+            >>> Tensor([0, 2]).one_hot(3).tolist()
+            [[1, 0, 0], [0, 0, 1]]
+            >>> Tensor([1]).one_hot().tolist()
+            [[0, 1]]
+        """
         if not self.dtype.is_int:
             raise DTypeError(f"one_hot needs an integer tensor of class indices, got {self.dtype}")
         if num_classes == -1:
@@ -133,7 +162,16 @@ class FunctionalMixin(TensorBase):
         (..., S, Ev). A bool `attn_mask` keeps the True positions; a float one is added. `is_causal` keeps the
         lower triangle (top-left aligned). A row with every position masked out gives 0, as PyTorch. Dropout is
         applied whenever dropout_p > 0 (PyTorch's rule; pass 0 outside training). `enable_gqa` lets query heads
-        (dim -3) share key/value heads in groups."""
+        (dim -3) share key/value heads in groups.
+
+        Examples:
+            >>> q = k = Tensor.zeros(1, 2, 4)
+            >>> v = Tensor([[[1.0, 2.0], [3.0, 4.0]]])
+            >>> q.scaled_dot_product_attention(k, v).tolist()
+            [[[2.0, 3.0], [2.0, 3.0]]]
+            >>> q.scaled_dot_product_attention(k, v, is_causal=True).tolist()
+            [[[1.0, 2.0], [2.0, 3.0]]]
+        """
         q = self
         for name, t in (("query", q), ("key", key), ("value", value)):
             if t.ndim < 2:
@@ -170,7 +208,13 @@ class FunctionalMixin(TensorBase):
     # ---- losses ----
     def binary_crossentropy(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:
         """Binary cross-entropy of probabilities `self` against targets Y of the same shape; each log is clamped
-        at -100 as in PyTorch, so a confident wrong answer costs 100, not inf."""
+        at -100 as in PyTorch, so a confident wrong answer costs 100, not inf.
+
+        Examples:
+            >>> p = Tensor([0.5, 1.0, 0.0])
+            >>> [round(v, 4) for v in p.binary_crossentropy(Tensor([1.0, 1.0, 1.0]), reduction="none").tolist()]
+            [0.6931, -0.0, 100.0]
+        """
         _check_reduction(reduction)
         _same_shape(self, Y, "binary_crossentropy")
         log_p, log_not_p = self.log(), (1 - self).log()
@@ -180,7 +224,13 @@ class FunctionalMixin(TensorBase):
     def binary_crossentropy_logits(self: Tensor, Y: Tensor, reduction: str = "mean",
                                    pos_weight: Tensor | None = None) -> Tensor:
         """Binary cross-entropy of logits `self` (sigmoid included, computed stably) against targets Y of the
-        same shape; `pos_weight` scales the positive term (broadcast over the last dimension)."""
+        same shape; `pos_weight` scales the positive term (broadcast over the last dimension).
+
+        Examples:
+            >>> logits = Tensor([0.0, 100.0])
+            >>> [round(v, 4) for v in logits.binary_crossentropy_logits(Tensor([1.0, 0.0]), reduction="none").tolist()]
+            [0.6931, 100.0]
+        """
         _check_reduction(reduction)
         _same_shape(self, Y, "binary_crossentropy_logits")
         pos = Y * _softplus_neg(self)  # -Y * log(sigmoid(x))
@@ -191,7 +241,15 @@ class FunctionalMixin(TensorBase):
     def sparse_categorical_crossentropy(self: Tensor, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
                                         reduction: str = "mean") -> Tensor:
         """Cross-entropy of logits `self` (..., C) with the classes on the *last* axis against class indices Y
-        (...); targets equal to `ignore_index` are left out, also from the mean."""
+        (...); targets equal to `ignore_index` are left out, also from the mean.
+
+        Examples:
+            >>> logits = Tensor([[0.0, 0.0], [0.0, 0.0]])
+            >>> round(logits.sparse_categorical_crossentropy(Tensor([0, 1])).item(), 4)
+            0.6931
+            >>> round(logits.sparse_categorical_crossentropy(Tensor([0, -1])).item(), 4)
+            0.6931
+        """
         if self.ndim < 1:
             raise ValueError("sparse_categorical_crossentropy needs logits with a class dimension, got a 0-d tensor")
         if Y.shape != self.shape[:-1]:
@@ -205,7 +263,15 @@ class FunctionalMixin(TensorBase):
                       weight: Tensor | None = None, ignore_index: int = -100) -> Tensor:
         """PyTorch's `F.cross_entropy`: logits (C,), (N, C) or (N, C, d1, ...) with the classes on axis 1 (0 for a
         1-d input), against class indices (the input's shape without the class axis) or class probabilities
-        (the input's shape). `weight` rescales each class; with class indices the mean is weighted by it."""
+        (the input's shape). `weight` rescales each class; with class indices the mean is weighted by it.
+
+        Examples:
+            >>> logits = Tensor([[0.0, 0.0, 0.0, 0.0]])
+            >>> round(logits.cross_entropy(Tensor([2])).item(), 4)
+            1.3863
+            >>> round(logits.cross_entropy(Tensor([[0.0, 0.0, 1.0, 0.0]])).item(), 4)
+            1.3863
+        """
         if self.ndim < 1:
             raise ValueError("cross_entropy needs logits with a class dimension, got a 0-d tensor")
         axis = 0 if self.ndim == 1 else 1
@@ -231,7 +297,15 @@ class FunctionalMixin(TensorBase):
     def nll_loss(self: Tensor, Y: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
                  reduction: str = "mean") -> Tensor:
         """PyTorch's `F.nll_loss`: -self[target] for log-probabilities (C,), (N, C) or (N, C, d1, ...) with the
-        classes on axis 1 (0 for 1-d), weighted by `weight[target]`; the mean divides by the summed weights."""
+        classes on axis 1 (0 for 1-d), weighted by `weight[target]`; the mean divides by the summed weights.
+
+        Examples:
+            >>> logp = Tensor([[-1.0, -2.0], [-3.0, -4.0]])
+            >>> logp.nll_loss(Tensor([1, 0])).item()
+            2.5
+            >>> logp.nll_loss(Tensor([1, 0]), reduction="none").tolist()
+            [2.0, 3.0]
+        """
         if self.ndim < 1:
             raise ValueError("nll_loss needs log-probabilities with a class dimension, got a 0-d tensor")
         axis = 0 if self.ndim == 1 else 1

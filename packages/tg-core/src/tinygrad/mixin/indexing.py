@@ -81,8 +81,14 @@ class IndexingMixin(TensorBase):
             self._requires_grad = True
 
     def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
-        """out[i][j] = self[index[i][j]][j] for dim 0 (PyTorch's gather): index has self's number of dimensions
-        and no larger sizes outside `dim`."""
+        """`out[i][j] = self[index[i][j]][j]` for dim 0 (PyTorch's gather): index has self's number of dimensions
+        and no larger sizes outside `dim`. An out-of-range index reads 0 (PyTorch raises).
+
+        Examples:
+            >>> t = Tensor([[1, 2], [3, 4]])
+            >>> t.gather(1, Tensor([[0, 0], [1, 0]])).tolist()
+            [[1, 1], [4, 3]]
+        """
         x, idx, d = _scatter_args(self, dim, index, None, "gather")
         s = x.shape[d]
         x = x.shrink(tuple(None if k == d else (0, idx.shape[k]) for k in range(x.ndim)))
@@ -93,8 +99,16 @@ class IndexingMixin(TensorBase):
         return out.reshape(index.shape)
 
     def scatter(self: Tensor, dim: int, index: Tensor, src: Tensor | Scalar, reduce: str | None = None) -> Tensor:
-        """A copy of self with self[index[i][j]][j] = src[i][j] for dim 0 (PyTorch's scatter); `src` may be a
-        scalar. reduce="add" or "multiply" combine with the old value instead."""
+        """A copy of self with `self[index[i][j]][j] = src[i][j]` for dim 0 (PyTorch's scatter); `src` may be a
+        scalar. reduce="add" or "multiply" combine with the old value instead. Where an index repeats, the last write
+        wins.
+
+        Examples:
+            >>> Tensor.zeros(3, dtype=dtypes.int32).scatter(0, Tensor([2, 0]), Tensor([5, 6])).tolist()
+            [6, 0, 5]
+            >>> Tensor.ones(3).scatter(0, Tensor([1, 1]), 2.0, reduce="add").tolist()
+            [1.0, 5.0, 1.0]
+        """
         if reduce not in (None, "add", "multiply"):
             raise ValueError(f"scatter reduce must be None, 'add' or 'multiply', got {reduce!r}")
         how = {None: "assign", "add": "sum", "multiply": "prod"}[reduce]
@@ -103,7 +117,15 @@ class IndexingMixin(TensorBase):
     def scatter_reduce(self: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str,
                        include_self: bool = True) -> Tensor:
         """Scatter with a reduction ("sum", "prod", "mean", "amax", "amin") over everything sent to one place,
-        including the old value unless include_self=False. Integer means round down, as in PyTorch."""
+        including the old value unless include_self=False. Integer means round down, as in PyTorch.
+
+        Examples:
+            >>> t = Tensor([1, 2, 3, 4])
+            >>> Tensor.zeros(2, dtype=dtypes.int32).scatter_reduce(0, Tensor([0, 1, 0, 1]), t, "sum").tolist()
+            [4, 6]
+            >>> Tensor.zeros(2, dtype=dtypes.int32).scatter_reduce(0, Tensor([0, 1, 0, 1]), t, "amax").tolist()
+            [3, 4]
+        """
         if reduce not in SCATTER_REDUCTIONS:
             raise ValueError(f"scatter_reduce reduce must be one of {', '.join(SCATTER_REDUCTIONS)}, got {reduce!r}")
         if not isinstance(src, TensorBase):
@@ -111,7 +133,12 @@ class IndexingMixin(TensorBase):
         return _scatter(self, dim, index, src, reduce, include_self)
 
     def masked_fill(self: Tensor, mask: Tensor, value: Tensor | Scalar) -> Tensor:
-        """`value` where the boolean `mask` (broadcast to self's shape) is True."""
+        """`value` where the boolean `mask` (broadcast to self's shape) is True.
+
+        Examples:
+            >>> Tensor([1, 2, 3]).masked_fill(Tensor([True, False, True]), 0).tolist()
+            [0, 2, 0]
+        """
         _check_mask(self, mask, "masked_fill")
         if isinstance(value, TensorBase):
             if value.ndim != 0:
@@ -122,14 +149,27 @@ class IndexingMixin(TensorBase):
         return select(mask, v, self)
 
     def masked_select(self: Tensor, mask: Tensor) -> Tensor:
-        """The elements where the boolean `mask` is True, as a 1-D tensor. Realizes the mask to learn the size."""
+        """The elements where the boolean `mask` is True, as a 1-D tensor. Realizes the mask to learn the size.
+
+        Examples:
+            >>> t = Tensor([[1, 2], [3, 4]])
+            >>> t.masked_select(t > 1).tolist()
+            [2, 3, 4]
+        """
         shape = _check_mask(self, mask, "masked_select", both_ways=True)
         return self._broadcast_to(shape)[mask._broadcast_to(shape)]
 
     def nonzero(self: Tensor, as_tuple: bool = False) -> Tensor | tuple[Tensor, ...]:
         """The coordinates of the nonzero elements, one row each (int32 as in tinygrad, int64 for a dimension too
         long for int32); with as_tuple, one 1-D tensor per dimension. The count decides the shape, so this
-        realizes self and reads it on the host."""
+        realizes self and reads it on the host.
+
+        Examples:
+            >>> Tensor([[0, 1], [2, 0]]).nonzero().tolist()
+            [[0, 1], [1, 0]]
+            >>> [t.tolist() for t in Tensor([0, 3, 0, 5]).nonzero(as_tuple=True)]
+            [[1, 3]]
+        """
         coords = np.argwhere(self.numpy() != 0)  # (count, ndim)
         coords = coords.astype(to_numpy(index_dtype(max(self.shape, default=1))))
         if as_tuple:

@@ -12,6 +12,7 @@ from tinygrad.device import Device
 from tinygrad.dtype import DTypeLike, dtypes, least_upper_dtype, to_numpy
 from tinygrad.errors import DTypeError, ShapeError
 from tinygrad.mixin.common import TensorBase, acc_dtype, broadcast_shape
+from tinygrad.multi import first_device
 
 if TYPE_CHECKING:
     from tinygrad.tensor import Tensor
@@ -110,7 +111,7 @@ def _panel_packed(y: Tensor) -> Tensor:
     k, m = y.shape[-2:]
     if not all(isinstance(s, int) for s in y.shape):
         return y  # symbolic sizes: the layout would change with the variable's value
-    knobs = Device[y.device].knobs
+    knobs = Device[first_device(y.device)].knobs
     panel = 2 * knobs.simd_lanes(dtypes.float32)
     if m % panel or m == panel or k < panel or y.numel() * y.dtype.itemsize < knobs.l2_cache_bytes:
         return y
@@ -128,11 +129,24 @@ class LinalgMixin(TensorBase):
 
     # ---- products ----
     def dot(self: Tensor, w: Tensor, dtype: DTypeLike | None = None) -> Tensor:
-        """Matrix product (`self @ w`); `dtype` is the accumulation and result dtype."""
+        """Matrix product (`self @ w`); `dtype` is the accumulation and result dtype.
+
+        Examples:
+            >>> Tensor([[1, 2], [3, 4]]).dot(Tensor([[1], [1]])).tolist()
+            [[3], [7]]
+        """
         return self.matmul(w, dtype=dtype)
 
     def matmul(self: Tensor, x: Tensor, reverse: bool = False, dtype: DTypeLike | None = None) -> Tensor:
-        """PyTorch's matmul: 1-D operands are vectors, leading dims broadcast. `reverse` computes x @ self."""
+        """PyTorch's matmul (the `@` operator): 1-D operands are vectors, leading dims broadcast. `reverse`
+        computes x @ self; `dtype` is the accumulation and result dtype (half floats accumulate in float32 by default).
+
+        Examples:
+            >>> (Tensor([[1, 2], [3, 4]]) @ Tensor([[5, 6], [7, 8]])).tolist()
+            [[19, 22], [43, 50]]
+            >>> Tensor([1.0, 2.0]).matmul(Tensor([3.0, 4.0])).item()
+            11.0
+        """
         if not isinstance(x, TensorBase):
             raise TypeError(f"matmul needs a Tensor, got {type(x).__name__}")
         a, b = (x, self) if reverse else (self, x)
@@ -161,13 +175,26 @@ class LinalgMixin(TensorBase):
 
     def image_dot(self: Tensor, w: Tensor, dtype: DTypeLike | None = None) -> Tensor:
         """`dot` with tinygrad's name for the variant that, on Qualcomm GPUs, keeps operands in image textures. Here
-        it is exactly `dot` (same results on every device); the texture layout is a backend concern."""
+        it is exactly `dot` (same results on every device); the texture layout is a backend concern.
+
+        Examples:
+            >>> Tensor([[1.0, 2.0]]).image_dot(Tensor([[3.0], [4.0]])).tolist()
+            [[11.0]]
+        """
         return self.dot(w, dtype=dtype)
 
     @staticmethod
     def einsum(formula: str, *operands: Tensor | Sequence[Tensor], dtype: DTypeLike | None = None) -> Tensor:
         """Einstein summation, as torch.einsum: repeated subscripts in one operand take a diagonal, '...' broadcasts,
-        and without '->' the output is the subscripts used once, in alphabetical order, after the '...' dims."""
+        and without '->' the output is the subscripts used once, in alphabetical order, after the '...' dims.
+
+        Examples:
+            >>> a, b = Tensor([[1, 2], [3, 4]]), Tensor([[5, 6], [7, 8]])
+            >>> Tensor.einsum("ij,jk->ik", a, b).tolist()
+            [[19, 22], [43, 50]]
+            >>> Tensor.einsum("ii", a).item(), Tensor.einsum("ij->j", a).tolist()
+            (5, [4, 6])
+        """
         ops: list[Tensor] = list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) \
             else list(operands)  # type: ignore[arg-type]
         if not ops or not all(isinstance(t, TensorBase) for t in ops):
@@ -206,7 +233,13 @@ class LinalgMixin(TensorBase):
     def newton_schulz(self: Tensor, steps: int, params: Sequence[float], eps: float = 1.0e-7) -> Tensor:
         """Orthogonalise the last two dims by the Newton-Schulz iteration for odd polynomials (the Muon optimizer's
         step): scale to unit Frobenius norm, then `steps` times X <- sum_i params[i] * (X X^T)^i X. With params
-        (1.5, -0.5) it converges to U V^T of the SVD; Muon's quintic is (3.4445, -4.7750, 2.0315)."""
+        (1.5, -0.5) it converges to U V^T of the SVD; Muon's quintic is (3.4445, -4.7750, 2.0315).
+
+        Examples:
+            >>> x = Tensor([[3.0, 0.0], [0.0, 1.0]]).newton_schulz(20, (1.5, -0.5))
+            >>> [[round(v, 3) for v in row] for row in x.tolist()]
+            [[1.0, 0.0], [0.0, 1.0]]
+        """
         if self.ndim < 2:
             raise ValueError(f"newton_schulz needs a matrix (or a batch of them), got shape {self.shape}")
         if not params:
@@ -232,7 +265,16 @@ class LinalgMixin(TensorBase):
 
     def qr(self: Tensor) -> tuple[Tensor, Tensor]:
         """The reduced QR decomposition (PyTorch's `torch.linalg.qr` default): Q (..., m, k) with orthonormal
-        columns and upper-triangular R (..., k, n), k = min(m, n), such that Q @ R equals the input."""
+        columns and upper-triangular R (..., k, n), k = min(m, n), such that Q @ R equals the input.
+
+        Examples:
+            >>> a = Tensor([[3.0, 1.0], [4.0, 2.0]])
+            >>> q, r = a.qr()
+            >>> q.shape, r.shape, (q @ r).allclose(a, atol=1e-5)
+            ((2, 2), (2, 2), True)
+            >>> [[round(abs(v), 3) for v in row] for row in r.tolist()]
+            [[5.0, 2.2], [0.0, 0.4]]
+        """
         self._check_matrix("qr")
         m, n = self.shape[-2], self.shape[-1]
         batch = self.shape[:-2]
@@ -261,7 +303,15 @@ class LinalgMixin(TensorBase):
         """U, S, Vh with input = U @ diag(S) @ Vh, singular values descending (PyTorch's `torch.linalg.svd`).
 
         Computed on the host with numpy's LAPACK binding and returned on this tensor's device; unlike the other
-        ops it does not build a lazy graph, so it has no gradient."""
+        ops it does not build a lazy graph, so it has no gradient.
+
+        Examples:
+            >>> u, s, vh = Tensor([[3.0, 0.0], [0.0, -4.0]]).svd()
+            >>> s.tolist()
+            [4.0, 3.0]
+            >>> (u @ s.diag() @ vh).tolist()
+            [[3.0, 0.0], [0.0, -4.0]]
+        """
         self._check_matrix("svd")
         host = self.numpy().astype(np.float64)
         u, s, vh = np.linalg.svd(host, full_matrices=full_matrices)

@@ -35,6 +35,15 @@ class MovementMixin(TensorBase):
         return int(axis) % max(n, 1)
 
     def reshape(self: Tensor, *shape: Any) -> Tensor:
+        """The same elements in a new shape (`reshape(2, 3)` or `reshape((2, 3))`); one size may be -1 (inferred).
+        A view: nothing is copied, and assigning to the result writes into self.
+
+        Examples:
+            >>> Tensor.arange(6).reshape(2, 3).tolist()
+            [[0, 1, 2], [3, 4, 5]]
+            >>> Tensor.arange(6).reshape(-1, 2).shape
+            (3, 2)
+        """
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
         if any(isinstance(s, UOp) for s in (*shape, *self.shape)):
@@ -56,6 +65,14 @@ class MovementMixin(TensorBase):
         return self._moved(self.uop.reshape(new))
 
     def permute(self: Tensor, *order: Any) -> Tensor:
+        """The dimensions in the order `order` (`permute(1, 0)` or `permute((1, 0))`), as a view.
+
+        Examples:
+            >>> Tensor.zeros(2, 3, 4).permute(2, 0, 1).shape
+            (4, 2, 3)
+            >>> Tensor([[1, 2], [3, 4]]).permute(1, 0).tolist()
+            [[1, 3], [2, 4]]
+        """
         if len(order) == 1 and isinstance(order[0], (tuple, list)):
             order = tuple(order[0])
         axes = tuple(self._axis(a) for a in order)
@@ -64,6 +81,15 @@ class MovementMixin(TensorBase):
         return self._moved(self.uop.permute(axes))
 
     def expand(self: Tensor, *shape: Any) -> Tensor:
+        """Broadcast size-1 dimensions to `shape` without copying (-1 keeps a size; new leading dimensions may be
+        added). Only size-1 dimensions can grow.
+
+        Examples:
+            >>> Tensor([[1], [2]]).expand(2, 3).tolist()
+            [[1, 1, 1], [2, 2, 2]]
+            >>> Tensor([1, 2]).expand(2, -1).tolist()
+            [[1, 2], [1, 2]]
+        """
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
         if len(shape) < self.ndim:
@@ -77,7 +103,14 @@ class MovementMixin(TensorBase):
 
     def view(self: Tensor, *shape: Any) -> Tensor:
         """An alias of reshape (movement ops never copy here, so every reshape is a view). `view(dtype)`
-        reinterprets the bytes as PyTorch's does, for dtypes of one size."""
+        reinterprets the bytes as PyTorch's does, for dtypes of one size.
+
+        Examples:
+            >>> Tensor.arange(4).view(2, 2).tolist()
+            [[0, 1], [2, 3]]
+            >>> Tensor([1.0]).view(dtypes.int32).tolist()
+            [1065353216]
+        """
         if len(shape) == 1 and isinstance(shape[0], DType):
             return self.bitcast(shape[0])
         return self.reshape(*shape)
@@ -88,7 +121,16 @@ class MovementMixin(TensorBase):
         ("replicate") or the other end of the axis ("circular").
 
         `padding` is one (before, after) pair or None per dimension (tinygrad's form), or PyTorch's flat form
-        (before, after, before, after, ...) starting at the last dimension. Negative amounts crop."""
+        (before, after, before, after, ...) starting at the last dimension. Negative amounts crop.
+
+        Examples:
+            >>> Tensor([1, 2, 3]).pad(((1, 2),)).tolist()
+            [0, 1, 2, 3, 0, 0]
+            >>> Tensor([1, 2, 3]).pad((2, 1), mode="reflect").tolist()
+            [3, 2, 1, 2, 3, 2]
+            >>> Tensor([[1, 2]]).pad((None, (1, 0)), value=9).tolist()
+            [[9, 1, 2]]
+        """
         pairs = _pad_pairs(self, padding)
         if mode not in PAD_MODES:
             raise ValueError(f"padding mode {mode!r} is not one of {', '.join(PAD_MODES)}")
@@ -114,7 +156,12 @@ class MovementMixin(TensorBase):
         return out
 
     def pad_to(self: Tensor, *shape: Any) -> Tensor:
-        """Pad at the end of each dimension up to `shape` (None keeps a dimension)."""
+        """Pad at the end of each dimension up to `shape` (None keeps a dimension).
+
+        Examples:
+            >>> Tensor([[1, 2]]).pad_to(2, 3).tolist()
+            [[1, 2, 0], [0, 0, 0]]
+        """
         sizes = _sizes_or_none(self, shape, "pad_to")
         for d, (s, n) in enumerate(zip(self.shape, sizes)):
             if n is not None and n < s:
@@ -122,7 +169,12 @@ class MovementMixin(TensorBase):
         return self.pad([(0, 0 if n is None else n - s) for s, n in zip(self.shape, sizes)])
 
     def shrink_to(self: Tensor, *shape: Any) -> Tensor:
-        """Keep the first `shape[d]` elements of each dimension d (None keeps a dimension)."""
+        """Keep the first `shape[d]` elements of each dimension d (None keeps a dimension).
+
+        Examples:
+            >>> Tensor.arange(6).reshape(2, 3).shrink_to(None, 2).tolist()
+            [[0, 1], [3, 4]]
+        """
         sizes = _sizes_or_none(self, shape, "shrink_to")
         for d, (s, n) in enumerate(zip(self.shape, sizes)):
             if n is not None and n > s:
@@ -131,7 +183,12 @@ class MovementMixin(TensorBase):
 
     def shrink(self: Tensor, bounds: Sequence[tuple[sint, sint] | None]) -> Tensor:
         """Keep [begin, end) of each dimension (None keeps it whole). A bound may be a bound Variable
-        (`Variable("n", 1, 64).bind(10)`): the kernels then take n as an argument and serve every value of it."""
+        (`Variable("n", 1, 64).bind(10)`): the kernels then take n as an argument and serve every value of it.
+
+        Examples:
+            >>> Tensor.arange(9).reshape(3, 3).shrink(((1, 3), None)).tolist()
+            [[3, 4, 5], [6, 7, 8]]
+        """
         if len(bounds) != self.ndim:
             raise ShapeError(f"shrink bounds {bounds} need one entry per dimension of {self.shape}")
         bs = tuple((0, s) if b is None else (_size(b[0]), _size(b[1])) for b, s in zip(bounds, self.shape))
@@ -143,12 +200,29 @@ class MovementMixin(TensorBase):
         return self._moved(self.uop.shrink(bs))
 
     def flip(self: Tensor, *axis: Any) -> Tensor:
+        """Reverse the order of the elements along the given axes (`flip(0)`, `flip(0, 1)` or `flip((0, 1))`), as a
+        view.
+
+        Examples:
+            >>> Tensor([[1, 2], [3, 4]]).flip(1).tolist()
+            [[2, 1], [4, 3]]
+            >>> Tensor([[1, 2], [3, 4]]).flip(0, 1).tolist()
+            [[4, 3], [2, 1]]
+        """
         if len(axis) == 1 and isinstance(axis[0], (tuple, list)):
             axis = tuple(axis[0])
         axes = {self._axis(a) for a in axis}
         return self._moved(self.uop.flip(tuple(i in axes for i in range(self.ndim))))
 
     def transpose(self: Tensor, dim0: int = 1, dim1: int = 0) -> Tensor:
+        """Swap dimensions `dim0` and `dim1` (by default 1 and 0), as a view.
+
+        Examples:
+            >>> Tensor([[1, 2, 3]]).transpose().tolist()
+            [[1], [2], [3]]
+            >>> Tensor.zeros(2, 3, 4).transpose(0, 2).shape
+            (4, 3, 2)
+        """
         order = list(range(self.ndim))
         a, b = self._axis(dim0), self._axis(dim1)
         order[a], order[b] = order[b], order[a]
@@ -156,27 +230,62 @@ class MovementMixin(TensorBase):
 
     @property
     def T(self: Tensor) -> Tensor:
+        """The tensor with its dimensions reversed (the transpose of a matrix), as a view.
+
+        Examples:
+            >>> Tensor([[1, 2], [3, 4]]).T.tolist()
+            [[1, 3], [2, 4]]
+        """
         return self.permute(tuple(reversed(range(self.ndim))))
 
     def flatten(self: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        """Merge dimensions `start_dim` to `end_dim` (all by default) into one; a 0-d tensor becomes 1-d.
+
+        Examples:
+            >>> Tensor([[1, 2], [3, 4]]).flatten().tolist()
+            [1, 2, 3, 4]
+            >>> Tensor.zeros(2, 3, 4).flatten(1).shape
+            (2, 12)
+        """
         if self.ndim == 0:
             return self.reshape(1)
         s, e = self._axis(start_dim), self._axis(end_dim)
         return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
 
     def squeeze(self: Tensor, dim: int | None = None) -> Tensor:
+        """Remove dimension `dim` if its size is 1 (else return self), or every size-1 dimension when dim is None.
+
+        Examples:
+            >>> Tensor.zeros(1, 3, 1).squeeze().shape
+            (3,)
+            >>> Tensor.zeros(1, 3, 1).squeeze(0).shape
+            (3, 1)
+        """
         if dim is None:
             return self.reshape(tuple(s for s in self.shape if s != 1))
         d = self._axis(dim)
         return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
 
     def unsqueeze(self: Tensor, dim: int) -> Tensor:
+        """Insert a dimension of size 1 at `dim` (negative counts from the end of the result).
+
+        Examples:
+            >>> Tensor([1, 2]).unsqueeze(0).tolist()
+            [[1, 2]]
+            >>> Tensor([1, 2]).unsqueeze(-1).tolist()
+            [[1], [2]]
+        """
         d = self._axis(dim, self.ndim + 1)
         return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
 
 
     def unflatten(self: Tensor, dim: int, sizes: Sequence[int]) -> Tensor:
-        """Split dimension `dim` into `sizes` (one entry may be -1); the inverse of flatten."""
+        """Split dimension `dim` into `sizes` (one entry may be -1); the inverse of flatten.
+
+        Examples:
+            >>> Tensor.arange(6).unflatten(0, (2, -1)).tolist()
+            [[0, 1, 2], [3, 4, 5]]
+        """
         d = self._axis(dim)
         sizes = tuple(int(s) for s in sizes)
         known = prod(s for s in sizes if s != -1)
@@ -188,7 +297,14 @@ class MovementMixin(TensorBase):
     # ---- joining and splitting ----
     def cat(self: Tensor, *args: Tensor, dim: int = 0) -> Tensor:
         """Concatenate along `dim`: `a.cat(b, c, dim=1)`, `Tensor.cat(a, b)` or `Tensor.cat([a, b])`. Mixed dtypes
-        promote as in PyTorch; a 1-D empty tensor is skipped, as PyTorch does for legacy code."""
+        promote as in PyTorch; a 1-D empty tensor is skipped, as PyTorch does for legacy code.
+
+        Examples:
+            >>> Tensor([1, 2]).cat(Tensor([3])).tolist()
+            [1, 2, 3]
+            >>> Tensor.cat(Tensor([[1], [2]]), Tensor([[3], [4]]), dim=1).tolist()
+            [[1, 3], [2, 4]]
+        """
         tensors = _tensor_list(self, args, "cat")
         ref = next((t for t in tensors if t.shape != (0,)), tensors[0])
         parts = [t for t in tensors if t.shape != (0,) or ref.ndim == 1]
@@ -217,7 +333,15 @@ class MovementMixin(TensorBase):
         return out
 
     def stack(self: Tensor, *args: Tensor, dim: int = 0) -> Tensor:
-        """Join tensors of one shape along a new dimension `dim`."""
+        """Join tensors of one shape along a new dimension `dim` (`a.stack(b)`, `Tensor.stack(a, b)` or
+        `Tensor.stack([a, b])`).
+
+        Examples:
+            >>> Tensor.stack(Tensor([1, 2]), Tensor([3, 4])).tolist()
+            [[1, 2], [3, 4]]
+            >>> Tensor([1, 2]).stack(Tensor([3, 4]), dim=1).tolist()
+            [[1, 3], [2, 4]]
+        """
         tensors = _tensor_list(self, args, "stack")
         for i, t in enumerate(tensors):
             if t.shape != tensors[0].shape:
@@ -227,7 +351,14 @@ class MovementMixin(TensorBase):
         return type(tensors[0]).cat(*[t.unsqueeze(d) for t in tensors], dim=d)  # self may be a list
 
     def split(self: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
-        """Pieces of `sizes` elements along `dim` (an int: equal pieces, the last one smaller), as views."""
+        """Pieces of `sizes` elements along `dim` (an int: equal pieces, the last one smaller), as views.
+
+        Examples:
+            >>> [t.tolist() for t in Tensor.arange(5).split(2)]
+            [[0, 1], [2, 3], [4]]
+            >>> [t.tolist() for t in Tensor.arange(5).split([1, 4])]
+            [[0], [1, 2, 3, 4]]
+        """
         d = self._axis(dim)
         n = self.shape[d]
         if isinstance(sizes, (int, np.integer)):
@@ -250,7 +381,12 @@ class MovementMixin(TensorBase):
         return tuple(out)
 
     def chunk(self: Tensor, chunks: int, dim: int = 0) -> list[Tensor]:
-        """At most `chunks` pieces of ceil(size / chunks) elements along `dim` (PyTorch's rule: possibly fewer)."""
+        """At most `chunks` pieces of ceil(size / chunks) elements along `dim` (PyTorch's rule: possibly fewer).
+
+        Examples:
+            >>> [t.tolist() for t in Tensor.arange(5).chunk(3)]
+            [[0, 1], [2, 3], [4]]
+        """
         if not isinstance(chunks, (int, np.integer)) or chunks <= 0:
             raise ValueError(f"chunk needs a positive number of chunks, got {chunks!r}")
         d = self._axis(dim)
@@ -261,7 +397,14 @@ class MovementMixin(TensorBase):
 
     # ---- repeating ----
     def repeat(self: Tensor, *repeats: Any) -> Tensor:
-        """Tile the tensor: `repeats[i]` copies along dimension i (extra leading entries add dimensions)."""
+        """Tile the tensor: `repeats[i]` copies along dimension i (extra leading entries add dimensions).
+
+        Examples:
+            >>> Tensor([1, 2]).repeat(2).tolist()
+            [1, 2, 1, 2]
+            >>> Tensor([1, 2]).repeat(2, 1).tolist()
+            [[1, 2], [1, 2]]
+        """
         reps = _int_args(repeats, "repeat")
         if len(reps) < self.ndim:
             raise ValueError(f"repeat needs at least one count per dimension: {reps} for shape {self.shape}")
@@ -274,7 +417,14 @@ class MovementMixin(TensorBase):
 
     def repeat_interleave(self: Tensor, repeats: int | Sequence[int] | Tensor, dim: int | None = None) -> Tensor:
         """Repeat each element `repeats` times along `dim` (the flattened tensor when dim is None). Per-element
-        counts (a list or a tensor) decide the output size, so a tensor of counts is realized to read them."""
+        counts (a list or a tensor) decide the output size, so a tensor of counts is realized to read them.
+
+        Examples:
+            >>> Tensor([1, 2]).repeat_interleave(2).tolist()
+            [1, 1, 2, 2]
+            >>> Tensor([[1, 2], [3, 4]]).repeat_interleave([1, 2], dim=0).tolist()
+            [[1, 2], [3, 4], [3, 4]]
+        """
         x = self.flatten() if dim is None else self
         d = 0 if dim is None else x._axis(dim)
         if isinstance(repeats, (int, np.integer)) and not isinstance(repeats, bool):
@@ -297,7 +447,12 @@ class MovementMixin(TensorBase):
     # ---- windows, diagonals, rolls ----
     def unfold(self: Tensor, dim: int, size: int, step: int) -> Tensor:
         """PyTorch's Tensor.unfold: every window of `size` elements along `dim`, starting every `step` elements.
-        The windows become dimension `dim`; their elements a new last dimension."""
+        The windows become dimension `dim`; their elements a new last dimension.
+
+        Examples:
+            >>> Tensor.arange(5).unfold(0, 2, 1).tolist()
+            [[0, 1], [1, 2], [2, 3], [3, 4]]
+        """
         if self.ndim == 0:
             raise ValueError("unfold needs a tensor with at least one dimension")
         d = self._axis(dim)
@@ -319,7 +474,14 @@ class MovementMixin(TensorBase):
         return windows.permute(order + [len(lead) + 1])
 
     def roll(self: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
-        """Shift elements along `dims` by `shifts`, wrapping around (the flattened tensor when dims is None)."""
+        """Shift elements along `dims` by `shifts`, wrapping around (the flattened tensor when dims is None).
+
+        Examples:
+            >>> Tensor([1, 2, 3, 4]).roll(1).tolist()
+            [4, 1, 2, 3]
+            >>> Tensor([[1, 2], [3, 4]]).roll(-1, dims=1).tolist()
+            [[2, 1], [4, 3]]
+        """
         if dims is None:
             if not isinstance(shifts, (int, np.integer)) and len(shifts) != 1:
                 raise ValueError(f"roll without dims takes one shift, got {shifts}")
@@ -343,7 +505,13 @@ class MovementMixin(TensorBase):
 
     def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
         """The diagonal of the (dim1, dim2) planes, `offset` above (positive) or below the main one, as a new
-        last dimension."""
+        last dimension.
+
+        Examples:
+            >>> t = Tensor.arange(9).reshape(3, 3)
+            >>> t.diagonal().tolist(), t.diagonal(offset=1).tolist()
+            ([0, 4, 8], [1, 5])
+        """
         a, b = self._axis(dim1), self._axis(dim2)
         if a == b:
             raise ValueError(f"diagonal needs two different dimensions, got {dim1} and {dim2}")
@@ -359,7 +527,14 @@ class MovementMixin(TensorBase):
 
     def diag(self: Tensor, diagonal: int = 0) -> Tensor:
         """PyTorch's diag: a 1-D tensor becomes a square matrix with it on diagonal `diagonal`; a matrix gives that
-        diagonal as a 1-D tensor."""
+        diagonal as a 1-D tensor.
+
+        Examples:
+            >>> Tensor([1, 2]).diag().tolist()
+            [[1, 0], [0, 2]]
+            >>> Tensor([[1, 2], [3, 4]]).diag().tolist()
+            [1, 4]
+        """
         if self.ndim == 2:
             return self.diagonal(diagonal)
         if self.ndim != 1:
@@ -370,16 +545,36 @@ class MovementMixin(TensorBase):
         return square.pad(((0, k), (k, 0)) if diagonal >= 0 else ((k, 0), (0, k)))
 
     def triu(self: Tensor, diagonal: int = 0) -> Tensor:
-        """Zero everything below diagonal `diagonal` of the last two dimensions."""
+        """Zero everything below diagonal `diagonal` of the last two dimensions.
+
+        Examples:
+            >>> Tensor.ones(3, 3, dtype=dtypes.int32).triu().tolist()
+            [[1, 1, 1], [0, 1, 1], [0, 0, 1]]
+            >>> Tensor.ones(2, 3, dtype=dtypes.int32).triu(1).tolist()
+            [[0, 1, 1], [0, 0, 1]]
+        """
         return _triangle(self, diagonal, upper=True)
 
     def tril(self: Tensor, diagonal: int = 0) -> Tensor:
-        """Zero everything above diagonal `diagonal` of the last two dimensions."""
+        """Zero everything above diagonal `diagonal` of the last two dimensions.
+
+        Examples:
+            >>> Tensor.ones(3, 3, dtype=dtypes.int32).tril().tolist()
+            [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
+        """
         return _triangle(self, diagonal, upper=False)
 
     def meshgrid(self: Tensor, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
         """Coordinate grids of 1-D tensors: `Tensor.meshgrid(x, y)`. indexing "ij" (matrix) gives shape
-        (len(x), len(y)); "xy" (Cartesian) swaps the first two dimensions."""
+        (len(x), len(y)); "xy" (Cartesian) swaps the first two dimensions.
+
+        Examples:
+            >>> gx, gy = Tensor.meshgrid(Tensor([1, 2]), Tensor([3, 4, 5]))
+            >>> gx.tolist()
+            [[1, 1, 1], [2, 2, 2]]
+            >>> gy.tolist()
+            [[3, 4, 5], [3, 4, 5]]
+        """
         if indexing not in ("ij", "xy"):
             raise ValueError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
         tensors = _tensor_list(self, args, "meshgrid")
@@ -400,7 +595,14 @@ class MovementMixin(TensorBase):
     def rearrange(self: Tensor, formula: str, **sizes: int) -> Tensor:
         """einops-style rearrangement: `x.rearrange("b c (h w) -> b (c h) w", h=2)`. Names stand for axes,
         parentheses group axes into one dimension, `1` or `()` is a dimension of size 1 and `...` stands for the
-        dimensions not named."""
+        dimensions not named.
+
+        Examples:
+            >>> Tensor.arange(6).reshape(2, 3).rearrange("a b -> b a").tolist()
+            [[0, 3], [1, 4], [2, 5]]
+            >>> Tensor.arange(6).rearrange("(h w) -> h w", h=2).shape
+            (2, 3)
+        """
         return _rearrange(self, formula, sizes)
 
 

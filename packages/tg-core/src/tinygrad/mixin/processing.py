@@ -19,6 +19,7 @@ from tinygrad.dtype import DTypeLike, dtypes, least_upper_dtype
 from tinygrad.errors import DTypeError
 from tinygrad.helpers import prod
 from tinygrad.mixin.common import TensorBase, acc_dtype, index_dtype
+from tinygrad.multi import first_device
 
 if TYPE_CHECKING:
     from tinygrad.tensor import Tensor
@@ -220,7 +221,18 @@ class ProcessingMixin(TensorBase):
         """Convolution (PyTorch's cross-correlation) over any number of spatial dims: the weight (cout, cin/groups,
         k1..kn) decides n, so 3-D and 5-D inputs give conv1d and conv3d. The input is (batch, cin, i1..in), or
         (cin, i1..in) unbatched. `padding`: an int, one int per dim, tinygrad's 2*n form in F.pad order (last dim
-        first, before/after), or 'same' / 'valid'. `dtype`: accumulation and result dtype."""
+        first, before/after), or 'same' / 'valid'. `dtype`: accumulation and result dtype.
+
+        Examples:
+            >>> x = Tensor.arange(9, dtype=dtypes.float32).reshape(1, 1, 3, 3)
+            >>> w = Tensor.ones(1, 1, 2, 2)
+            >>> x.conv2d(w).tolist()
+            [[[[8.0, 12.0], [20.0, 24.0]]]]
+            >>> x.conv2d(w, padding=1).shape
+            (1, 1, 4, 4)
+            >>> Tensor([[[1.0, 2.0, 3.0]]]).conv2d(Tensor([[[1.0, -1.0]]])).tolist()
+            [[[-1.0, -1.0]]]
+        """
         if not isinstance(weight, TensorBase) or weight.ndim < 3:
             raise ValueError(f"conv2d needs a weight of shape (cout, cin/groups, k1, ...) with at least one spatial "
                              f"dim, got {getattr(weight, 'shape', weight)!r}")
@@ -247,7 +259,12 @@ class ProcessingMixin(TensorBase):
                      stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1,
                      padding: int | Sequence[int] = 0, dtype: DTypeLike | None = None) -> Tensor:
         """`conv2d` with tinygrad's name for the variant that, on Qualcomm GPUs, lays activations and weights out as
-        image textures. Here it is exactly `conv2d` (same arguments, same results on every device)."""
+        image textures. Here it is exactly `conv2d` (same arguments, same results on every device).
+
+        Examples:
+            >>> Tensor.ones(1, 1, 3, 3).image_conv2d(Tensor.ones(1, 1, 3, 3)).tolist()
+            [[[[9.0]]]]
+        """
         return self.conv2d(weight, bias, groups, stride, dilation, padding, dtype)
 
     def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
@@ -255,7 +272,15 @@ class ProcessingMixin(TensorBase):
                          padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0) -> Tensor:
         """Transposed convolution (the gradient of conv2d with respect to its input), over any number of spatial
         dims; weight is (cin, cout/groups, k1..kn). Output size per dim: (i-1)*stride - pad_before - pad_after +
-        dilation*(k-1) + output_padding + 1."""
+        dilation*(k-1) + output_padding + 1.
+
+        Examples:
+            >>> x = Tensor([[[[1.0, 2.0]]]])
+            >>> x.conv_transpose2d(Tensor.ones(1, 1, 1, 2), stride=2).tolist()
+            [[[[1.0, 1.0, 2.0, 2.0]]]]
+            >>> x.conv_transpose2d(Tensor.ones(1, 1, 1, 2)).tolist()
+            [[[[1.0, 3.0, 2.0]]]]
+        """
         if not isinstance(weight, TensorBase) or weight.ndim < 3:
             raise ValueError(f"conv_transpose2d needs a weight of shape (cin, cout/groups, k1, ...), got "
                              f"{getattr(weight, 'shape', weight)!r}")
@@ -299,7 +324,16 @@ class ProcessingMixin(TensorBase):
         """Max over windows of the last len(kernel_size) dims (an int kernel_size means 2 dims); stride defaults
         to kernel_size, padding is implicit -inf. With return_indices, also the position of each maximum in its
         input plane (flattened spatial dims, first maximum on ties), as PyTorch, for max_unpool2d: int32 as in
-        tinygrad (int64 for a plane too large for int32)."""
+        tinygrad (int64 for a plane too large for int32).
+
+        Examples:
+            >>> x = Tensor.arange(16).reshape(1, 1, 4, 4)
+            >>> x.max_pool2d().tolist()
+            [[[[5, 7], [13, 15]]]]
+            >>> values, indices = x.max_pool2d(kernel_size=3, stride=1, return_indices=True)
+            >>> indices.tolist()
+            [[[[10, 11], [14, 15]]]]
+        """
         ks, st, dil, pads, n = _pool_args(self, "max_pool2d", kernel_size, stride, dilation, padding)
         spatial = self.shape[-n:]
         outs, full = _pool_geometry("max_pool2d", spatial, ks, st, dil, pads, ceil_mode)
@@ -321,7 +355,14 @@ class ProcessingMixin(TensorBase):
                      padding: int | Sequence[int] = 0, output_size: Sequence[int] | None = None) -> Tensor:
         """The inverse of max_pool2d: each value goes to the flat position `indices` gives it in its output plane,
         the rest is zero. The output size is (i-1)*stride - 2*padding + dilation*(k-1) + 1 per dim unless
-        output_size (the full shape or its spatial dims) says otherwise."""
+        output_size (the full shape or its spatial dims) says otherwise.
+
+        Examples:
+            >>> x = Tensor([[[[1.0, 4.0], [3.0, 2.0]]]])
+            >>> values, indices = x.max_pool2d(return_indices=True)
+            >>> values.max_unpool2d(indices).tolist()
+            [[[[0.0, 4.0], [0.0, 0.0]]]]
+        """
         ks, st, dil, pads, n = _pool_args(self, "max_unpool2d", kernel_size, stride, dilation, padding)
         if not isinstance(indices, TensorBase) or indices.shape != self.shape:
             raise ValueError(f"max_unpool2d: indices must be a Tensor of the input's shape {self.shape}, got "
@@ -355,7 +396,14 @@ class ProcessingMixin(TensorBase):
                    dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, ceil_mode: bool = False,
                    count_include_pad: bool = True) -> Tensor:
         """Mean over windows of the last len(kernel_size) dims. count_include_pad counts the zero padding in the
-        divisor; positions that ceil_mode's last window reads past the padded input never count (PyTorch)."""
+        divisor; positions that ceil_mode's last window reads past the padded input never count (PyTorch).
+
+        Examples:
+            >>> Tensor.arange(16).reshape(1, 1, 4, 4).avg_pool2d().tolist()
+            [[[[2.5, 4.5], [10.5, 12.5]]]]
+            >>> Tensor.ones(1, 1, 2, 2).avg_pool2d(kernel_size=2, stride=1, padding=1, count_include_pad=False).tolist()
+            [[[[1.0, 1.0, 1.0], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]]]
+        """
         ks, st, dil, pads, n = _pool_args(self, "avg_pool2d", kernel_size, stride, dilation, padding)
         x = self._float()
         spatial = x.shape[-n:]
@@ -379,7 +427,17 @@ class ProcessingMixin(TensorBase):
                     recompute_scale_factor: bool | None = None) -> Tensor:
         """Resize the last len(size) dims (tinygrad: any number of leading dims) to `size`, or by `scale_factor`
         (PyTorch: a float scales all dims after the first two). Modes: nearest, nearest-exact, linear (also named
-        bilinear/trilinear; any number of dims), bicubic/cubic (Keys, a=-0.75), with PyTorch's index rules."""
+        bilinear/trilinear; any number of dims), bicubic/cubic (Keys, a=-0.75), with PyTorch's index rules.
+
+        Examples:
+            >>> x = Tensor([[[1.0, 2.0]]])
+            >>> x.interpolate(size=4, mode="nearest").tolist()
+            [[[1.0, 1.0, 2.0, 2.0]]]
+            >>> x.interpolate(size=4).tolist()
+            [[[1.0, 1.25, 1.75, 2.0]]]
+            >>> x.interpolate(size=3, align_corners=True).tolist()
+            [[[1.0, 1.5, 2.0]]]
+        """
         if mode not in _INTERP_MODES:
             raise ValueError(f"interpolate: unknown mode {mode!r}; choose one of {', '.join(_INTERP_MODES)}")
         kind = "nearest" if mode == "nearest" else "nearest-exact" if mode == "nearest-exact" else \
@@ -473,7 +531,7 @@ def _define_conv_gradient(out: Tensor, xp: Tensor, w: Tensor) -> None:
         # split-K over the batch: every output tile of the weight gradient reads all of its share of the inputs
         # again, which for a whole batch (tens of MB) streams from memory. Partial sums over chunks of images
         # whose inputs fit in half of the device's L2 (its knobs), then one small sum over the chunks
-        knobs = Device[device].knobs
+        knobs = Device[first_device(device)].knobs
         chunk = _batch_chunk(bs, (cin * math.prod(xp.shape[2:]) + cout * math.prod(outs)) * g.dtype.itemsize,
                              knobs.l2_cache_bytes // 2)
         batch = (bs // chunk, chunk) if chunk < bs else (1, bs)

@@ -86,7 +86,17 @@ class ReduceMixin(TensorBase):
     def sum(self: Tensor, axis: Axis = None, keepdim: bool = False, dtype: DTypeLike | None = None,
             dim: Axis = None) -> Tensor:
         """Sum in `dtype` if given; else integers and bool sum to int64 and floats to their own dtype, where floats
-        narrower than float32 (half, bfloat16) are added up in float32 and rounded once at the end, as in PyTorch."""
+        narrower than float32 (half, bfloat16) are added up in float32 and rounded once at the end, as in PyTorch.
+        `axis` (or PyTorch's `dim`) is an int, a tuple of ints, or None for all; `keepdim` keeps reduced dimensions
+        as size 1.
+
+        Examples:
+            >>> t = Tensor([[1, 2], [3, 4]])
+            >>> t.sum().item(), t.sum(0).tolist(), t.sum(axis=1, keepdim=True).tolist()
+            (10, [4, 6], [[3], [7]])
+            >>> t.sum().dtype
+            dtypes.int64
+        """
         if dtype is not None:
             return self.cast(to_dtype(dtype))._reduce(Ops.ADD, _pick(axis, dim), keepdim)
         return self._accumulated_sum(_pick(axis, dim), keepdim).cast(sum_acc_dtype(self.dtype))
@@ -97,22 +107,54 @@ class ReduceMixin(TensorBase):
 
     def prod(self: Tensor, axis: Axis = None, keepdim: bool = False, dtype: DTypeLike | None = None,
              dim: Axis = None) -> Tensor:
+        """The product over `axis` (all by default); integers and bool multiply in int64, as `sum`; `dtype`
+        overrides.
+
+        Examples:
+            >>> Tensor([[1, 2], [3, 4]]).prod().item()
+            24
+            >>> Tensor([[1, 2], [3, 4]]).prod(axis=1).tolist()
+            [2, 12]
+        """
         acc = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
         return self.cast(acc)._reduce(Ops.MUL, _pick(axis, dim), keepdim)
 
     def max(self: Tensor, axis: Axis = None, keepdim: bool = False, dim: Axis = None) -> Tensor:
+        """The largest value over `axis` (all by default; PyTorch's `dim=` works too), NaN if there is one. Returns
+        values only (PyTorch's `max(dim)` also returns indices: use `argmax`); the gradient is shared among ties.
+
+        Examples:
+            >>> t = Tensor([[1, 5], [3, 2]])
+            >>> t.max().item(), t.max(axis=0).tolist(), t.max(1, keepdim=True).tolist()
+            (5, [3, 5], [[5], [3]])
+        """
         axis = _pick(axis, dim)
         if self.numel() == 0 and any(self.shape[a] == 0 for a in self._reduce_axes(axis)):
             raise RuntimeError(f"max of an empty dimension of shape {self.shape}: the result has no identity")
         return self._reduce(Ops.MAX, axis, keepdim)
 
     def min(self: Tensor, axis: Axis = None, keepdim: bool = False, dim: Axis = None) -> Tensor:
+        """The smallest value over `axis` (all by default), NaN if there is one; values only (see `argmin`).
+
+        Examples:
+            >>> t = Tensor([[1, 5], [3, 2]])
+            >>> t.min().item(), t.min(axis=1).tolist()
+            (1, [1, 2])
+        """
         axis = _pick(axis, dim)
         if self.numel() == 0 and any(self.shape[a] == 0 for a in self._reduce_axes(axis)):
             raise RuntimeError(f"min of an empty dimension of shape {self.shape}: the result has no identity")
         return _reversed_order(_reversed_order(self).max(axis, keepdim))
 
     def mean(self: Tensor, axis: Axis = None, keepdim: bool = False, dim: Axis = None) -> Tensor:
+        """The mean over `axis` (all by default), as a float; half floats accumulate in float32. The mean of an
+        empty selection is NaN.
+
+        Examples:
+            >>> t = Tensor([[1, 2], [3, 4]])
+            >>> t.mean().item(), t.mean(axis=0).tolist()
+            (2.5, [2.0, 3.0])
+        """
         axis = _pick(axis, dim)
         x = self._float()
         n = sym_prod([self.shape[a] for a in self._reduce_axes(axis)])
@@ -122,17 +164,37 @@ class ReduceMixin(TensorBase):
         return (s / n if n else s * math.nan).cast(x.dtype)
 
     def any(self: Tensor, axis: Axis = None, keepdim: bool = False, dim: Axis = None) -> Tensor:
+        """Whether any element over `axis` (all by default) is true (nonzero), as a bool tensor.
+
+        Examples:
+            >>> t = Tensor([[True, False], [False, False]])
+            >>> t.any().item(), t.any(axis=1).tolist()
+            (True, [True, False])
+        """
         axis = _pick(axis, dim)
         return self.bool()._reduce(Ops.MAX, axis, keepdim) if self.numel() else self.bool().sum(axis, keepdim) != 0
 
     def all(self: Tensor, axis: Axis = None, keepdim: bool = False, dim: Axis = None) -> Tensor:
+        """Whether every element over `axis` (all by default) is true (nonzero), as a bool tensor.
+
+        Examples:
+            >>> t = Tensor([[1, 1], [0, 1]])
+            >>> t.all().item(), t.all(axis=0).tolist()
+            (False, [False, True])
+        """
         return self.logical_not().any(_pick(axis, dim), keepdim).logical_not()
 
     # ---- statistics ----
     def var(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1, *, dim: Axis = None,
             unbiased: bool | None = None) -> Tensor:
         """Variance with Bessel's `correction` (PyTorch's; `unbiased=False` is `correction=0`). When the number of
-        elements is not above the correction the result is inf or NaN, as in PyTorch."""
+        elements is not above the correction the result is inf or NaN, as in PyTorch.
+
+        Examples:
+            >>> t = Tensor([1.0, 2.0, 3.0, 4.0])
+            >>> [round(v, 4) for v in (t.var().item(), t.var(correction=0).item())]
+            [1.6667, 1.25]
+        """
         axis = _pick(axis, dim)
         if unbiased is not None:
             correction = 1 if unbiased else 0
@@ -146,27 +208,59 @@ class ReduceMixin(TensorBase):
 
     def std(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1, *, dim: Axis = None,
             unbiased: bool | None = None) -> Tensor:
+        """The standard deviation, `sqrt(var(...))`, with the same `correction` (Bessel's by default).
+
+        Examples:
+            >>> Tensor([2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]).std(correction=0).item()
+            2.0
+        """
         return self.var(axis, keepdim, correction, dim=dim, unbiased=unbiased).sqrt()
 
     def var_mean(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1, *,
                  dim: Axis = None, unbiased: bool | None = None) -> tuple[Tensor, Tensor]:
+        """`(var, mean)` over the same axes, as PyTorch's `torch.var_mean`.
+
+        Examples:
+            >>> v, m = Tensor([1.0, 3.0]).var_mean()
+            >>> v.item(), m.item()
+            (2.0, 2.0)
+        """
         axis = _pick(axis, dim)
         return self.var(axis, keepdim, correction, unbiased=unbiased), self.mean(axis, keepdim)
 
     def std_mean(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1, *,
                  dim: Axis = None, unbiased: bool | None = None) -> tuple[Tensor, Tensor]:
+        """`(std, mean)` over the same axes, as PyTorch's `torch.std_mean`.
+
+        Examples:
+            >>> s, m = Tensor([2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]).std_mean(correction=0)
+            >>> s.item(), m.item()
+            (2.0, 5.0)
+        """
         axis = _pick(axis, dim)
         return self.std(axis, keepdim, correction, unbiased=unbiased), self.mean(axis, keepdim)
 
     # ---- arg-extremes ----
     def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None) -> Tensor:
         """The index of the largest value; the first one among ties, and NaN counts as largest (PyTorch). int32
-        as in tinygrad (int64 along an axis too long for int32; PyTorch: always int64)."""
+        as in tinygrad (int64 along an axis too long for int32; PyTorch: always int64). Without `axis`, the index
+        into the flattened tensor.
+
+        Examples:
+            >>> t = Tensor([[1, 5, 5], [7, 0, 2]])
+            >>> t.argmax().item(), t.argmax(axis=1).tolist()
+            (3, [1, 0])
+        """
         return self._arg_extreme(_pick(axis, dim), keepdim, "argmax")  # type: ignore[arg-type]
 
     def argmin(self: Tensor, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None) -> Tensor:
         """The index (int32, as argmax) of the smallest value; the first one among ties, and NaN counts as
-        smallest."""
+        smallest.
+
+        Examples:
+            >>> Tensor([[3, 1, 1], [0, 4, 2]]).argmin(axis=1).tolist()
+            [1, 0]
+        """
         return _reversed_order(self)._arg_extreme(_pick(axis, dim), keepdim, "argmin")  # type: ignore[arg-type]
 
     def _arg_extreme(self: Tensor, axis: int | None, keepdim: bool, name: str) -> Tensor:
@@ -194,6 +288,13 @@ class ReduceMixin(TensorBase):
 
     # ---- softmax family ----
     def softmax(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None, *, dim: int | None = None) -> Tensor:
+        """exp(x) / sum(exp(x)) along `axis` (the last by default), computed stably (shifted by the max), as a
+        float (`dtype` computes in that dtype).
+
+        Examples:
+            >>> Tensor([1.0, 1.0, 2.0]).log().softmax().tolist()
+            [0.25, 0.25, 0.5]
+        """
         x, ax = self._along(_pick(axis, dim), dtype)  # type: ignore[arg-type]
         if x.shape[ax] == 0:
             return x.reshape(self.shape)
@@ -201,6 +302,13 @@ class ReduceMixin(TensorBase):
         return (e / e.sum(ax, keepdim=True)).reshape(self.shape)
 
     def log_softmax(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None, *, dim: int | None = None) -> Tensor:
+        """log(softmax(x)) along `axis` (the last by default), computed stably without taking the log of a
+        softmax.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([0.0, 0.0]).log_softmax().tolist()]
+            [-0.6931, -0.6931]
+        """
         x, ax = self._along(_pick(axis, dim), dtype)  # type: ignore[arg-type]
         if x.shape[ax] == 0:
             return x.reshape(self.shape)
@@ -208,6 +316,12 @@ class ReduceMixin(TensorBase):
         return (shifted - shifted.exp().sum(ax, keepdim=True).log()).reshape(self.shape)
 
     def softmin(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None, *, dim: int | None = None) -> Tensor:
+        """softmax of -x along `axis`: the largest weight goes to the smallest value.
+
+        Examples:
+            >>> Tensor([1.0, 1.0, 2.0]).log().neg().softmin().tolist()
+            [0.25, 0.25, 0.5]
+        """
         x = self.cast(dtype) if dtype is not None else self._float()
         return (-x).softmax(_pick(axis, dim))  # type: ignore[arg-type]
 
@@ -218,7 +332,14 @@ class ReduceMixin(TensorBase):
         return (x.reshape(1) if self.ndim == 0 else x), ax
 
     def logsumexp(self: Tensor, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Tensor:
-        """log(sum(exp(x))) without overflow; -inf over an empty dimension, as in PyTorch."""
+        """log(sum(exp(x))) without overflow; -inf over an empty dimension, as in PyTorch.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([[0.0, 0.0], [100.0, 100.0]]).logsumexp(axis=1).tolist()]
+            [0.6931, 100.6931]
+            >>> Tensor([1000.0, -math.inf]).logsumexp().item()
+            1000.0
+        """
         axes = self._reduce_axes(_pick(axis, dim))
         x = self._float()
         if any(self.shape[a] == 0 for a in axes):
@@ -231,24 +352,59 @@ class ReduceMixin(TensorBase):
 
     # ---- cumulative scans ----
     def cumsum(self: Tensor, axis: int = 0, dtype: DTypeLike | None = None, *, dim: int | None = None) -> Tensor:
+        """Running sums along `axis` (0 by default; PyTorch's `dim=` works too). Integers and bool accumulate in
+        int64, as `sum`; `dtype` overrides.
+
+        Examples:
+            >>> Tensor([1, 2, 3, 4]).cumsum().tolist()
+            [1, 3, 6, 10]
+            >>> Tensor([[1, 2], [3, 4]]).cumsum(axis=1).tolist()
+            [[1, 3], [3, 7]]
+        """
         acc = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
         return self.cast(acc)._scan_along(_pick(axis, dim), _sum_window, type(self).add, 0)  # type: ignore[arg-type]
 
     def cumprod(self: Tensor, axis: int = 0, dtype: DTypeLike | None = None, *, dim: int | None = None) -> Tensor:
+        """Running products along `axis` (0 by default); integers multiply in int64.
+
+        Examples:
+            >>> Tensor([1, 2, 3, 4]).cumprod().tolist()
+            [1, 2, 6, 24]
+        """
         acc = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
         return self.cast(acc)._scan_along(_pick(axis, dim), _prod_window, type(self).mul, 1)  # type: ignore[arg-type]
 
     def logcumsumexp(self: Tensor, axis: int = 0, *, dim: int | None = None) -> Tensor:
+        """Running log(sum(exp(x))) along `axis` (0 by default), computed without overflow.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([0.0, 0.0, 0.0]).logcumsumexp().tolist()]
+            [0.0, 0.6931, 1.0986]
+        """
         x = self._float()
         return x._scan_along(_pick(axis, dim), _logsumexp_window, _logaddexp, -math.inf)  # type: ignore[arg-type]
 
     def cummax(self: Tensor, axis: int = 0, *, dim: int | None = None) -> tuple[Tensor, Tensor]:
         """Running maximum and the index where it was reached (int32 as in tinygrad, int64 for a huge axis):
         the latest index among ties, and NaN wins once seen, as PyTorch's `cummax` (which returns a (values,
-        indices) namedtuple)."""
+        indices) namedtuple).
+
+        Examples:
+            >>> values, indices = Tensor([1, 3, 2, 3, 5]).cummax()
+            >>> values.tolist(), indices.tolist()
+            ([1, 3, 3, 3, 5], [0, 1, 1, 3, 4])
+        """
         return self._cum_extreme(_pick(axis, dim), largest=True)  # type: ignore[arg-type]
 
     def cummin(self: Tensor, axis: int = 0, *, dim: int | None = None) -> tuple[Tensor, Tensor]:
+        """Running minimum and the index where it was reached (the latest among ties; NaN wins once seen), as
+        `cummax`.
+
+        Examples:
+            >>> values, indices = Tensor([4, 2, 3, 1]).cummin()
+            >>> values.tolist(), indices.tolist()
+            ([4, 2, 2, 1], [0, 1, 1, 3])
+        """
         return self._cum_extreme(_pick(axis, dim), largest=False)  # type: ignore[arg-type]
 
     def _scan_along(self: Tensor, axis: int, window: Callable[[Tensor], Tensor],
@@ -284,19 +440,43 @@ class ReduceMixin(TensorBase):
     def sort(self: Tensor, dim: int = -1, descending: bool = False, *, stable: bool = True) -> tuple[Tensor, Tensor]:
         """Sorted values and the indices they came from (int32 as in tinygrad, int64 for a huge axis). The order
         is always stable (equal values keep their order, PyTorch's `stable=True`) and NaN sorts above everything.
-        O(n^2) work, O(n) memory per row."""
+        O(n^2) work, O(n) memory per row.
+
+        Examples:
+            >>> values, indices = Tensor([3, 1, 2, 1]).sort()
+            >>> values.tolist(), indices.tolist()
+            ([1, 1, 2, 3], [1, 3, 2, 0])
+            >>> Tensor([3, 1, 2]).sort(descending=True)[0].tolist()
+            [3, 2, 1]
+        """
         del stable
         x, back = self._last(dim)
         perm = _rank_permutation(x, descending, x.shape[-1])
         return back(_take_last(x, perm)), back(perm.cast(index_dtype(x.shape[-1])))
 
     def argsort(self: Tensor, dim: int = -1, descending: bool = False, *, stable: bool = True) -> Tensor:
+        """The indices that sort `dim` (the last by default), stably; `sort(...)[1]`.
+
+        Examples:
+            >>> Tensor([3, 1, 2]).argsort().tolist()
+            [1, 2, 0]
+            >>> Tensor([3, 1, 2]).argsort(descending=True).tolist()
+            [0, 2, 1]
+        """
         return self.sort(dim, descending)[1]
 
     def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True, *,
              sorted: bool | None = None) -> tuple[Tensor, Tensor]:
         """The k largest (or smallest) values along `dim` and their indices (int32 as sort), always in sorted order
-        (`sorted_=False` / PyTorch's `sorted=False` allow any order, so sorted is correct too)."""
+        (`sorted_=False` / PyTorch's `sorted=False` allow any order, so sorted is correct too).
+
+        Examples:
+            >>> values, indices = Tensor([1, 5, 3, 4]).topk(2)
+            >>> values.tolist(), indices.tolist()
+            ([5, 4], [1, 3])
+            >>> Tensor([1, 5, 3, 4]).topk(2, largest=False)[0].tolist()
+            [1, 3]
+        """
         del sorted_, sorted
         x, back = self._last(dim)
         n = x.shape[-1]
@@ -316,7 +496,14 @@ class ReduceMixin(TensorBase):
     # ---- norms ----
     def normalize(self: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
         """x / max(||x||_p, eps) along `dim` (PyTorch's `F.normalize`); p > 0 or inf. The gradient at a zero
-        vector is finite, as in PyTorch."""
+        vector is finite, as in PyTorch.
+
+        Examples:
+            >>> Tensor([[0.0, 2.0], [0.0, 0.0]]).normalize().tolist()
+            [[0.0, 1.0], [0.0, 0.0]]
+            >>> Tensor([1.0, 3.0]).normalize(p=1, dim=0).tolist()
+            [0.25, 0.75]
+        """
         if not (p > 0):
             raise ValueError(f"normalize needs p > 0 (or inf), got p={p}")
         ax = self._axis(dim)

@@ -26,6 +26,7 @@ from tinygrad.engine.realize import run_schedule
 from tinygrad.engine.schedule import ScheduleItem, base_buffer, buffer_view, copy_kernel_ast
 
 if TYPE_CHECKING:
+    from tinygrad.multi import DeviceSpec
     from tinygrad.tensor import Tensor
 
 MASK32 = 0xFFFFFFFF
@@ -94,8 +95,10 @@ class DeviceRNG:
         return cls._iota[key]
 
     @classmethod
-    def bits(cls, tensor_type: type[Tensor], n: int, device: str) -> Tensor:
+    def bits(cls, tensor_type: type[Tensor], n: int, device: DeviceSpec) -> Tensor:
         """n uniformly random uint32 values on `device` (lazy), advancing the device's counter by n."""
+        if isinstance(device, tuple):  # drawn on the first device, so that every device holds the same values
+            return cls.bits(tensor_type, n, device[0]).to(device)
         if n >= MAX_DRAW:
             raise ValueError(f"one random draw can take at most {MAX_DRAW - 1} values, asked for {n}; draw in parts")
         state = cls.state(tensor_type, device)
@@ -129,7 +132,7 @@ def _advance(state: Tensor, n: int) -> Tensor:
 
 # ---- distributions built on the bits ----
 
-def uniform_bits(tensor_type: type[Tensor], n: int, dtype: DType, device: str) -> Tensor:
+def uniform_bits(tensor_type: type[Tensor], n: int, dtype: DType, device: DeviceSpec) -> Tensor:
     """n values in [0, 1), each exactly representable in `dtype` (so that casting never rounds up to 1)."""
     if dtype == dtypes.float64:
         raw = DeviceRNG.bits(tensor_type, 2 * n, device)
@@ -140,7 +143,7 @@ def uniform_bits(tensor_type: type[Tensor], n: int, dtype: DType, device: str) -
     return u.cast(dtype)
 
 
-def normal_bits(tensor_type: type[Tensor], n: int, dtype: DType, device: str) -> Tensor:
+def normal_bits(tensor_type: type[Tensor], n: int, dtype: DType, device: DeviceSpec) -> Tensor:
     """n standard normal values (Box-Muller on two uniform draws), computed in float32 (float64 for float64)."""
     work = dtypes.float64 if dtype == dtypes.float64 else dtypes.float32
     u = uniform_bits(tensor_type, 2 * n, work, device)
@@ -149,6 +152,6 @@ def normal_bits(tensor_type: type[Tensor], n: int, dtype: DType, device: str) ->
     return (r * (u2 * (2 * math.pi)).cos()).cast(dtype)
 
 
-def bits64(tensor_type: type[Tensor], n: int, device: str) -> Tensor:
+def bits64(tensor_type: type[Tensor], n: int, device: DeviceSpec) -> Tensor:
     raw = DeviceRNG.bits(tensor_type, 2 * n, device).cast(dtypes.uint64)
     return (raw[:n] << 32) | raw[n:]

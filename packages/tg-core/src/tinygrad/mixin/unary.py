@@ -31,31 +31,128 @@ class UnaryMixin(TensorBase):
 
     # unary math
     def neg(self: Tensor) -> Tensor:
+        """`-self` elementwise (integers wrap at their minimum); bool tensors raise DTypeError (use `logical_not`).
+
+        Examples:
+            >>> Tensor([1, -2, 0]).neg().tolist()
+            [-1, 2, 0]
+        """
         if self.dtype.is_bool:
             raise DTypeError("negation of a bool tensor is not supported; use logical_not()")
         return self._unop(Ops.NEG)
 
-    def reciprocal(self: Tensor) -> Tensor: return self._float()._unop(Ops.RECIPROCAL)
-    def sqrt(self: Tensor) -> Tensor: return self._float()._unop(Ops.SQRT)
-    def rsqrt(self: Tensor) -> Tensor: return _in_float32(self, lambda x: x.sqrt().reciprocal())
-    def exp2(self: Tensor) -> Tensor: return self._float()._unop(Ops.EXP2)
-    def log2(self: Tensor) -> Tensor: return self._float()._unop(Ops.LOG2)
-    def exp(self: Tensor) -> Tensor: return _in_float32(self, lambda x: (x * (1 / LN2)).exp2())
-    def log(self: Tensor) -> Tensor: return _in_float32(self, lambda x: x.log2() * LN2)
-    def log10(self: Tensor) -> Tensor: return _in_float32(self, lambda x: x.log2() * math.log10(2))
-    def sin(self: Tensor) -> Tensor: return self._float()._unop(Ops.SIN)
+    def reciprocal(self: Tensor) -> Tensor:
+        """`1 / self` elementwise, as a float (integers are cast to `default_float` first).
+
+        Examples:
+            >>> Tensor([1.0, 2.0, 4.0]).reciprocal().tolist()
+            [1.0, 0.5, 0.25]
+        """
+        return self._float()._unop(Ops.RECIPROCAL)
+
+    def sqrt(self: Tensor) -> Tensor:
+        """The square root, as a float; NaN for negative values.
+
+        Examples:
+            >>> Tensor([1, 4, 9]).sqrt().tolist()
+            [1.0, 2.0, 3.0]
+        """
+        return self._float()._unop(Ops.SQRT)
+
+    def rsqrt(self: Tensor) -> Tensor:
+        """`1 / sqrt(self)`, as a float.
+
+        Examples:
+            >>> Tensor([1.0, 4.0, 16.0]).rsqrt().tolist()
+            [1.0, 0.5, 0.25]
+        """
+        return _in_float32(self, lambda x: x.sqrt().reciprocal())
+
+    def exp2(self: Tensor) -> Tensor:
+        """`2 ** self`, as a float.
+
+        Examples:
+            >>> Tensor([0.0, 1.0, 3.0, -1.0]).exp2().tolist()
+            [1.0, 2.0, 8.0, 0.5]
+        """
+        return self._float()._unop(Ops.EXP2)
+
+    def log2(self: Tensor) -> Tensor:
+        """The base-2 logarithm, as a float (-inf at 0, NaN below).
+
+        Examples:
+            >>> Tensor([1.0, 2.0, 8.0, 0.5]).log2().tolist()
+            [0.0, 1.0, 3.0, -1.0]
+        """
+        return self._float()._unop(Ops.LOG2)
+
+    def exp(self: Tensor) -> Tensor:
+        """The exponential `e ** self`, as a float (computed as exp2(x / ln 2); half floats in float32).
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([0.0, 1.0, -1.0]).exp().tolist()]
+            [1.0, 2.7183, 0.3679]
+        """
+        return _in_float32(self, lambda x: (x * (1 / LN2)).exp2())
+
+    def log(self: Tensor) -> Tensor:
+        """The natural logarithm, as a float (-inf at 0, NaN below).
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([1.0, math.e, 10.0]).log().tolist()]
+            [0.0, 1.0, 2.3026]
+        """
+        return _in_float32(self, lambda x: x.log2() * LN2)
+
+    def log10(self: Tensor) -> Tensor:
+        """The base-10 logarithm, as a float.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([1.0, 10.0, 1000.0]).log10().tolist()]
+            [0.0, 1.0, 3.0]
+        """
+        return _in_float32(self, lambda x: x.log2() * math.log10(2))
+
+    def sin(self: Tensor) -> Tensor:
+        """The sine (radians), as a float.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([0.0, math.pi / 2, 1.0]).sin().tolist()]
+            [0.0, 1.0, 0.8415]
+        """
+        return self._float()._unop(Ops.SIN)
 
     def cos(self: Tensor) -> Tensor:
+        """The cosine (radians), as a float; computed as 1 - 2 sin^2(x/2), accurate for large |x| too.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([0.0, math.pi, 1.0]).cos().tolist()]
+            [1.0, -1.0, 0.5403]
+        """
         # 1 - 2 sin^2(x/2): x/2 is exact, where pi/2 - x would lose pi/2 entirely for large |x|
         def f(x: Tensor) -> Tensor:
             h = (x * 0.5).sin()
             return 1 - 2 * h * h
         return _in_float32(self, f)
 
-    def tan(self: Tensor) -> Tensor: return _in_float32(self, lambda x: x.sin() / x.cos())
+    def tan(self: Tensor) -> Tensor:
+        """The tangent (radians), as a float: sin / cos.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([0.0, math.pi / 4, 1.0]).tan().tolist()]
+            [0.0, 1.0, 1.5574]
+        """
+        return _in_float32(self, lambda x: x.sin() / x.cos())
 
     def expm1(self: Tensor) -> Tensor:
-        """exp(x) - 1, accurate near 0 (a Taylor series for |x| < 0.5)."""
+        """exp(x) - 1, accurate near 0 (a Taylor series for |x| < 0.5).
+
+        Examples:
+            >>> Tensor([0.0, 1e-10]).expm1().tolist() == [0.0, Tensor([1e-10]).item()]
+            True
+            >>> [round(v, 4) for v in Tensor([1.0]).expm1().tolist()]
+            [1.7183]
+        """
         def f(x: Tensor) -> Tensor:
             small = (x < 0.5) & (x > -0.5)
             xs = small.where(x, 0.0)
@@ -64,7 +161,12 @@ class UnaryMixin(TensorBase):
         return _in_float32(self, f)
 
     def log1p(self: Tensor) -> Tensor:
-        """log(1 + x), accurate near 0 (2 atanh(x / (2 + x)) as a series for |x| < 0.3)."""
+        """log(1 + x), accurate near 0 (2 atanh(x / (2 + x)) as a series for |x| < 0.3).
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([0.0, 1.0, math.e - 1]).log1p().tolist()]
+            [0.0, 0.6931, 1.0]
+        """
         def f(x: Tensor) -> Tensor:
             small = (x < 0.3) & (x > -0.3)
             xs = small.where(x, 0.0)
@@ -74,12 +176,30 @@ class UnaryMixin(TensorBase):
         return _in_float32(self, f)
 
     def sinh(self: Tensor) -> Tensor:
+        """The hyperbolic sine, as a float.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([0.0, 1.0, -1.0]).sinh().tolist()]
+            [0.0, 1.1752, -1.1752]
+        """
         return _in_float32(self, lambda x: (x.expm1() - (-x).expm1()) * 0.5)
 
     def cosh(self: Tensor) -> Tensor:
+        """The hyperbolic cosine, as a float.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([0.0, 1.0]).cosh().tolist()]
+            [1.0, 1.5431]
+        """
         return _in_float32(self, lambda x: (x.exp() + (-x).exp()) * 0.5)
 
     def asinh(self: Tensor) -> Tensor:
+        """The inverse hyperbolic sine, as a float (accurate for large |x|, where x * x would overflow).
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([0.0, 1.0, -1.0]).asinh().tolist()]
+            [0.0, 0.8814, -0.8814]
+        """
         def f(a: Tensor) -> Tensor:  # a >= 0
             big = a > 1e8  # where a * a could overflow; asinh(a) = log(2a) to double precision there
             s = big.where(0.0, a)
@@ -88,6 +208,12 @@ class UnaryMixin(TensorBase):
         return _in_float32(self, lambda x: _odd(x, f))
 
     def acosh(self: Tensor) -> Tensor:
+        """The inverse hyperbolic cosine, as a float (NaN below 1).
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([1.0, 2.0]).acosh().tolist()]
+            [0.0, 1.317]
+        """
         def f(x: Tensor) -> Tensor:
             big = x > 1e8
             s = big.where(2.0, x)
@@ -96,9 +222,21 @@ class UnaryMixin(TensorBase):
         return _in_float32(self, f)
 
     def atanh(self: Tensor) -> Tensor:
+        """The inverse hyperbolic tangent, as a float (±inf at ±1, NaN beyond).
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([0.0, 0.5]).atanh().tolist()]
+            [0.0, 0.5493]
+        """
         return _in_float32(self, lambda x: (2 * x / (1 - x)).log1p() * 0.5)
 
     def atan(self: Tensor) -> Tensor:
+        """The arctangent, in (-pi/2, pi/2), as a float.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([0.0, 1.0, -math.inf]).atan().tolist()]
+            [0.0, 0.7854, -1.5708]
+        """
         def f(a: Tensor) -> Tensor:  # a >= 0: atan(a) = pi/2 - atan(1/a) beyond 1
             big = a > 1
             r = _atan_unit(big.where(1 / big.where(a, 1.0), a))
@@ -106,42 +244,97 @@ class UnaryMixin(TensorBase):
         return _in_float32(self, lambda x: _odd(x, f))
 
     def asin(self: Tensor) -> Tensor:
+        """The arcsine, in [-pi/2, pi/2], as a float (NaN outside [-1, 1]).
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([0.0, 0.5, 1.0]).asin().tolist()]
+            [0.0, 0.5236, 1.5708]
+        """
         # half-angle form: the atan argument stays in [-1, 1], and (1-x)(1+x) keeps its digits near |x| = 1
         return _in_float32(self, lambda x: 2 * (x / (1 + ((1 - x) * (1 + x)).sqrt())).atan())
 
     def acos(self: Tensor) -> Tensor:
+        """The arccosine, in [0, pi], as a float (NaN outside [-1, 1]).
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([1.0, 0.0, -1.0]).acos().tolist()]
+            [0.0, 1.5708, 3.1416]
+        """
         return _in_float32(self, lambda x: 2 * ((1 - x) / (1 + x)).sqrt().atan())
 
     def atan2(self: Tensor, other: Tensor | Scalar) -> Tensor:
         """The angle of the point (other, self), in [-pi, pi], with C's rules for zeros (signed) and
-        infinities; PyTorch's torch.atan2(input=self, other). The gradient at (0, 0) is 0."""
+        infinities; PyTorch's torch.atan2(input=self, other). The gradient at (0, 0) is 0. `arctan2` is an alias.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([1.0, 1.0, -1.0]).atan2(Tensor([1.0, -1.0, 0.0])).tolist()]
+            [0.7854, 2.3562, -1.5708]
+            >>> [round(v, 4) for v in Tensor([0.0]).arctan2(Tensor([-1.0])).tolist()]
+            [3.1416]
+        """
         y, x = self._broadcasted(other)
         return _in_float32(y._float(), lambda yf: _atan2(yf, x.cast(yf.dtype)))
 
     arctan2 = atan2
+    """Alias of `atan2` (numpy's name).
+
+    Examples:
+        >>> [round(v, 4) for v in Tensor([1.0, -1.0]).arctan2(Tensor([0.0, 0.0])).tolist()]
+        [1.5708, -1.5708]
+    """
 
     def erf(self: Tensor) -> Tensor:
         """The error function: a Taylor series below 0.5, above it 1 - erfc with erfc(x) = exp(-x^2 + p(x)),
-        p a fitted Chebyshev expansion (relative error below 1e-9 on [0.5, 6]; erf is 1 beyond 6)."""
+        p a fitted Chebyshev expansion (relative error below 1e-9 on [0.5, 6]; erf is 1 beyond 6).
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([0.0, 0.5, -1.0, 10.0]).erf().tolist()]
+            [0.0, 0.5205, -0.8427, 1.0]
+        """
         return _in_float32(self, lambda x: _odd(x, _erf_nonneg))
 
     def trunc(self: Tensor) -> Tensor:
+        """Round toward zero (floats; integer tensors are returned as they are).
+
+        Examples:
+            >>> Tensor([1.7, -1.7, 2.0]).trunc().tolist()
+            [1.0, -1.0, 2.0]
+        """
         return self if not self.dtype.is_float else self._unop(Ops.TRUNC)
 
     def floor(self: Tensor) -> Tensor:
+        """Round down to a whole number (floats; integer tensors are returned as they are).
+
+        Examples:
+            >>> Tensor([1.7, -1.2, 2.0]).floor().tolist()
+            [1.0, -2.0, 2.0]
+        """
         if not self.dtype.is_float:
             return self
         t = self.trunc()
         return (self < t).where(t - 1, t)
 
     def ceil(self: Tensor) -> Tensor:
+        """Round up to a whole number (floats; integer tensors are returned as they are).
+
+        Examples:
+            >>> Tensor([1.2, -1.7, 2.0]).ceil().tolist()
+            [2.0, -1.0, 2.0]
+        """
         if not self.dtype.is_float:
             return self
         t = self.trunc()
         return (self > t).where(t + 1, t)
 
     def round(self: Tensor, decimals: int = 0) -> Tensor:
-        """Round half to even, as PyTorch (and numpy); `decimals` scales by 10**decimals first."""
+        """Round half to even, as PyTorch (and numpy); `decimals` scales by 10**decimals first.
+
+        Examples:
+            >>> Tensor([0.5, 1.5, 2.5, -0.5, 2.6]).round().tolist()
+            [0.0, 2.0, 2.0, -0.0, 3.0]
+            >>> Tensor([1.25, 3.75], dtype=dtypes.float64).round(decimals=1).tolist()
+            [1.2, 3.8]
+        """
         if not self.dtype.is_float:
             if decimals:
                 raise DTypeError(f"round with decimals needs a float tensor, got {self.dtype}")
@@ -155,6 +348,13 @@ class UnaryMixin(TensorBase):
         return ((frac > 0.5) | ((frac == 0.5) & odd)).where(t + self.sign(), t)
 
     def abs(self: Tensor) -> Tensor:
+        """The absolute value (integers keep their dtype; the most negative integer stays negative, as it wraps).
+        The gradient at 0 is 0, as PyTorch's.
+
+        Examples:
+            >>> Tensor([-2, 0, 3]).abs().tolist()
+            [2, 0, 3]
+        """
         if self.dtype.is_unsigned or self.dtype.is_bool:
             return self
         if self.dtype.is_float:
@@ -162,11 +362,33 @@ class UnaryMixin(TensorBase):
         return (self < 0).where(-self, self)
 
     def sign(self: Tensor) -> Tensor:
+        """-1, 0 or 1 by the sign of each element, in self's dtype (0 for NaN and -0.0, as PyTorch; bool as it is).
+
+        Examples:
+            >>> Tensor([-2.5, 0.0, 3.0]).sign().tolist()
+            [-1.0, 0.0, 1.0]
+        """
         return (self > 0).where(1, (self < 0).where(-1, 0)).cast(self.dtype) if not self.dtype.is_bool else self
 
-    def square(self: Tensor) -> Tensor: return self * self
+    def square(self: Tensor) -> Tensor:
+        """`self * self`.
+
+        Examples:
+            >>> Tensor([-2, 3]).square().tolist()
+            [4, 9]
+        """
+        return self * self
 
     def clip(self: Tensor, min_: Scalar | None = None, max_: Scalar | None = None) -> Tensor:
+        """Limit the values to [min_, max_] (either bound may be None). At a bound the gradient passes through, as
+        PyTorch's clamp (`hardtanh` gives 0 there instead). `clamp` is an alias.
+
+        Examples:
+            >>> Tensor([-2, 0, 5]).clip(-1, 3).tolist()
+            [-1, 0, 3]
+            >>> Tensor([-2.0, 0.5]).clamp(min_=0).tolist()
+            [0.0, 0.5]
+        """
         # where, not maximum/minimum: at a bound the gradient passes through (PyTorch's clamp) instead of splitting
         out = self
         if min_ is not None:
@@ -175,12 +397,31 @@ class UnaryMixin(TensorBase):
             out = (out > max_).where(max_, out)
         return out
     clamp = clip
+    """Alias of `clip` (PyTorch's name).
+
+    Examples:
+        >>> Tensor([-2, 0, 5]).clamp(0, 3).tolist()
+        [0, 0, 3]
+    """
 
     # activations. At a kink the gradient is PyTorch's: the x <= 0 side for the ReLU family, 0 at the
     # bounds of hardtanh/relu6/hardsigmoid
-    def relu(self: Tensor) -> Tensor: return (self <= 0).where(0, self)  # NaN stays NaN
+    def relu(self: Tensor) -> Tensor:
+        """max(x, 0); NaN stays NaN. The gradient at 0 is 0 (PyTorch's).
+
+        Examples:
+            >>> Tensor([-1.0, 0.0, 2.0]).relu().tolist()
+            [0.0, 0.0, 2.0]
+        """
+        return (self <= 0).where(0, self)  # NaN stays NaN
 
     def sigmoid(self: Tensor) -> Tensor:
+        """The logistic function 1 / (1 + exp(-x)), computed without overflow, as a float.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([0.0, 2.0, -100.0]).sigmoid().tolist()]
+            [0.5, 0.8808, 0.0]
+        """
         def f(x: Tensor) -> Tensor:
             neg = x < 0
             e = neg.where(x, -x).exp()  # exp(-|x|) never overflows
@@ -189,21 +430,45 @@ class UnaryMixin(TensorBase):
         return _in_float32(self._float(), f)
 
     def tanh(self: Tensor) -> Tensor:
+        """The hyperbolic tangent, as a float.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([0.0, 1.0, -20.0]).tanh().tolist()]
+            [0.0, 0.7616, -1.0]
+        """
         def f(a: Tensor) -> Tensor:  # a >= 0: tanh(a) = -e / (2 + e), e = expm1(-2a) in (-1, 0]
             e = (-2 * a).expm1()
             return -e / (2 + e)
         return _in_float32(self, lambda x: _odd(x, f))
 
     def leaky_relu(self: Tensor, neg_slope: float = 0.01) -> Tensor:
+        """x for x > 0, else `neg_slope * x`.
+
+        Examples:
+            >>> Tensor([-2.0, 0.0, 3.0]).leaky_relu(0.5).tolist()
+            [-1.0, 0.0, 3.0]
+        """
         return (self > 0).where(self, self * neg_slope)
 
     def elu(self: Tensor, alpha: float = 1.0) -> Tensor:
+        """x for x > 0, else `alpha * (exp(x) - 1)`.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 2.0]).elu().tolist()]
+            [-0.6321, 0.0, 2.0]
+        """
         def f(x: Tensor) -> Tensor:
             pos = x > 0
             return pos.where(x, alpha * pos.where(0.0, x).expm1())
         return _in_float32(self, f)
 
     def celu(self: Tensor, alpha: float = 1.0) -> Tensor:
+        """x for x > 0, else `alpha * (exp(x / alpha) - 1)` (alpha must be nonzero).
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([-2.0, 3.0]).celu(alpha=2.0).tolist()]
+            [-1.2642, 3.0]
+        """
         if alpha == 0:
             raise ValueError("celu with alpha=0 divides by zero; alpha must be nonzero")
         def f(x: Tensor) -> Tensor:
@@ -212,11 +477,24 @@ class UnaryMixin(TensorBase):
         return _in_float32(self, f)
 
     def selu(self: Tensor, alpha: float = SELU_ALPHA, gamma: float = SELU_SCALE) -> Tensor:
+        """`gamma * elu(x, alpha)` with the self-normalising constants (alpha ~1.6733, gamma ~1.0507) by default.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 1.0]).selu().tolist()]
+            [-1.1113, 0.0, 1.0507]
+        """
         return self.elu(alpha) * gamma
 
     def gelu(self: Tensor, approximate: str = "tanh") -> Tensor:
         """GELU. The default is tinygrad's tanh approximation (PyTorch's approximate='tanh'); pass
-        approximate='none' for the exact x * Phi(x) that is PyTorch's default."""
+        approximate='none' for the exact x * Phi(x) that is PyTorch's default.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 1.0]).gelu().tolist()]
+            [-0.1588, 0.0, 0.8412]
+            >>> [round(v, 4) for v in Tensor([1.0]).gelu(approximate="none").tolist()]
+            [0.8413]
+        """
         if approximate == "tanh":
             def f(x: Tensor) -> Tensor:
                 return 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
@@ -225,13 +503,49 @@ class UnaryMixin(TensorBase):
             return _in_float32(self, lambda x: 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf()))
         raise ValueError(f"gelu approximate must be 'tanh' or 'none', got {approximate!r}")
 
-    def quick_gelu(self: Tensor) -> Tensor: return self * (self * 1.702).sigmoid()
-    def silu(self: Tensor) -> Tensor: return self * self.sigmoid()
-    def swish(self: Tensor) -> Tensor: return self.silu()
-    def mish(self: Tensor) -> Tensor: return _in_float32(self, lambda x: x * x.softplus().tanh())
+    def quick_gelu(self: Tensor) -> Tensor:
+        """`x * sigmoid(1.702 x)`, a cheaper approximation of GELU (CLIP's).
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 1.0]).quick_gelu().tolist()]
+            [-0.1542, 0.0, 0.8458]
+        """
+        return self * (self * 1.702).sigmoid()
+
+    def silu(self: Tensor) -> Tensor:
+        """`x * sigmoid(x)` (SiLU, also called swish).
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 1.0]).silu().tolist()]
+            [-0.2689, 0.0, 0.7311]
+        """
+        return self * self.sigmoid()
+
+    def swish(self: Tensor) -> Tensor:
+        """`x * sigmoid(x)`: the same as `silu`.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 1.0]).swish().tolist()]
+            [-0.2689, 0.0, 0.7311]
+        """
+        return self.silu()
+
+    def mish(self: Tensor) -> Tensor:
+        """`x * tanh(softplus(x))`.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 1.0]).mish().tolist()]
+            [-0.3034, 0.0, 0.8651]
+        """
+        return _in_float32(self, lambda x: x * x.softplus().tanh())
 
     def softplus(self: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
-        """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (PyTorch's rule)."""
+        """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (PyTorch's rule).
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 1.0, 30.0]).softplus().tolist()]
+            [0.3133, 0.6931, 1.3133, 30.0]
+        """
         if beta == 0:
             raise ValueError("softplus with beta=0 divides by zero; beta must be nonzero")
         def f(x: Tensor) -> Tensor:
@@ -239,25 +553,60 @@ class UnaryMixin(TensorBase):
             return big.where(x, big.where(0.0, x * beta).exp().log1p() * (1 / beta))
         return _in_float32(self, f)
 
-    def softsign(self: Tensor) -> Tensor: return self / (1 + self.abs())
+    def softsign(self: Tensor) -> Tensor:
+        """`x / (1 + |x|)`.
+
+        Examples:
+            >>> Tensor([-3.0, 0.0, 1.0]).softsign().tolist()
+            [-0.75, 0.0, 0.5]
+        """
+        return self / (1 + self.abs())
 
     def logsigmoid(self: Tensor) -> Tensor:
+        """log(sigmoid(x)), computed without overflow: min(x, 0) - log1p(exp(-|x|)).
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([0.0, -100.0, 100.0]).logsigmoid().tolist()]
+            [-0.6931, -100.0, -0.0]
+        """
         return _in_float32(self, lambda x: x.minimum(0) - (-x.abs()).exp().log1p())
 
     def hardsigmoid(self: Tensor, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
-        """clip(alpha x + beta, 0, 1), PyTorch's hardsigmoid with the defaults; the gradient is 0 at the bounds."""
+        """clip(alpha x + beta, 0, 1), PyTorch's hardsigmoid with the defaults; the gradient is 0 at the bounds.
+
+        Examples:
+            >>> Tensor([-4.0, 0.0, 1.5, 4.0]).hardsigmoid().tolist()
+            [0.0, 0.5, 0.75, 1.0]
+        """
         y = self * alpha + beta
         return (y <= 0).where(0.0, (y >= 1).where(1.0, y))
 
     def hardswish(self: Tensor) -> Tensor:
-        """x * relu6(x + 3) / 6; the gradient is 0 at -3 and 1 at 3, as PyTorch."""
+        """x * relu6(x + 3) / 6; the gradient is 0 at -3 and 1 at 3, as PyTorch.
+
+        Examples:
+            >>> Tensor([-4.0, 0.0, 3.0, 5.0]).hardswish().tolist()
+            [0.0, 0.0, 3.0, 5.0]
+        """
         return (self <= -3).where(0.0, (self >= 3).where(self, self * (self + 3) * (1 / 6)))
 
     def hardtanh(self: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
-        """clip(x, min_val, max_val) with PyTorch's gradient: 0 at and beyond the bounds (clip passes it at them)."""
+        """clip(x, min_val, max_val) with PyTorch's gradient: 0 at and beyond the bounds (clip passes it at them).
+
+        Examples:
+            >>> Tensor([-2.0, 0.5, 2.0]).hardtanh().tolist()
+            [-1.0, 0.5, 1.0]
+        """
         return (self <= min_val).where(min_val, (self >= max_val).where(max_val, self))
 
-    def relu6(self: Tensor) -> Tensor: return self.hardtanh(0.0, 6.0)
+    def relu6(self: Tensor) -> Tensor:
+        """min(max(x, 0), 6): `hardtanh(0, 6)`.
+
+        Examples:
+            >>> Tensor([-1.0, 3.0, 8.0]).relu6().tolist()
+            [0.0, 3.0, 6.0]
+        """
+        return self.hardtanh(0.0, 6.0)
 
 
 def _wide(x: Tensor) -> bool:

@@ -43,8 +43,14 @@ class Ops(enum.Enum):
     PAD = enum.auto(); SHRINK = enum.auto(); FLIP = enum.auto()
     # graph structure
     CONTIGUOUS = enum.auto()  # realization boundary; arg may carry a unique tag
-    DETACH = enum.auto()  # identity that stops gradients
-    COPY = enum.auto()  # arg: target device name
+    # identity that stops gradients; in a graph lowered per device (multi.py), DETACH(constant, arg=device) keeps
+    # the constants of one device's graph apart from another's, which hash-consing would merge
+    DETACH = enum.auto()
+    COPY = enum.auto()  # arg: target device name; a tuple of names: the source replicated on each (multi.py)
+    # multi-device values (tinygrad/multi.py): MULTI src: one value per device, arg: the axis they are split
+    # along (None: each holds all of it); SHARD: src[0]'s value placed split along arg (None: replicated), or
+    # with a second source placed as that one is
+    MULTI = enum.auto(); SHARD = enum.auto()
     SINK = enum.auto()
     # kernel level
     PARAM = enum.auto()  # arg: (index, size): a kernel's buffer argument, shape (size,)
@@ -515,11 +521,14 @@ def _infer_shape(u: UOp) -> tuple[int, ...] | None:
         return ()
     if op is Ops.ARANGE:
         return (u.arg,)
-    if op in GroupOp.Elementwise or op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.COPY):
+    if op in GroupOp.Elementwise or op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.COPY, Ops.SHARD):
         shapes = [s.shape for s in u.src if s.has_shape]
         if not shapes:
             return None
         return shapes[0]
+    if op is Ops.MULTI:  # the shards joined along the axis, or one replica
+        shard = u.src[0].shape
+        return shard if u.arg is None else shard[:u.arg] + (shard[u.arg] * len(u.src),) + shard[u.arg + 1:]
     if op is Ops.REDUCE_AXIS:
         axes = u.arg.axes
         return tuple(1 if i in axes else s for i, s in enumerate(u.src[0].shape))

@@ -242,7 +242,7 @@ def _check_extents(r: _Reader, infos: list[_TensorInfo], alignment: int, data_st
 class _Consts:
     """The small shift vectors the unpacking broadcasts against, made once per load and device."""
 
-    def __init__(self, device: str):
+    def __init__(self, device: str | tuple[str, ...]):
         self.device = device
         self.cache: dict[tuple[int, ...], Tensor] = {}
 

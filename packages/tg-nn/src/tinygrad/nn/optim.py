@@ -24,7 +24,7 @@ def _dedup(tensors: Iterable[Tensor]) -> list[Tensor]:
     return list(seen.values())
 
 
-def _scalar(value: float, device: str) -> Tensor:
+def _scalar(value: float, device: str | tuple[str, ...]) -> Tensor:
     return fresh_buffer(value, (), dtypes.float32, device)
 
 

@@ -18,7 +18,7 @@ def is_training() -> bool:
 
 
 def fresh_buffer(value: float, shape: tuple[int, ...], dtype: DTypeLike | None = None,
-                 device: str | None = None) -> Tensor:
+                 device: str | tuple[str, ...] | None = None) -> Tensor:
     """A realized tensor with a buffer of its own, filled with `value`. State tensors (running statistics, moments,
     counters) are updated in place step after step, so they must never share a buffer: `Tensor.zeros(n)` is a
     constant, equal to every other `Tensor.zeros(n)`, and so, realized, is the same buffer everywhere."""
@@ -37,10 +37,21 @@ def write_in_place(t: Tensor, value: Any) -> None:
     realized constant such as `Tensor.zeros(n)` is one buffer shared by every equal constant."""
     import numpy as np
     from tinygrad.dtype import to_numpy
+    from tinygrad.multi import realized_buffers, sharding
 
+    data = np.ascontiguousarray(np.broadcast_to(np.asarray(value, dtype=to_numpy(t.dtype)), t.shape))
+    if isinstance(t.device, tuple):  # on several devices: each buffer takes its part (all of it when replicated)
+        axis = sharding(t.realize().uop)[1]
+        bufs = realized_buffers(t.uop)
+        if bufs is None:
+            raise ValueError(f"write_in_place: the tensor on {t.device} holds no buffers of its own; make it with "
+                             f"fresh_buffer")
+        parts = [data] * len(bufs) if axis is None else np.split(data, len(bufs), axis)
+        for buf, part in zip(bufs, parts):
+            buf.copyin(np.ascontiguousarray(part).reshape(-1).data.cast("B"))
+        return
     buf = t._buffer()  # the buffer t holds (a lazy t is realized into one first)
     if buf.size != t.numel():
         raise ValueError(f"write_in_place: the tensor of shape {t.shape} is a view into a larger buffer of "
                          f"{buf.size} elements; make it with fresh_buffer so that it has a buffer of its own")
-    data = np.ascontiguousarray(np.broadcast_to(np.asarray(value, dtype=to_numpy(t.dtype)), t.shape)).reshape(-1)
-    buf.copyin(data.data.cast("B"))
+    buf.copyin(data.reshape(-1).data.cast("B"))
