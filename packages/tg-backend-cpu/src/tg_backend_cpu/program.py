@@ -98,7 +98,7 @@ class CPUProgram:
         return time.perf_counter() - st
 
     def prepare(self, *bufs: Any, global_size: tuple[int, ...] | None = None,
-                local_size: tuple[int, ...] | None = None, vals: tuple[int, ...] = ()) -> Callable[[], None]:
+                local_size: tuple[int, ...] | None = None, vals: tuple[int, ...] = ()) -> Callable[[], float | None]:
         """This launch with its argument array built once (TinyJit replays it): a replay is one ctypes call."""
         if self.run_fn is None:
             return functools.partial(self._call_plain, bufs, vals, False)
