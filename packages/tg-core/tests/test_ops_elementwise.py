@@ -36,7 +36,7 @@ from opinfo import (
     table_tests,
     torch_module,
 )
-from tinygrad import Tensor, dtypes
+from tinygrad import Device, Tensor, dtypes
 from tinygrad.dtype import DType
 
 _torch = torch_module()
@@ -531,3 +531,14 @@ def test_composites_of_half_precision_round_once() -> None:
         exact = ref(x.astype(np.float64))
         ulp = np.spacing(np.abs(exact).astype(np.float16)).astype(np.float64)
         assert (np.abs(got.astype(np.float64) - exact) <= ulp).all()
+
+
+@pytest.mark.parametrize("dtype", [dtypes.int8, dtypes.int32, dtypes.int64, dtypes.float16, dtypes.float32,
+                                   dtypes.float64])
+def test_subtracting_a_negative_constant(dtype: DType) -> None:
+    # a renderer that prints `a - -8` as `a--8` makes code that does not compile (C) or decrements (WGSL)
+    if not Device[Device.DEFAULT].supports_dtype(dtype):
+        pytest.skip(f"{Device.DEFAULT} has no {dtype}")
+    x = Tensor([1, -2, 3], dtype=dtype)
+    np.testing.assert_array_equal(((x - (-8)) * -3 - -0.0).numpy().astype(np.float64) if dtype.is_float else
+                                  ((x - (-8)) * -3).numpy(), np.array([-27, -18, -33]))

@@ -137,7 +137,7 @@ class OpenCLRenderer(CStyleRenderer):
             iv = int(value)
             if d.is_unsigned:
                 return f"{iv}UL"
-            return f"({iv + 1}L-1)" if iv == d.min else f"{iv}L"
+            return f"({iv + 1}L-1)" if iv == d.min else f"{iv}L" if iv >= 0 else f"({iv}L)"  # not `a--8L`
         return super().render_const(value, d)
 
     def render_bitcast(self, x: str, frm: DType, to: DType) -> str:

@@ -213,6 +213,8 @@ class WGSLRenderer(CStyleRenderer):
                 body = f"bitcast<f32>({'0x7f800000u' if v > 0 else '0xff800000u'})"
             else:
                 body = repr(v) + "f"
+                if body.startswith("-"):  # `a - -8.0f` must not print as `a--8.0f` (WGSL's decrement)
+                    body = f"({body})"
             return f"f16({body})" if d == dtypes.float16 else body
         iv = int(value)
         if self.value_type(d) == "u32":
@@ -220,8 +222,8 @@ class WGSLRenderer(CStyleRenderer):
         if self.value_type(d) == "u64":
             return f"{iv & 0xffffffffffffffff}lu"
         if self.value_type(d) == "i64":
-            return f"({iv + 1}li - 1li)" if iv == -(2**63) else f"{iv}li"
-        return f"i32({iv})" if iv == -(2**31) else f"{iv}i"  # 2147483648i does not parse
+            return f"({iv + 1}li - 1li)" if iv == -(2**63) else f"{iv}li" if iv >= 0 else f"({iv}li)"
+        return f"i32({iv})" if iv == -(2**31) else f"{iv}i" if iv >= 0 else f"({iv}i)"  # 2147483648i does not parse
 
     def render_kernel_const(self, value: float | int | bool, d: DType) -> str:
         """A constant inside the kernel body. lavapipe's shader compiler assumes no NaN, inf or signed zero

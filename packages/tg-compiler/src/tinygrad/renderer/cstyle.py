@@ -216,6 +216,8 @@ class CStyleRenderer(Renderer):
                 body = self.infinity if v > 0 else f"(-{self.infinity})"
             else:
                 body = repr(v) + ("" if d.scalar == dtypes.float64 else "f")
+                if v < 0 or (v == 0 and math.copysign(1.0, v) < 0):  # `a - -8.0f` must not print as `a--8.0f`
+                    body = f"({body})"
             return body if d.scalar in (dtypes.float32, dtypes.float64) or is_emulated_float(d) else \
                 f"(({self.value_type(d)}){body})"
         iv = int(value)
@@ -225,7 +227,7 @@ class CStyleRenderer(Renderer):
             return f"{iv}{suffix}"
         if iv == d.min:  # the most negative literal cannot be written directly in C
             return f"({iv + 1}{suffix}-1)"
-        lit = f"{iv}{suffix}"
+        lit = f"{iv}{suffix}" if iv >= 0 else f"({iv}{suffix})"  # `a - -8` must not print as `a--8`
         return lit if d.itemsize >= 4 else f"(({self.value_type(d)}){lit})"
 
     def render_cast(self, x: str, frm: DType, to: DType) -> str:
