@@ -24,6 +24,9 @@ TEST_DEPS = ["pytest==9.2.0", "pytest-xdist==3.8.0", "hypothesis==6.170.17", "sa
 # (tests that need torch's reference values skip there, and say so)
 TORCH = "torch==2.13.0"
 MPI4PY = "mpi4py==4.1.2"
+# language models end to end: reference models and tokenizers, GGUF files, the OpenAI client against tinygrad.llm
+MODEL_DEPS = ["transformers==5.24.0", "tokenizers==0.23.3", "gguf==0.19.0", "jinja2==3.1.6", "openai==3.60.0"]
+ONNX_DEPS = ["onnx==1.23.2", "onnxruntime==1.32.0"]
 LINT_DEPS = ["ruff==0.17.6"]
 DOCS_DEPS = ["mkdocs==1.6.1", "mkdocs-material==9.8.2", "mkdocstrings==1.0.8", "mkdocstrings-python==2.0.11",
              "griffelib==2.4.1", "mkdocs-autorefs==1.4.5", "pymdown-extensions==13.1.2"]
@@ -31,7 +34,7 @@ TYPE_DEPS = ["mypy==2.4.1", "numpy==2.4.6", "pluggy==1.7.0", "pytest==9.2.0", "h
 
 nox.options.sessions = ["lint", "types", "tests", "integration", "examples", "backend_opencl", "backend_qcom",
                          "backend_webgpu", "backend_cpu_llvm", "backend_cuda", "backend_amd", "backend_metal",
-                         "conformance", "docs"]
+                         "models", "onnx", "conformance", "docs"]
 nox.options.error_on_missing_interpreters = bool(os.environ.get("CI"))
 nox.options.reuse_existing_virtualenvs = not os.environ.get("CI")
 
@@ -184,6 +187,28 @@ def backend_metal(session: nox.Session) -> None:
     _install_framework(session)
     session.install("-e", "packages/tg-backend-metal[test]", *TEST_DEPS)
     session.run("pytest", "-n", os.environ.get("PYTEST_WORKERS", "2"), "-q", "packages/tg-backend-metal/tests",
+                *session.posargs)
+
+
+@nox.session(python="3.11")
+def models(session: nox.Session) -> None:
+    """Language models against transformers (GPT-2, LLaMA 2/3, Qwen2), GGUF against the gguf package, and the
+    tinygrad.llm server driven by the openai client and its chat page by headless Chromium. The tests session
+    collects the same files and skips them there (these dependencies are not installed in it)."""
+    _install_framework(session)
+    session.install(*TEST_DEPS, TORCH, *MODEL_DEPS)
+    session.run("pytest", "-n", os.environ.get("PYTEST_WORKERS", "2"), "-q", "packages/tg-nn/tests/test_gguf.py",
+                "packages/tg-nn/tests/test_transformer_models.py", "packages/tg-nn/tests/test_llm_server.py",
+                "integration-tests/test_llm_chat_page.py", *session.posargs)
+
+
+@nox.session(python="3.11")
+def onnx(session: nox.Session) -> None:
+    """tinygrad.onnx: the onnx wheel's backend node tests, models exported by torch.onnx against onnxruntime,
+    hostile files. The tests session skips these files (no onnx there)."""
+    _install_framework(session)
+    session.install(*TEST_DEPS, TORCH, *ONNX_DEPS)
+    session.run("pytest", "-n", os.environ.get("PYTEST_WORKERS", "2"), "-q", "packages/tg-nn/tests/onnx",
                 *session.posargs)
 
 

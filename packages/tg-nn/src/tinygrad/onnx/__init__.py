@@ -1,0 +1,22 @@
+"""tinygrad.onnx: run ONNX models with tinygrad.
+
+    from tinygrad.onnx import OnnxRunner
+    runner = OnnxRunner("model.onnx")                 # a path, the model's bytes, or an onnx.ModelProto
+    outputs = runner({"input": np_array_or_tensor})   # {output name: Tensor}
+
+Reading models needs the `onnx` package (`pip install 'tg-nn[onnx]'`); importing this module does not. Every node
+becomes Tensor operations on the device; shape arithmetic runs on the host with numpy. `python -m tinygrad.onnx
+model.onnx` runs a model on random inputs and times it.
+"""
+
+from tinygrad.onnx._proto import OnnxError
+from tinygrad.onnx._runner import OnnxRunner
+
+__all__ = ["OnnxError", "OnnxRunner", "supported_ops"]
+
+
+def supported_ops() -> list[str]:
+    """The op types of the default ONNX domain with an implementation here (ops whose ONNX schema defines them as a
+    function of other ops also run, expanded)."""
+    from tinygrad.onnx._base import OPS
+    return sorted(name for domain, name in OPS if domain == "")
