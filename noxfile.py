@@ -208,7 +208,7 @@ def onnx(session: nox.Session) -> None:
     hostile files. The tests session skips these files (no onnx there)."""
     _install_framework(session)
     session.install(*TEST_DEPS, TORCH, *ONNX_DEPS)
-    session.run("pytest", "-n", os.environ.get("PYTEST_WORKERS", "2"), "-q", "packages/tg-nn/tests/onnx",
+    session.run("pytest", "-n", os.environ.get("PYTEST_WORKERS", "2"), "-q", "packages/tg-nn/tests/onnx_tests",
                 *session.posargs)
 
 

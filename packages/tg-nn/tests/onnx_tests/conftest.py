@@ -1,7 +1,7 @@
 """Counts of the ONNX node suite (test_node_suite.py), printed at the end of the session and kept in pytest's
 cache (`pytest --cache-show 'onnx/*'`): passed, failed, skipped by reason (unsupported op, device dtype), xfailed,
 out of all cases. Under pytest-xdist the controller receives every worker's reports, but it only loads this file
-when this folder (or a file in it) is on the command line: `pytest -n 2 packages/tg-nn/tests/onnx`."""
+when this folder (or a file in it) is on the command line: `pytest -n 2 packages/tg-nn/tests/onnx_tests`."""
 
 from __future__ import annotations
 
