@@ -1,0 +1,150 @@
+"""`python -m tinygrad.llm`: serve a model over HTTP (the default), or chat with it in the terminal (--chat)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from tinygrad import Tensor
+from tinygrad.llm.engine import ChatTemplateError, Engine
+
+EXIT_WORDS = ("/exit", "/quit")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m tinygrad.llm",
+                                description="Serve a language model with an OpenAI-compatible API and a chat page "
+                                            "(or chat in the terminal with --chat).")
+    p.add_argument("--model", required=True,
+                   help="a Hugging Face model directory (GPT-2, LLaMA, Qwen2) or a llama.cpp .gguf file")
+    p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="the port (0: a free one; default 8000)")
+    p.add_argument("--chat", action="store_true", help="chat in the terminal instead of serving (stdin/stdout)")
+    p.add_argument("--max-context", type=int, default=None,
+                   help="KV cache length in tokens (default: the model's limit, at most 4096)")
+    p.add_argument("--tokenizer", default=None, help="a tokenizer.json to use instead of the model's own")
+    p.add_argument("--name", default=None, help="the model id of the API (default: the directory or file name)")
+    p.add_argument("--quiet", action="store_true", help="do not log requests")
+    chat = p.add_argument_group("terminal chat (--chat)")
+    chat.add_argument("--system", default=None, help="a system message starting the conversation")
+    chat.add_argument("--temperature", type=float, default=0.7, help="0: greedy (default 0.7)")
+    chat.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (default 1: off)")
+    chat.add_argument("--max-tokens", type=int, default=512, help="the longest answer in tokens (default 512)")
+    chat.add_argument("--seed", type=int, default=None, help="seed of the sampler")
+    return p.parse_args(argv)
+
+
+def _fit(engine: Engine, history: list[dict[str, str]], reserve: int) -> list[int] | None:
+    """The prompt ids of the conversation, dropping its oldest turns (not the system message) until `reserve`
+    tokens are left for the answer; None when even the last message alone does not fit."""
+    while True:
+        ids = engine.encode(engine.chat_prompt(history), add_special_tokens=False)
+        if len(ids) + reserve <= engine.max_context:
+            return ids
+        first = 1 if history and history[0]["role"] == "system" else 0
+        if len(history) - first <= 1:
+            return ids if len(ids) < engine.max_context else None
+        del history[first]
+
+
+def chat_loop(engine: Engine, stdin: TextIO, stdout: TextIO, temperature: float = 0.7, top_p: float = 1.0,
+              max_tokens: int = 512, system: str | None = None) -> int:
+    """Read a message per line, print each answer as it is generated (then a newline). Ends on end of input or a
+    line "/exit"; "/reset" forgets the conversation. The "> " prompt and help are shown only on a terminal."""
+    interactive = stdin.isatty()
+    start = [{"role": "system", "content": system}] if system else []
+    history = list(start)
+    reserve = max(1, min(max_tokens, engine.max_context // 2))
+    if interactive:
+        print(f"chatting with {engine.name} (/reset starts over, /exit or Ctrl-D quits)", file=sys.stderr)
+    while True:
+        if interactive:
+            stdout.write("> ")
+            stdout.flush()
+        try:
+            line = stdin.readline()
+        except KeyboardInterrupt:
+            break
+        if not line:
+            break
+        text = line.rstrip("\r\n")
+        command = text.strip()
+        if command in EXIT_WORDS:
+            break
+        if command == "/reset":
+            history = list(start)
+            continue
+        if not command:
+            continue
+        history.append({"role": "user", "content": text})
+        try:
+            ids = _fit(engine, history, reserve)
+        except ChatTemplateError as e:
+            print(f"error: {e}", file=sys.stderr)
+            history.pop()
+            continue
+        if ids is None:
+            print(f"error: that message is longer than the context of {engine.max_context} tokens", file=sys.stderr)
+            history.pop()
+            continue
+        answer = []
+        pieces = engine.stream(ids, max_tokens, temperature=temperature, top_p=top_p, stop=engine.chat_stops)
+        try:
+            for piece in pieces:
+                stdout.write(piece.text)
+                stdout.flush()
+                answer.append(piece.text)
+        except KeyboardInterrupt:
+            pass  # Ctrl-C cuts the answer short; the conversation goes on
+        finally:
+            pieces.close()
+        stdout.write("\n")
+        stdout.flush()
+        history.append({"role": "assistant", "content": "".join(answer)})
+    return 0
+
+
+def _load(args: argparse.Namespace) -> Engine:
+    from tinygrad.llm.loader import load_engine
+
+    started = time.perf_counter()
+    engine = load_engine(args.model, max_context=args.max_context, tokenizer=args.tokenizer, name=args.name)
+    template = "its chat template" if engine.has_template else "a plain 'User:/Assistant:' chat format"
+    print(f"tinygrad.llm: loaded {engine.name} in {time.perf_counter() - started:.1f} s (context "
+          f"{engine.max_context} tokens, {template})", file=sys.stderr)
+    return engine
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        engine = _load(args)
+    except (OSError, ValueError, ImportError) as e:
+        print(f"tinygrad.llm: cannot load {args.model}: {e}", file=sys.stderr)
+        return 2
+    if args.chat:
+        if args.seed is not None:
+            Tensor.manual_seed(args.seed)  # once: every answer continues the same sequence of draws
+        return chat_loop(engine, sys.stdin, sys.stdout, args.temperature, args.top_p, args.max_tokens, args.system)
+    from tinygrad.llm.server import LLMServer, is_loopback
+
+    try:
+        server = LLMServer(engine, args.host, args.port, log=not args.quiet)
+    except OSError as e:
+        print(f"tinygrad.llm: cannot listen on {args.host}:{args.port}: {e}; choose another --port",
+              file=sys.stderr)
+        return 2
+    if not is_loopback(args.host):
+        print(f"tinygrad.llm: listening on {args.host}, reachable from other machines, without authentication",
+              file=sys.stderr)
+    print(f"tinygrad.llm: serving {engine.name} at {server.url} (chat page; the API is at {server.url}v1); "
+          f"Ctrl-C stops", file=sys.stderr, flush=True)
+    server.wait()
+    return 0
+
+
+def run(argv: Any = None) -> None:
+    sys.exit(main(argv))
