@@ -164,7 +164,8 @@ class KVCache:
         values of positions 0 .. start_pos+T-1."""
         T = k.shape[2]
         end = start_pos + T
-        self.kv[:, :, :, start_pos:end].assign(Tensor.stack(k, v).cast(self.kv.dtype)).realize()
+        # contiguous: the new rows are computed once, not once per cache position by the masked whole-cache write
+        self.kv[:, :, :, start_pos:end].assign(Tensor.stack(k, v).cast(self.kv.dtype).contiguous()).realize()
         return self.kv[0, :, :, 0:end], self.kv[1, :, :, 0:end]
 
 
@@ -713,7 +714,8 @@ class GPT2(_CausalLM):
         pos = _rows_for(self.wpe.weight, start_pos, T, positions)
         x = self.wte(tokens) + pos
         for block in self.h:
-            x = block(x, start_pos, mask)
+            # realized per layer: the cache write realizes inside the next layer, which would recompute this one
+            x = block(x, start_pos, mask).realize()
         return self.ln_f(x).cast(self.dtype)
 
     def _head(self, h: Tensor) -> Tensor:
@@ -847,7 +849,8 @@ class Llama(_CausalLM):
         rope = (cos.cast(self.dtype), sin.cast(self.dtype))
         x = self.model.embed_tokens(tokens)
         for layer in self.model.layers:
-            x = layer(x, start_pos, rope, mask)
+            # realized per layer: the cache write realizes inside the next layer, which would recompute this one
+            x = layer(x, start_pos, rope, mask).realize()
         return self.model.norm(x).cast(self.dtype)
 
     def _head(self, h: Tensor) -> Tensor:
