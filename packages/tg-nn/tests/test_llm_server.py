@@ -17,7 +17,6 @@ import threading
 import urllib.error
 import urllib.request
 
-import numpy as np
 import pytest
 
 transformers = pytest.importorskip("transformers")
@@ -26,14 +25,13 @@ tokenizers = pytest.importorskip("tokenizers")
 openai = pytest.importorskip("openai")
 pytest.importorskip("jinja2")
 
+from tiny_llms import MAX_CONTEXT, hf_greedy, tiny_llama, word_tokenizer, write_gguf  # noqa: E402
 from tinygrad.llm import Engine, load_engine, serve  # noqa: E402
 from tinygrad.llm.engine import Piece  # noqa: E402
 from tinygrad.llm.gguf_vocab import LLAMA3_PATTERN, tokenizer_from_gguf  # noqa: E402
 from tinygrad.nn.transformer import Llama, load_tokenizer  # noqa: E402
 
 VOCAB = 257
-MAX_CONTEXT = 64  # the tiny model's max_position_embeddings
-WORDS = "the quick brown fox jumps over a lazy dog while one small cat sat on the warm mat".split()
 SPECIALS = ["<s>", "</s>", "<|system|>", "<|user|>", "<|assistant|>"]
 BOS, EOS = 1, 2
 TEMPLATE = ("{% if messages[0]['role'] == 'assistant' %}{{ raise_exception('the user speaks first') }}{% endif %}"
@@ -43,32 +41,15 @@ NAME = "tiny-llama"
 TIMEOUT = 300  # seconds for a request: the first ones compile kernels
 
 
-def _tiny_llama(vocab: int = VOCAB, seed: int = 0):
-    torch.manual_seed(seed)
-    return transformers.LlamaForCausalLM(transformers.LlamaConfig(
-        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=MAX_CONTEXT, bos_token_id=BOS, eos_token_id=None)).eval()
-
-
 def _word_tokenizer() -> tokenizers.Tokenizer:
-    """Whole words (ids of the specials first, then WORDS, then fillers "w<id>" up to the vocabulary size), a BOS
-    added to plain prompts; every id the model can produce decodes to a word."""
-    vocab = {"[UNK]": 0}
-    for w in SPECIALS + WORDS:
-        vocab.setdefault(w, len(vocab))
-    while len(vocab) < VOCAB:
-        vocab[f"w{len(vocab)}"] = len(vocab)
-    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
-    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
-    tok.add_special_tokens(SPECIALS)
-    tok.post_processor = tokenizers.processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", BOS)])
-    return tok
+    """Whole words, the specials first, a BOS added to plain prompts (see tiny_llms.word_tokenizer)."""
+    return word_tokenizer(VOCAB, SPECIALS, bos="<s>")
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> pathlib.Path:
     d = tmp_path_factory.mktemp("tiny-llama")
-    _tiny_llama().save_pretrained(d, safe_serialization=True)
+    tiny_llama(VOCAB, bos=BOS, seed=0).save_pretrained(d, safe_serialization=True)
     _word_tokenizer().save(str(d / "tokenizer.json"))
     (d / "tokenizer_config.json").write_text(json.dumps({"chat_template": TEMPLATE, "bos_token": "<s>",
                                                          "eos_token": "</s>"}))
@@ -474,10 +455,7 @@ def test_load_engine_picks_the_architecture(tmp_path, model_dir):
     engine = load_engine(tmp_path, name="g")
     assert type(engine.model).__name__ == "GPT2" and not engine.has_template and engine.max_context == 32
     ids = engine.encode("the fox")
-    with torch.no_grad():
-        out = gpt2.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                            max_new_tokens=4, do_sample=False, pad_token_id=0)
-    assert engine.complete(ids, 4, temperature=0.0)[0] == engine.decode(out[0, len(ids):].tolist())
+    assert engine.complete(ids, 4, temperature=0.0)[0] == engine.decode(hf_greedy(gpt2, ids, 4))
     llama = load_engine(model_dir)
     assert type(llama.model).__name__ == "Llama" and llama.has_template and llama.name == model_dir.name
 
@@ -588,72 +566,16 @@ GGUF_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|start|>{{ m['role'] }}
                  "{% endfor %}{% if add_generation_prompt %}<|start|>assistant\n{% endif %}")
 
 
-def _write_gguf(path: pathlib.Path, hf, meta: dict) -> None:
-    """A float32 LLaMA GGUF file as llama.cpp's convert_hf_to_gguf.py writes one (its tensor names; q/k rows of
-    each head in interleaved pairs), with the vocabulary metadata and a chat template."""
-    gguf = pytest.importorskip("gguf")
-    cfg = hf.config
-    heads, kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
-
-    def permute(w: np.ndarray, n: int) -> np.ndarray:
-        return w.reshape(n, 2, w.shape[0] // n // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-    names = {"input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
-             "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
-             "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
-             "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
-             "mlp.down_proj.weight": "ffn_down.weight"}
-    w = gguf.GGUFWriter(str(path), "llama")
-    w.add_block_count(cfg.num_hidden_layers)
-    w.add_context_length(cfg.max_position_embeddings)
-    w.add_embedding_length(cfg.hidden_size)
-    w.add_feed_forward_length(cfg.intermediate_size)
-    w.add_head_count(heads)
-    w.add_head_count_kv(kv_heads)
-    w.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
-    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    w.add_tokenizer_model(meta["tokenizer.ggml.model"])
-    w.add_tokenizer_pre(meta["tokenizer.ggml.pre"])
-    w.add_token_list(meta["tokenizer.ggml.tokens"])
-    w.add_token_types(meta["tokenizer.ggml.token_type"])
-    w.add_token_merges(meta["tokenizer.ggml.merges"])
-    w.add_bos_token_id(meta["tokenizer.ggml.bos_token_id"])
-    w.add_eos_token_id(meta["tokenizer.ggml.eos_token_id"])
-    w.add_add_bos_token(True)
-    w.add_chat_template(GGUF_TEMPLATE)
-    for name, t in hf.state_dict().items():
-        a = t.detach().numpy().astype(np.float32)
-        if name == "model.embed_tokens.weight":
-            w.add_tensor("token_embd.weight", a)
-        elif name == "model.norm.weight":
-            w.add_tensor("output_norm.weight", a)
-        elif name == "lm_head.weight":
-            w.add_tensor("output.weight", a)
-        else:
-            _, _, layer, rest = name.split(".", 3)
-            if rest == "self_attn.q_proj.weight":
-                a = permute(a, heads)
-            elif rest == "self_attn.k_proj.weight":
-                a = permute(a, kv_heads)
-            w.add_tensor(f"blk.{layer}.{names[rest]}", a)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-
-
 def test_gguf_model_chats_in_the_terminal(tmp_path):
     """A .gguf file alone: its weights, vocabulary and chat template; the answer is transformers' greedy one."""
     ref_tok = _train_byte_bpe(LLAMA3_PATTERN)
     meta = _byte_bpe_meta(ref_tok, "llama-bpe")
-    hf = _tiny_llama(vocab=len(meta["tokenizer.ggml.tokens"]), seed=3)
+    hf = tiny_llama(len(meta["tokenizer.ggml.tokens"]), bos=BOS, seed=3)
     path = tmp_path / "tiny.gguf"
-    _write_gguf(path, hf, meta)
+    write_gguf(path, hf, vocab=meta, chat_template=GGUF_TEMPLATE)
     prompt = "<|begin_of_text|><|start|>user\nthe quick fox<|end|><|start|>assistant\n"
     ids = ref_tok.encode(prompt).ids
-    with torch.no_grad():
-        out = hf.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                          max_new_tokens=8, do_sample=False, pad_token_id=0)[0, len(ids):].tolist()
+    out = hf_greedy(hf, ids, 8)
     eos = meta["tokenizer.ggml.eos_token_id"]
     out = out[:out.index(eos)] if eos in out else out
     done = _run_cli(["--model", str(path), "--chat", "--temperature", "0", "--max-tokens", "8"],

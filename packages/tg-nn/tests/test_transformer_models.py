@@ -17,6 +17,7 @@ import pytest
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
+from tiny_llms import hf_greedy, tiny_gpt2, tiny_llama, tiny_qwen2, word_tokenizer, write_gguf  # noqa: E402
 from tinygrad import Device, GlobalCounters, Tensor, Variable  # noqa: E402
 from tinygrad.nn.transformer import (  # noqa: E402
     GPT2,
@@ -35,34 +36,13 @@ LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "hi
                "original_max_position_embeddings": 16, "rope_theta": 10000.0}
 
 
-def _gpt2(vocab: int = 257, tie: bool = True):
-    return transformers.GPT2LMHeadModel(transformers.GPT2Config(
-        n_layer=2, n_embd=64, n_head=4, vocab_size=vocab, n_positions=64, tie_word_embeddings=tie,
-        bos_token_id=0, eos_token_id=None))
-
-
-def _llama(vocab: int = 257, tie: bool = False, rope: dict | None = None):
-    kwargs = {"rope_parameters": rope} if rope else {}
-    return transformers.LlamaForCausalLM(transformers.LlamaConfig(
-        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=tie, bos_token_id=0,
-        eos_token_id=None, **kwargs))
-
-
-def _qwen2(vocab: int = 257, tie: bool = True):
-    return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
-        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=tie, bos_token_id=0,
-        eos_token_id=None))
-
-
 # name -> (our class, a factory of the transformers model)
 MODELS = {
-    "gpt2": (GPT2, lambda: _gpt2()),
-    "llama": (Llama, lambda: _llama()),
-    "llama3_tied": (Llama, lambda: _llama(vocab=300, tie=True, rope=LLAMA3_ROPE)),
-    "qwen2": (Llama, lambda: _qwen2()),
-    "qwen2_untied": (Llama, lambda: _qwen2(vocab=200, tie=False)),
+    "gpt2": (GPT2, lambda: tiny_gpt2()),
+    "llama": (Llama, lambda: tiny_llama()),
+    "llama3_tied": (Llama, lambda: tiny_llama(vocab=300, tie=True, rope=LLAMA3_ROPE)),
+    "qwen2": (Llama, lambda: tiny_qwen2()),
+    "qwen2_untied": (Llama, lambda: tiny_qwen2(vocab=200, tie=False)),
 }
 
 
@@ -94,13 +74,6 @@ def _hf_logits(hf, ids: np.ndarray) -> np.ndarray:
         return hf(torch.tensor(ids, dtype=torch.long)).logits.numpy()
 
 
-def _hf_greedy(hf, prompt: list[int], n: int) -> list[int]:
-    with torch.no_grad():
-        out = hf.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                          max_new_tokens=n, do_sample=False, pad_token_id=0)
-    return out[0, len(prompt):].tolist()
-
-
 def _ids(vocab: int, shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, vocab, shape).astype(np.int32)
 
@@ -121,9 +94,9 @@ def test_logits_match_transformers(saved, name):
 def test_greedy_decode_matches_transformers(saved, name):
     model, hf = _load(saved, name), saved[name][1]
     prompt = _ids(model.vocab_size, (7,), seed=1).tolist()
-    assert list(model.generate(prompt, 20)) == _hf_greedy(hf, prompt, 20)
+    assert list(model.generate(prompt, 20)) == hf_greedy(hf, prompt, 20)
     # a one-token prompt
-    assert list(model.generate(prompt[:1], 20)) == _hf_greedy(hf, prompt[:1], 20)
+    assert list(model.generate(prompt[:1], 20)) == hf_greedy(hf, prompt[:1], 20)
 
 
 @pytest.mark.parametrize("name", ["gpt2", "llama3_tied"])
@@ -207,7 +180,7 @@ def test_padded_batch_matches_single_prompts(saved, name):
     prompts = [rng.integers(0, model.vocab_size, n).tolist() for n in (3, 9, 1)]
     steps = list(model.generate_batch(prompts, 12, pad_id=5))
     for b, p in enumerate(prompts):
-        assert [s[b] for s in steps] == _hf_greedy(hf, p, 12), f"row {b}"
+        assert [s[b] for s in steps] == hf_greedy(hf, p, 12), f"row {b}"
 
 
 def test_equal_length_batch_matches_single_prompts(saved):
@@ -428,55 +401,6 @@ def test_bad_calls_raise(saved):
 
 # ---- GGUF ----
 
-def _write_gguf(path: pathlib.Path, hf, rope_freqs: np.ndarray | None = None) -> None:
-    """A float32 GGUF file as llama.cpp's convert_hf_to_gguf.py writes a LLaMA: its tensor names, and the q/k rows
-    of each head reordered into interleaved pairs for its rope."""
-    gguf = pytest.importorskip("gguf")
-    cfg = hf.config
-    heads, kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
-
-    def permute(w: np.ndarray, n: int) -> np.ndarray:
-        return w.reshape(n, 2, w.shape[0] // n // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-    names = {"input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
-             "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
-             "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
-             "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
-             "mlp.down_proj.weight": "ffn_down.weight"}
-    w = gguf.GGUFWriter(str(path), "llama")
-    w.add_block_count(cfg.num_hidden_layers)
-    w.add_context_length(cfg.max_position_embeddings)
-    w.add_embedding_length(cfg.hidden_size)
-    w.add_feed_forward_length(cfg.intermediate_size)
-    w.add_head_count(heads)
-    w.add_head_count_kv(kv_heads)
-    w.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
-    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    w.add_eos_token_id(3)
-    for name, t in hf.state_dict().items():
-        a = t.detach().numpy().astype(np.float32)
-        if name == "model.embed_tokens.weight":
-            w.add_tensor("token_embd.weight", a)
-        elif name == "model.norm.weight":
-            w.add_tensor("output_norm.weight", a)
-        elif name == "lm_head.weight":
-            if not cfg.tie_word_embeddings:
-                w.add_tensor("output.weight", a)
-        else:
-            _, _, layer, rest = name.split(".", 3)
-            if rest == "self_attn.q_proj.weight":
-                a = permute(a, heads)
-            elif rest == "self_attn.k_proj.weight":
-                a = permute(a, kv_heads)
-            w.add_tensor(f"blk.{layer}.{names[rest]}", a)
-    if rope_freqs is not None:
-        w.add_tensor("rope_freqs.weight", rope_freqs.astype(np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-
-
 def _llama3_rope_factors(head_dim: int, rope: dict) -> np.ndarray:
     """rope_freqs as convert_hf_to_gguf.py computes them for LLaMA 3: the divisor of each frequency."""
     inv = 1.0 / (rope["rope_theta"] ** (np.arange(0, head_dim, 2) / head_dim))
@@ -509,13 +433,13 @@ def test_gguf_llama_matches_transformers(saved, tmp_path, name):
     hf = saved[name][1]
     factors = _llama3_rope_factors(16, LLAMA3_ROPE) if name == "llama3_tied" else None
     path = tmp_path / "model.gguf"
-    _write_gguf(path, hf, factors)
+    write_gguf(path, hf, eos_id=3, rope_freqs=factors)
     model = Llama.from_gguf(path)
     assert model.eos_token_ids == [3]
     ids = _ids(model.vocab_size, (2, 8), seed=12)
     np.testing.assert_allclose(model.forward(Tensor(ids), 0).numpy(), _hf_logits(hf, ids), **TOL)
     prompt = ids[0, :5].tolist()
-    assert list(model.generate(prompt, 10)) == _hf_greedy(hf, prompt, 10)
+    assert list(model.generate(prompt, 10)) == hf_greedy(hf, prompt, 10)
 
 
 def test_gguf_unknown_architecture_raises(tmp_path):
@@ -533,25 +457,10 @@ def test_gguf_unknown_architecture_raises(tmp_path):
 
 # ---- tokenizer and the examples ----
 
-WORDS = "the quick brown fox jumps over a lazy dog while one small cat sat on the warm mat".split()
-
-
-def _write_tokenizer(d: pathlib.Path, vocab_size: int) -> None:
-    tokenizers = pytest.importorskip("tokenizers")
-    vocab = {"[UNK]": 0}
-    for w in WORDS:
-        vocab.setdefault(w, len(vocab))
-    while len(vocab) < vocab_size:  # every id the model can produce decodes to a word
-        vocab[f"w{len(vocab)}"] = len(vocab)
-    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
-    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
-    tok.save(str(d / "tokenizer.json"))
-
-
 def test_load_tokenizer(saved, tmp_path):
     d = _copy_dir(saved["gpt2"][0], tmp_path / "m")
     assert load_tokenizer(d) is None
-    _write_tokenizer(d, 257)
+    word_tokenizer(257).save(str(d / "tokenizer.json"))
     tok = load_tokenizer(d)
     assert tok.decode(tok.encode("the lazy dog").ids) == "the lazy dog"
 
@@ -568,7 +477,7 @@ def _run_example(script: str, *args: str) -> subprocess.CompletedProcess:
 def test_example_prints_text(saved, tmp_path, script, name):
     d = _copy_dir(saved[name][0], tmp_path / "m")
     model = _load(saved, name)
-    _write_tokenizer(d, model.vocab_size)
+    word_tokenizer(model.vocab_size).save(str(d / "tokenizer.json"))
     run = _run_example(script, "--model", str(d), "--prompt", "the quick brown fox", "--max-tokens", "8")
     text = run.stdout.strip().splitlines()[-1]
     assert text.startswith("the quick brown fox") and len(text.split()) == 12, text
@@ -591,10 +500,10 @@ def test_llama_example_reads_gguf(saved, tmp_path):
     _need_gguf_reader()
     hf = saved["llama"][1]
     path = tmp_path / "model.gguf"
-    _write_gguf(path, hf)
-    _write_tokenizer(tmp_path, hf.config.vocab_size)
+    write_gguf(path, hf, eos_id=3)
+    word_tokenizer(hf.config.vocab_size).save(str(tmp_path / "tokenizer.json"))
     run = _run_example("llama.py", "--model", str(path), "--prompt", "a small cat", "--max-tokens", "6")
     text = run.stdout.strip().splitlines()[-1]
     tok = load_tokenizer(tmp_path)
     prompt = tok.encode("a small cat").ids
-    assert text == tok.decode(prompt + _hf_greedy(hf, prompt, 6))
+    assert text == tok.decode(prompt + hf_greedy(hf, prompt, 6))

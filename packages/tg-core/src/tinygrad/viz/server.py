@@ -11,12 +11,14 @@ from __future__ import annotations
 import http.server
 import json
 import os
-import socket
 import sys
-import threading
 import webbrowser
 from importlib import resources
 from typing import Any
+
+from tinygrad.localserver import LOOPBACK, BackgroundServer, BoundedHTTPServer, free_port
+
+__all__ = ["VizServer", "display_present", "free_port", "load", "port_from_env", "serve_file", "start"]
 
 MAX_THREADS = 8
 REQUEST_TIMEOUT = 10.0
@@ -67,64 +69,22 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             super().log_message(format, *args)
 
 
-class _Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True  # a stalled connection must not keep the process alive after stop()
+class _Server(BoundedHTTPServer):
+    max_threads = MAX_THREADS
     allow_reuse_address = False  # two viewers must not share a port
 
     def __init__(self, port: int, trace_bytes: bytes):
         self.trace_bytes = trace_bytes
         self.static = _static()
-        self._slots = threading.BoundedSemaphore(MAX_THREADS)
-        super().__init__(("127.0.0.1", port), _Handler)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        self._slots.acquire()  # the accept loop waits here while MAX_THREADS requests are in flight
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
+        super().__init__(LOOPBACK, port, _Handler)
 
 
-class VizServer:
+class VizServer(BackgroundServer):
     """A running viewer: `url`, and `stop()` (also on leaving a `with` block)."""
 
     def __init__(self, data: dict[str, Any] | bytes, port: int = 0):
         body = data if isinstance(data, bytes) else json.dumps(data, separators=(",", ":")).encode()
-        self._httpd = _Server(port, body)
-        self.port: int = self._httpd.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}/"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2},
-                                        name="tinygrad-viz", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        if self._thread.is_alive():
-            self._httpd.shutdown()
-            self._thread.join()
-        self._httpd.server_close()
-
-    def wait(self) -> None:
-        """Serve until Ctrl-C, then stop."""
-        try:
-            while self._thread.is_alive():
-                self._thread.join(0.5)
-        except KeyboardInterrupt:
-            print("VIZ: stopped", file=sys.stderr)
-        finally:
-            self.stop()
-
-    def __enter__(self) -> VizServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        super().__init__(_Server(port, body), LOOPBACK, thread_name="tinygrad-viz", label="VIZ")
 
 
 def display_present() -> bool:
@@ -179,9 +139,3 @@ def serve_file(path: str, port: int | None = None, browser: bool | None = None) 
     """Serve a saved trace until Ctrl-C."""
     start(load(path), port, browser).wait()
 
-
-def free_port() -> int:
-    """A port nothing listens on now (for callers that must name one before starting a server)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

@@ -31,9 +31,7 @@ from __future__ import annotations
 import http.server
 import ipaddress
 import json
-import socket
 import sys
-import threading
 import time
 import traceback
 import uuid
@@ -44,6 +42,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from tinygrad.llm.engine import ChatTemplateError, Engine, Piece
+from tinygrad.localserver import BackgroundServer, BoundedHTTPServer
 
 __all__ = ["MAX_BODY", "ApiError", "LLMServer", "serve"]
 
@@ -507,8 +506,8 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-class _HTTPServer(http.server.ThreadingHTTPServer):
-    daemon_threads = True  # a stalled connection must not keep the process alive after stop()
+class _HTTPServer(BoundedHTTPServer):
+    max_threads = MAX_THREADS
     request_queue_size = 64
 
     def __init__(self, host: str, port: int, engine: Engine, max_body: int, log: bool):
@@ -516,66 +515,23 @@ class _HTTPServer(http.server.ThreadingHTTPServer):
         self.loopback = is_loopback(host)
         self.page = _chat_page()
         self.created = int(time.time())
-        self._slots = threading.BoundedSemaphore(MAX_THREADS)
-        if ":" in host:
-            self.address_family = socket.AF_INET6
-        super().__init__((host, port), _Handler)
+        super().__init__(host, port, _Handler)
 
     def model_card(self) -> dict[str, Any]:
         return {"id": self.engine.name, "object": "model", "created": self.created, "owned_by": "tinygrad",
                 "max_context": self.engine.max_context}
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        self._slots.acquire()  # the accept loop waits here while MAX_THREADS requests are in flight
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()
-            raise
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
-
-
-class LLMServer:
-    """A running server: `url` (ending in "/"; the API is under url + "v1"), `port`, `engine`, and `stop()` (also on
-    leaving a `with` block). `wait()` serves until Ctrl-C."""
+class LLMServer(BackgroundServer):
+    """A running server: `url` (ending in "/"; the API is under url + "v1"), `host`, `port`, `engine`, and `stop()`
+    (also on leaving a `with` block; a generation in flight finishes on its own thread). `wait()` serves until
+    Ctrl-C."""
 
     def __init__(self, engine: Engine, host: str = "127.0.0.1", port: int = 0, max_body: int = MAX_BODY,
                  log: bool = False):
         self.engine = engine
-        self._httpd = _HTTPServer(host, port, engine, max_body, log)
-        self.host, self.port = host, int(self._httpd.server_address[1])
-        shown = f"[{host}]" if ":" in host else host
-        self.url = f"http://{shown}:{self.port}/"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2},
-                                        name="tinygrad-llm", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop accepting requests and close the socket; a generation in flight finishes on its own thread."""
-        if self._thread.is_alive():
-            self._httpd.shutdown()
-            self._thread.join()
-        self._httpd.server_close()
-
-    def wait(self) -> None:
-        try:
-            while self._thread.is_alive():
-                self._thread.join(0.5)
-        except KeyboardInterrupt:
-            print("tinygrad.llm: stopped", file=sys.stderr)
-        finally:
-            self.stop()
-
-    def __enter__(self) -> LLMServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        super().__init__(_HTTPServer(host, port, engine, max_body, log), host, thread_name="tinygrad-llm",
+                         label="tinygrad.llm")
 
 
 def serve(model: Any, tokenizer: Any, host: str = "127.0.0.1", port: int = 0, *, name: str = "model",

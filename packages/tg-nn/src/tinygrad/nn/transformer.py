@@ -34,8 +34,8 @@ from tinygrad.nn.state import get_state_dict, safe_load
 from tinygrad.uop.ops import UOp
 
 __all__ = ["GPT2", "Attention", "ConfigError", "FeedForward", "GPT2Config", "KVCache", "Llama", "LlamaConfig",
-           "WeightsError", "apply_rope", "load_hf_weights", "load_tokenizer", "precompute_rope", "rope_frequencies",
-           "sample"]
+           "WeightsError", "apply_rope", "generate_main", "load_hf_weights", "load_tokenizer", "precompute_rope",
+           "rope_frequencies", "sample"]
 
 Pos = int | UOp  # a start position: a plain int, or a bound Variable inside the jitted decode step
 
@@ -966,3 +966,60 @@ def _from_gguf(meta: Mapping[str, Any], tensors: Mapping[str, Tensor],
     if unknown:
         raise WeightsError(f"{where} holds tensors this LLaMA mapping does not know: {unknown[:10]}")
     return config, weights, factors
+
+
+# ---- the command line of the examples -------------------------------------------------------------------------------
+
+def generate_main(cls: type[GPT2] | type[Llama], argv: Sequence[str] | None = None,
+                  description: str | None = None) -> None:
+    """The command line of examples/gpt2.py and examples/llama.py: load `cls` from --model (a Hugging Face
+    directory; for Llama also a .gguf file), continue --prompt (greedy by default, or sampled with --temperature,
+    --top-k, --top-p and --seed) for --max-tokens tokens or up to an end-of-text token, print the prompt and its
+    continuation, then the time per token on stderr. Text needs a tokenizer.json beside the model (for Llama, or
+    one named by --tokenizer); without one, the prompt and the output are token ids."""
+    import argparse
+    import sys
+    import time
+
+    llama = issubclass(cls, Llama)
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--model", required=True, help="a Hugging Face model directory or a .gguf file" if llama else
+                   "a Hugging Face GPT-2 directory")
+    p.add_argument("--prompt", required=True, help="the text to continue (token ids '1 2 3' without a tokenizer)")
+    if llama:
+        p.add_argument("--tokenizer", default=None, help="a tokenizer.json (default: the one beside the model)")
+    p.add_argument("--max-tokens", type=int, default=32, help="how many tokens to generate")
+    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    p.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (0: all)")
+    p.add_argument("--top-p", type=float, default=1.0, help="sample in the smallest set holding this probability")
+    p.add_argument("--seed", type=int, default=None, help="seed of the sampler")
+    p.add_argument("--max-context", type=int, default=None,
+                   help="KV cache length (default: the model's limit, at most 4096)")
+    args = p.parse_args(argv)
+
+    if args.seed is not None:
+        Tensor.manual_seed(args.seed)
+    path = pathlib.Path(args.model)
+    model: GPT2 | Llama
+    if issubclass(cls, Llama) and path.suffix == ".gguf":
+        model = cls.from_gguf(path, max_context=args.max_context)
+    else:
+        model = cls.from_pretrained(path, max_context=args.max_context)
+    tokenizer = load_tokenizer(getattr(args, "tokenizer", None) or (path.parent if path.suffix == ".gguf" else path))
+    if tokenizer is not None:
+        ids = list(tokenizer.encode(args.prompt).ids)
+    else:
+        try:
+            ids = [int(t) for t in args.prompt.split()]
+        except ValueError:
+            sys.exit(f"no tokenizer.json beside the model{' (pass --tokenizer)' if llama else ''}: give the prompt as "
+                     "token ids, e.g. --prompt '1 2 3'")
+    if not ids:
+        sys.exit("the prompt encodes to no tokens")
+    start = time.perf_counter()
+    out = list(model.generate(ids, args.max_tokens, args.temperature, args.top_k, args.top_p,
+                              stop_ids=model.eos_token_ids))
+    elapsed = time.perf_counter() - start
+    print(tokenizer.decode(ids + out) if tokenizer is not None else " ".join(map(str, ids + out)))
+    print(f"{len(out)} tokens in {elapsed:.2f} s ({elapsed / max(len(out), 1) * 1000:.1f} ms/token, prefill included)",
+          file=sys.stderr)
