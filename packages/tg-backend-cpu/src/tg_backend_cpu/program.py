@@ -112,6 +112,19 @@ class CPUProgram:
             self._launch(args)  # type: ignore[misc]
         return launch
 
+    def launcher(self, global_size: tuple[int, ...] | None = None,
+                 local_size: tuple[int, ...] | None = None) -> Callable[[list[Any]], Any]:
+        """A launch function taking the buffers (Buffer objects, in parameter order; no symbolic values): the eager
+        dispatch path calls it for every op, so it is one argument array and one ctypes call."""
+        if self.run_fn is None or self.nargs < 0:
+            return lambda bufs: self._call_plain(tuple(b.opaque for b in bufs), (), False)
+        args_type = self._args_type
+
+        def launch(bufs: list[Any]) -> None:
+            # self._launch is read at call time: set_threads may move the program to another pool
+            self._launch(args_type(*[b.opaque[1] for b in bufs]))  # type: ignore[misc]
+        return launch
+
     def _call_plain(self, bufs: tuple[Any, ...], vals: tuple[int, ...], wait: bool) -> float | None:
         args = [ctypes.c_void_p(b[1]) for b in bufs] + [ctypes.c_int(v) for v in vals]
         st = time.perf_counter()

@@ -26,6 +26,7 @@ from tinygrad.dtype import (
     to_dtype,
     to_numpy,
 )
+from tinygrad.engine import dispatch
 from tinygrad.engine.jit_state import check_host_read, note_assign
 from tinygrad.engine.realize import run_schedule
 from tinygrad.engine.schedule import (
@@ -479,13 +480,24 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
             [3, 6]
         """
         tensors = (self, *others)
-        written = [b for t in tensors if (b := written_base(t)) is not None and all(b is not u for u in tensors)]
+        written = [b for t in tensors if (b := written_base(t)) is not None and all(b is not u for u in tensors)] \
+            if others or self._view is not None else None
         if written:  # `cache[:, i:i+1].assign(x).realize()` writes the cache, as in tinygrad
             tensors += tuple(dict.fromkeys(written))
         if len(tensors) > 1:
             items, views, out_views = create_schedule([t.uop for t in tensors], [t.device for t in tensors])
         else:  # one tensor, as in every eager step
-            items, views, out_views = create_schedule([self.uop], [self.device])
+            root, device = self.uop, self.device
+            keyed = dispatch.eager_key(root, device) if type(device) is str else None
+            if keyed is not None and (entry := dispatch.lookup(keyed[0])) is not None:
+                view = dispatch.launch(entry, keyed[1])
+                realized_views[root] = view
+                if self._requires_grad is not True or id(self) in Tensor._grad_tensors:
+                    self.uop = view
+                return self
+            items, views, out_views = create_schedule([root], [device])
+            if keyed is not None:
+                dispatch.learn(keyed[0], keyed[1], items, root.shape)  # type: ignore[arg-type]
         run_schedule(items)
         for node, view in views.items():
             realized_views[node] = view

@@ -112,6 +112,20 @@ class CompiledRunner:
         return self.program(*args, global_size=self.global_size, local_size=self.local_size,
                             vals=tuple(var_vals[name] for name in self.spec.var_names), wait=wait)
 
+    def launcher(self) -> Callable[[list[Buffer]], Any]:
+        """A launch function for a kernel without symbolic variables, taking its schedule item's buffers: the eager
+        dispatch cache (engine/dispatch.py) calls it once per realize. A program may offer `launcher(global_size,
+        local_size)`, taking the buffers in parameter order, to do less per call."""
+        if self.spec.var_names:
+            raise ValueError(f"kernel {self.display_name} takes symbolic values: launch it with its var_vals")
+        order = self.spec.param_indices
+        if (fast := getattr(self.program, "launcher", None)) is not None:
+            run = fast(self.global_size, self.local_size)
+            if list(order) == list(range(len(order))):
+                return run  # type: ignore[no-any-return]
+            return lambda bufs: run([bufs[i] for i in order])
+        return lambda bufs: self(bufs, {})
+
     def prepare(self, bufs: list[Buffer], var_vals: dict[str, int]) -> Callable[[], float | None]:
         """This launch with its arguments resolved once: TinyJit replays the returned callable, so a replay does no
         per-kernel lookups. A program may offer `prepare(*bufs, global_size=, local_size=, vals=)` to do more."""

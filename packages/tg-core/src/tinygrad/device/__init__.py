@@ -167,6 +167,8 @@ class Buffer:
             _check_buffer_fits(device, size, dtype)
         self._opaque: Any = None
         self._allocator: Allocator | None = None
+        #: the graph's BUFFER node for this buffer, while it lives (engine/schedule_item.py: buffer_node)
+        self._node: weakref.ref | None = None
         # with a base, this buffer is another name for the start of base's memory (the engine's memory planner
         # and in-place writes use that); the base owns the memory and is kept alive by this reference
         self.base: Buffer | None = base.base or base if base is not None else None
@@ -187,12 +189,13 @@ class Buffer:
     def is_allocated(self) -> bool:
         return self._opaque is not None
 
-    def ensure_allocated(self) -> Buffer:
+    def ensure_allocated(self, allocator: Allocator | None = None) -> Buffer:
+        """Allocate the memory if it is not yet there (`allocator`: the device's, when the caller has it at hand)."""
         if self._opaque is None and self.base is not None:
             self._opaque = self.base.ensure_allocated()._opaque
             self._allocator = self.base._allocator
         if self._opaque is None:
-            self._allocator = Device[self.device].allocator
+            self._allocator = allocator or Device[self.device].allocator
             # zero-sized buffers still get a 1-byte allocation so that every kernel argument is a valid pointer
             nbytes = max(self.nbytes, 1)
             self._opaque = self._allocator.alloc(nbytes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 from tinygrad.device import Buffer
@@ -26,6 +27,18 @@ class ScheduleItem:
 
 
 
+def buffer_node(buf: Buffer) -> UOp:
+    """The graph's one BUFFER node for `buf`. Made here only, and found through the buffer (a weak reference) rather
+    than the hash-consing table: every eager op makes one for its new output, and a table entry, with the callback
+    that removes it, costs about as much again as the node."""
+    ref = buf._node
+    if ref is not None and (node := ref()) is not None:
+        return node
+    node = type.__call__(UOp, Ops.BUFFER, buf.dtype, (), buf)
+    buf._node = weakref.ref(node)
+    return node
+
+
 def buffer_view(buf: Buffer, shape: tuple[int, ...]) -> UOp:
-    node = UOp(Ops.BUFFER, buf.dtype, (), buf)
+    node = buffer_node(buf)
     return node if shape == (buf.size,) else node.reshape(shape)

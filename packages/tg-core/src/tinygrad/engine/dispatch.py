@@ -1,0 +1,143 @@
+"""The eager fast path: one elementwise op over realized buffers, launched without scheduling.
+
+An eager loop (`x = (x + 1).realize()`) realizes the same operation over new buffers again and again. Its graph is one
+node whose sources are buffers (or views that reshape one) and constants, and its schedule is one kernel. The first
+time, the scheduler runs as usual; the kernel it made is remembered under a key built from that one node: the op,
+its dtype and arg, and for each source either the buffer's dtype, size, device and reshape (and which earlier source
+is the same buffer), or, for a subgraph of constants, the node itself (equal constants are one node). Later
+realizes with an equal key allocate the output and launch the remembered kernel on the new buffers: no graph walk,
+no schedule, no ScheduleItem.
+
+Anything else takes the scheduler's path: deeper graphs, reductions, copies, movement ops over buffers, symbolic
+variables, several outputs, multi-device values, a TinyJit capture (it records schedule items), and DEBUG,
+PROFILE or VIZ runs (they report per item).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tinygrad.device import Allocator, Buffer, Device
+from tinygrad.dtype import DType
+from tinygrad.engine.realize import capture_hooks
+from tinygrad.engine.schedule_item import ScheduleItem, buffer_view
+from tinygrad.helpers import DEBUG, PROFILE, VIZ, ContextVar, GlobalCounters
+from tinygrad.uop.ops import GroupOp, Ops, UOp, _arg_key, post_order
+
+#: ops a subgraph of constants may hold and still be computed inside the kernel that reads it
+_CONSTANT_OPS = frozenset({Ops.CONST, Ops.ARANGE}) | GroupOp.Elementwise | GroupOp.Movement
+_ROOT_OPS = GroupOp.Elementwise
+MAX_ENTRIES = 1024
+
+#: set EAGER_DISPATCH=0 to send every realize through the scheduler
+EAGER_DISPATCH = ContextVar("EAGER_DISPATCH", 1)
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    call: Callable[[list[Buffer]], Any]  # launches the kernel on its buffers (output first)
+    allocator: Allocator
+    ops: int  # the runner's estimates, for GlobalCounters
+    mem: int
+    size: int  # output elements
+    dtype: DType
+    device: str
+    shape: tuple[int, ...]  # the root's (its sources' shapes are part of the key)
+    inputs: tuple[int, ...]  # per kernel input (PARAM 1..): which of the root's source buffers it reads
+
+
+_constant_graphs: dict[UOp, bool] = {}  # node -> whether it is a subgraph of constants only (weakly: see below)
+_entries: dict[tuple, _Entry] = {}
+
+
+def _is_constant_graph(node: UOp) -> bool:
+    """Whether `node` computes from constants only (no buffer, variable, copy or realize boundary)."""
+    known = _constant_graphs.get(node)
+    if known is not None:
+        return known
+    # the walk does not enter a node that is not a constant op; one such node is enough to say no
+    foreign: list[UOp] = []
+
+    def children(u: UOp) -> tuple[UOp, ...]:
+        if u.op in _CONSTANT_OPS:
+            return u.src
+        foreign.append(u)
+        return ()
+    post_order((node,), children=children)
+    ok = not foreign
+    if len(_constant_graphs) >= MAX_ENTRIES:
+        _constant_graphs.clear()
+    _constant_graphs[node] = ok  # keeps the node alive while it is cached: constants are small and the cache bounded
+    return ok
+
+
+def eager_key(root: UOp, device: str) -> tuple[tuple, list[Buffer]] | None:
+    """The dispatch key of a one-node graph over buffers and constants, with its source buffers in order; None for
+    any other graph, and whenever the run must see schedule items (a TinyJit capture, DEBUG, PROFILE, VIZ)."""
+    if root.op not in _ROOT_OPS or root._realized is not None or capture_hooks or not EAGER_DISPATCH.value \
+            or DEBUG.value or PROFILE.value or VIZ.value:
+        return None
+    arg = root.arg
+    parts: list[Any] = [root.op, root.dtype, None if arg is None else _arg_key(arg), device]
+    bufs: list[Buffer] = []
+    for s in root.src:
+        view = s if not s.src or s._realized is None else s._realized
+        base = view.src[0] if view.op is Ops.RESHAPE else view
+        if base.op is Ops.BUFFER:
+            buf = base.arg
+            if buf in bufs:  # Buffer compares by identity: the same buffer read twice (`x * x`)
+                parts.append(bufs.index(buf))
+            else:
+                parts.append((buf.dtype, buf.size, buf.device, None if view is base else view.arg))
+                bufs.append(buf)
+        elif _constant_graphs.get(s) or _is_constant_graph(s):
+            parts.append(s)
+        else:
+            return None
+    return tuple(parts), bufs
+
+
+def lookup(key: tuple) -> _Entry | None:
+    return _entries.get(key)
+
+
+def launch(entry: _Entry, bufs: list[Buffer]) -> UOp:
+    """Run a remembered kernel on new source buffers; the view of its new output buffer."""
+    out = Buffer(entry.device, entry.size, entry.dtype)
+    if entry.size:  # nothing to compute for an empty output
+        out.ensure_allocated(entry.allocator)
+        entry.call([out, *map(bufs.__getitem__, entry.inputs)])
+        GlobalCounters.kernel_count += 1
+        GlobalCounters.global_ops += entry.ops
+        GlobalCounters.global_mem += entry.mem
+    return buffer_view(out, entry.shape)
+
+
+def learn(key: tuple, bufs: list[Buffer], items: list[ScheduleItem], shape: tuple[int, ...]) -> None:
+    """Remember the schedule the scheduler made for a keyed graph, if it is one kernel over the key's buffers."""
+    if len(items) != 1:
+        return
+    si = items[0]
+    if si.is_copy or si.var_vals or si.bufs[0].base is not None:
+        return
+    inputs = []
+    for b in si.bufs[1:]:
+        at = next((i for i, s in enumerate(bufs) if s is b), None)
+        if at is None:  # the scheduler read a buffer the key does not name (a realized constant): not this path's
+            return
+        inputs.append(at)
+    if len(_entries) >= MAX_ENTRIES:
+        _entries.pop(next(iter(_entries)))
+    device = Device[si.device]
+    out, runner = si.bufs[0], device.get_runner(si.ast)
+    launcher = getattr(runner, "launcher", None)
+    call = launcher() if launcher is not None else lambda bufs: runner(bufs, {})
+    _entries[key] = _Entry(call, device.allocator, runner.estimated_ops, runner.estimated_bytes, out.size, out.dtype,
+                           si.device, shape, tuple(inputs))
+
+
+def clear() -> None:
+    _entries.clear()
+    _constant_graphs.clear()

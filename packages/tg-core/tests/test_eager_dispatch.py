@@ -1,0 +1,153 @@
+"""The eager fast path (engine/dispatch.py): a repeated one-op graph over buffers launches its remembered kernel
+without scheduling, and gives what the scheduler's path gives."""
+
+import numpy as np
+import pytest
+from tinygrad import Context, GlobalCounters, Tensor, TinyJit
+from tinygrad.dtype import dtypes
+from tinygrad.engine import dispatch
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache():
+    dispatch.clear()
+    yield
+    dispatch.clear()
+
+
+def _hits_after_learning(make) -> int:
+    """Realize make() three times (each over new buffers: an equal graph over the same buffer is the same node, realized
+    once); the number of the last two that took the fast path."""
+    make().realize()
+    before = len(dispatch._entries)
+    assert before >= 1, "the first realize of a one-op graph is remembered"
+    launched = 0
+    for _ in range(2):
+        t = make()
+        key = dispatch.eager_key(t.uop, t.device)
+        launched += key is not None and dispatch.lookup(key[0]) is not None
+        t.realize()
+    return launched
+
+
+def test_eager_loop_takes_the_fast_path_and_counts_kernels():
+    x = Tensor.ones(16).contiguous().realize()
+    x = (x + 1).realize()
+    assert len(dispatch._entries) == 1
+    GlobalCounters.reset()
+    for _ in range(10):
+        x = (x + 1).realize()
+    assert GlobalCounters.kernel_count == 10
+    assert len(dispatch._entries) == 1
+    np.testing.assert_equal(x.numpy(), np.full(16, 12, np.float32))
+
+
+def test_fast_path_equals_the_scheduler_path():
+    rng = np.random.default_rng(0)
+    a_np, b_np = rng.standard_normal((5, 7)).astype(np.float32), rng.standard_normal((5, 7)).astype(np.float32)
+    results = []
+    for flag in (0, 1, 1):
+        with Context(EAGER_DISPATCH=flag):
+            a, b = Tensor(a_np), Tensor(b_np)
+            results.append([(a * b).numpy(), (a - 2.5).numpy(), (a < b).numpy(), a.maximum(b).numpy(),
+                            (a * a).numpy(), (a / b).numpy(), Tensor.where(a < 0, a, b).numpy()])
+    for slow, fast in zip(results[0], results[2]):
+        np.testing.assert_array_equal(slow, fast)
+    np.testing.assert_allclose(results[2][0], a_np * b_np, rtol=1e-6)
+
+
+def test_the_same_buffer_twice_is_not_two_buffers():
+    # `x * x` reads one buffer through two sources; a kernel learned from it must not serve `x * y`
+    x = Tensor([1.0, 2.0, 3.0]).realize()
+    y = Tensor([10.0, 20.0, 30.0]).realize()
+    assert (x * x).tolist() == [1.0, 4.0, 9.0]
+    assert (x * y).tolist() == [10.0, 40.0, 90.0]
+    assert (y * y).tolist() == [100.0, 400.0, 900.0]
+    assert (y * x).tolist() == [10.0, 40.0, 90.0]
+
+
+def test_keys_tell_constants_dtypes_shapes_and_devices_apart():
+    x = Tensor([1, 2, 3, 4]).realize()
+    assert (x + 2).tolist() == [3, 4, 5, 6]
+    assert (x + 3).tolist() == [4, 5, 6, 7]
+    f = Tensor([1.0, 2.0, 3.0, 4.0]).realize()
+    assert (f + 2).tolist() == [3.0, 4.0, 5.0, 6.0]
+    m = Tensor([[1.0, 2.0], [3.0, 4.0]]).realize()
+    assert (m + 2).tolist() == [[3.0, 4.0], [5.0, 6.0]]
+    assert (m.reshape(4) + 2).tolist() == [3.0, 4.0, 5.0, 6.0]
+    h = Tensor([1.0, 2.0, 3.0, 4.0], dtype=dtypes.float16).realize()
+    assert (h + 2).dtype == dtypes.float16 and (h + 2).tolist() == [3.0, 4.0, 5.0, 6.0]
+    other = Tensor([1.0, 2.0, 3.0, 4.0], device="CPU:1").realize()
+    out = (other + 2).realize()
+    assert out.device == "CPU:1" and out.tolist() == [3.0, 4.0, 5.0, 6.0]
+
+
+@pytest.mark.parametrize("n", [1, 3, 1000, 4099])
+def test_odd_sizes_hit_and_match_numpy(n):
+    v = np.arange(n, dtype=np.float32)
+    assert _hits_after_learning(lambda: Tensor(v).realize() * 3) == 2
+    np.testing.assert_array_equal((Tensor(v).realize() * 3).numpy(), v * 3)
+
+
+def test_empty_tensors():
+    x = Tensor.empty(0).realize()
+    for _ in range(3):
+        y = (x + 1).realize()
+        assert y.shape == (0,) and y.numpy().shape == (0,)
+
+
+def test_gradients_flow_through_fast_path_results():
+    w = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+    for _ in range(3):
+        y = (w * 2).realize()  # realized, but keeps its graph for backward
+        y.sum().backward()
+    assert w.grad is not None and w.grad.tolist() == [6.0, 6.0, 6.0]
+
+
+def test_a_realized_node_is_not_recomputed():
+    x = Tensor([1.0, 2.0]).realize()
+    (Tensor([5.0, 6.0]).realize() + 1).realize()  # learned
+    pending = x + 1
+    y = (x + 1).realize()  # the same node as pending's (hash-consing), realized on the fast path
+    GlobalCounters.reset()
+    assert pending.realize().tolist() == y.tolist() == [2.0, 3.0]
+    assert GlobalCounters.kernel_count == 0
+
+
+def test_tinyjit_captures_kernels_the_fast_path_would_skip():
+    @TinyJit
+    def step(x: Tensor) -> Tensor:
+        return (x + 1).realize() * 2
+
+    for i in range(4):
+        x = Tensor([float(i), 1.0]).realize()
+        (x + 1).realize()  # teach the fast path the same op outside the function
+        assert step(x).tolist() == [(i + 1) * 2.0, 4.0]
+
+
+def test_debug_and_switch_off_take_the_scheduler_path():
+    (Tensor([5.0]).realize() + 1).realize()
+    y = Tensor([1.0]).realize() + 1
+    with Context(DEBUG=2):
+        assert dispatch.eager_key(y.uop, y.device) is None
+    with Context(EAGER_DISPATCH=0):
+        assert dispatch.eager_key(y.uop, y.device) is None
+    assert dispatch.eager_key(y.uop, y.device) is not None
+
+
+def test_deeper_graphs_and_movement_ops_are_not_keyed():
+    x = Tensor([1.0, 2.0, 3.0, 4.0]).realize()
+    assert dispatch.eager_key((x + 1 + 2).uop, "CPU") is None  # two ops: the scheduler fuses them
+    assert dispatch.eager_key((x[1:] + 1).uop, "CPU") is None  # a shrink over the buffer
+    assert dispatch.eager_key(x.sum().uop, "CPU") is None  # a reduction
+    assert (x[1:] + 1).tolist() == [3.0, 4.0, 5.0]
+
+
+def test_broadcast_large_through_expand():
+    # a constant expanded past 2**31 elements is a graph of constants; the op over it stays unrealized here, and
+    # a small op over a real buffer next to it still takes the fast path
+    big = Tensor.full((1,), 2.0).reshape(1, 1).expand(2**16, 2**16)
+    assert dispatch.eager_key((big + 1).uop, "CPU") is not None
+    assert _hits_after_learning(lambda: Tensor.arange(6).reshape(2, 3).contiguous().realize() * 2) == 2
+    x = Tensor.arange(6).reshape(2, 3).contiguous().realize()
+    assert (x * 2).tolist() == [[0, 2, 4], [6, 8, 10]]
