@@ -160,24 +160,36 @@ def backend_cpu_llvm(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def backend_cuda(session: nox.Session) -> None:
-    """CUDA without a GPU: every kernel of the expression table and of the conformance kit compiled by NVRTC for
-    sm_80/sm_90 and assembled by ptxas (the op table too with TG_CUDA_COMPILE_TABLES=1 and no -k: several minutes
-    more); the GPU tests skip with the reason."""
+    """CUDA without a GPU: the conformance kit in compile-only mode for sm_80 and sm_90 (every kernel of its checks
+    and of its expression table rendered and compiled by NVRTC to SASS for the target, none run), then the backend's
+    tests (the GPU tests skip with the reason), and the op table (test_ops.py) compiled for sm_90."""
     _install_framework(session)
     session.install("-e", "packages/tg-backend-cuda[test]", *TEST_DEPS)
-    session.run("pytest", "-n", os.environ.get("PYTEST_WORKERS", "2"), "-q", "packages/tg-backend-cuda/tests",
-                "-k", "not test_op_table_kernels_compile", *session.posargs, env={"TG_CUDA_COMPILE_TABLES": "1"})
+    workers = os.environ.get("PYTEST_WORKERS", "2")
+    for target in ("sm_80", "sm_90"):
+        session.run("pytest", "-n", workers, "-q", "--pyargs", "tinygrad.conformance", "--tg-device=CUDA",
+                    "--tg-compile-only", f"--tg-target={target}")
+    # the op table's kernels too, for the newest target (under a minute: nothing runs)
+    session.run("pytest", "-n", workers, "-q", "packages/tg-core/tests/test_ops.py", "--tg-device=CUDA",
+                "--tg-compile-only", "--tg-target=sm_90", env={"DEV": "CUDA"})
+    session.run("pytest", "-n", workers, "-q", "packages/tg-backend-cuda/tests",
+                "-k", "not test_op_table_kernels_compile", *session.posargs)
 
 
 @nox.session(python="3.11")
 def backend_amd(session: nox.Session) -> None:
-    """AMD without a GPU: every kernel of the expression table and of the conformance kit compiled by clang-19 and
-    linked by ld.lld-19 into code objects for gfx942 and gfx1100 (the op table too with TG_AMD_COMPILE_TABLES=1
-    and no -k: it takes several minutes more)."""
+    """AMD without a GPU: the conformance kit in compile-only mode for gfx942 (CDNA3) and gfx1100 (RDNA3): every kernel
+    of its checks and of its expression table compiled by clang-19 and linked by ld.lld-19 into a code object for the
+    target, none run; then the backend's tests. The op table in compile-only mode takes several minutes more per
+    target: `TG_AMD_COMPILE_TABLES=1 nox -s backend_amd -- -k test_op_table_kernels_compile`."""
     _install_framework(session)
     session.install("-e", "packages/tg-backend-amd[test]", *TEST_DEPS)
-    session.run("pytest", "-n", os.environ.get("PYTEST_WORKERS", "2"), "-q", "packages/tg-backend-amd/tests",
-                "-k", "not test_op_table_kernels_compile", *session.posargs, env={"TG_AMD_COMPILE_TABLES": "1"})
+    workers = os.environ.get("PYTEST_WORKERS", "2")
+    for target in ("gfx942", "gfx1100"):
+        session.run("pytest", "-n", workers, "-q", "--pyargs", "tinygrad.conformance", "--tg-device=AMD",
+                    "--tg-compile-only", f"--tg-target={target}")
+    session.run("pytest", "-n", workers, "-q", "packages/tg-backend-amd/tests",
+                "-k", "not test_op_table_kernels_compile", *session.posargs)
 
 
 @nox.session(python="3.11")

@@ -1,6 +1,7 @@
 """The CUDA backend's tests. Running kernels needs pycuda, an NVIDIA driver and a GPU: those tests skip with the
-reason `check()` gives. Compiling needs only the NVRTC wheel (and ptxas from the nvcc wheel): the compile-only
-tests skip with the install command where those are missing. Compiled kernels go to a private cache."""
+reason `check()` gives. Compiling needs only the NVRTC wheel (and ptxas from the nvcc wheel, for the checks of the
+PTX path): the compile-only tests skip with the install command where those are missing. Compiled kernels go to a
+private cache."""
 
 from __future__ import annotations
 
@@ -14,16 +15,23 @@ def _private_compile_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch
 
 
 @pytest.fixture(scope="session")
-def nvrtc_tools() -> str:
+def nvrtc_tools(nvrtc: None) -> str:
     """The path of ptxas, once NVRTC loads; a skip with the install command otherwise."""
-    pytest.importorskip("tg_backend_cuda", reason="tg-backend-cuda is not installed")
-    from tg_backend_cuda.nvrtc import NVCC_WHEEL, nvrtc_unavailable, ptxas_path
+    from tg_backend_cuda.nvrtc import NVCC_WHEEL, ptxas_path
 
-    if (reason := nvrtc_unavailable()) is not None:
-        pytest.skip(f"NVRTC is not available: {reason}")
     if (ptxas := ptxas_path()) is None:
         pytest.skip(f"ptxas is not available: `pip install {NVCC_WHEEL}`")
     return ptxas
+
+
+@pytest.fixture(scope="session")
+def nvrtc() -> None:
+    """Nothing once NVRTC loads; a skip with the reason (and the install command) otherwise."""
+    pytest.importorskip("tg_backend_cuda", reason="tg-backend-cuda is not installed")
+    from tg_backend_cuda.nvrtc import nvrtc_unavailable
+
+    if (reason := nvrtc_unavailable()) is not None:
+        pytest.skip(f"NVRTC is not available: {reason}")
 
 
 @pytest.fixture(scope="session")

@@ -3,15 +3,22 @@ the compiler. `check()` tries them (clang-19/ld.lld-19 on PATH, libamdhip64 load
 the device imports the runtime (`tg_backend_amd.device`).
 
 The renderer and compiler work without a GPU (`tg_backend_amd.renderer.AMDRenderer`,
-`tg_backend_amd.compiler.AMDCompiler`): what a machine without one checks is that kernels compile and link to
-code objects for gfx942 and gfx1100.
+`tg_backend_amd.compiler.AMDCompiler`); `tinygrad_compile_only()` hands them to the conformance kit's
+compile-only mode for a target (`--tg-device=AMD --tg-compile-only --tg-target=gfx942`), which builds every
+kernel into a code object for that target as the device would and runs none.
 """
 
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 from tinygrad.device import BackendInfo, hookimpl
+
+if TYPE_CHECKING:
+    from tinygrad.codegen.compiled import Compiler
+    from tinygrad.conformance.compile_only import CompileOnlyBackend
+    from tinygrad.renderer import Renderer
 
 __version__ = "0.1.0"
 #: the device contract this backend implements; core refuses it if its major version differs
@@ -53,3 +60,33 @@ def tinygrad_backends() -> list[BackendInfo]:
     # like CUDA: before OpenCL (100) and CPU (1000), since a GPU is the device to use where there is one
     return [BackendInfo(name="AMD", contract_version=DEVICE_CONTRACT, open=_open, check=_check, priority=50,
                         description="HIP-style C++ kernels compiled by clang-19, launched through the HIP runtime")]
+
+
+# ---- compile-only: the conformance kit builds kernels for a target where there is no GPU ----
+
+def _compile_targets() -> tuple[str, ...]:
+    from tg_backend_amd.compiler import supported_targets
+
+    return supported_targets()
+
+
+def _compile_for(target: str) -> tuple[Renderer, Compiler]:
+    from tg_backend_amd.compiler import AMDCompiler
+    from tg_backend_amd.renderer import AMDRenderer
+
+    return AMDRenderer(target), AMDCompiler(target)
+
+
+def _compiler_missing() -> str | None:
+    from tg_backend_amd.compiler import tools_unavailable
+
+    return tools_unavailable()
+
+
+@hookimpl
+def tinygrad_compile_only() -> list[CompileOnlyBackend]:
+    from tinygrad.conformance.compile_only import CompileOnlyBackend
+
+    return [CompileOnlyBackend(name="AMD", targets=_compile_targets, make=_compile_for, check=_compiler_missing,
+                               description="clang-19 compiles each kernel to amdgcn and ld.lld-19 links the code "
+                                           "object the device would load")]

@@ -8,6 +8,7 @@ own device link would look for a plain `ld.lld`/`lld` and wrap the result in an 
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -42,9 +43,40 @@ def tools_unavailable() -> str | None:
 
 
 def check_arch(arch: str) -> str:
-    if re.fullmatch(r"gfx[0-9]{3,4}[a-f]?", arch) is None:
+    if re.fullmatch(r"gfx[0-9]{2,4}[a-f]?", arch) is None:
         raise CompileError(f"not an AMD GPU target: {arch!r}; write it as gfx942, gfx1100, ...")
     return arch
+
+
+#: gfx targets of clang-19's amdgcn backend, listed as valid where clang itself cannot be asked
+CLANG_19_TARGETS = ("gfx600", "gfx601", "gfx602", "gfx700", "gfx701", "gfx702", "gfx703", "gfx704", "gfx705",
+                    "gfx801", "gfx802", "gfx803", "gfx805", "gfx810", "gfx900", "gfx902", "gfx904", "gfx906",
+                    "gfx908", "gfx909", "gfx90a", "gfx90c", "gfx940", "gfx941", "gfx942", "gfx1010", "gfx1011",
+                    "gfx1012", "gfx1013", "gfx1030", "gfx1031", "gfx1032", "gfx1033", "gfx1034", "gfx1035",
+                    "gfx1036", "gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1150", "gfx1151", "gfx1152",
+                    "gfx1200", "gfx1201")
+
+
+@functools.cache
+def supported_targets() -> tuple[str, ...]:
+    """The gfx targets clang's amdgcn backend knows (`--print-supported-cpus`), numbered ones only."""
+    clang = tool(CLANG, CLANG_ENV)
+    if clang is None:
+        return CLANG_19_TARGETS
+    proc = subprocess.run([clang, "--target=amdgcn-amd-amdhsa", "-nogpulib", "--print-supported-cpus"],
+                          capture_output=True, text=True)
+    found = re.findall(r"^\s*(gfx[0-9]{2,4}[a-f]?)\s*$", proc.stdout + proc.stderr, flags=re.MULTILINE)
+    return tuple(sorted(set(found), key=lambda t: (len(t), t))) or CLANG_19_TARGETS
+
+
+def check_code_object(lib: bytes, arch: str) -> str | None:
+    """None if `lib` is an amdgcn code object for `arch` (an ELF shared object of machine EM_AMDGPU whose metadata
+    names the target), else what is wrong."""
+    if lib[:4] != b"\x7fELF" or int.from_bytes(lib[18:20], "little") != 224 or lib[16] != 3:
+        return "not an amdgcn shared object (ELF, EM_AMDGPU, ET_DYN)"
+    if f"amdgcn-amd-amdhsa--{arch}".encode() not in lib:
+        return f"the code object does not name the target amdgcn-amd-amdhsa--{arch}"
+    return None
 
 
 def _run(cmd: list[str], what: str, src: str) -> None:
@@ -88,10 +120,14 @@ class AMDCompiler(Compiler):
                   str(tmp / "k.o")], f"clang could not assemble the kernel for {self.arch}", src)
             _run([self.lld, "-shared", str(tmp / "k.o"), "-o", str(tmp / "k.hsaco")],
                  f"ld.lld could not link the kernel for {self.arch}", src)
-            return (tmp / "k.hsaco").read_bytes()
+            lib = (tmp / "k.hsaco").read_bytes()
+        if (problem := check_code_object(lib, self.arch)) is not None:
+            raise CompileError(f"ld.lld's output for {self.arch} is unusable: {problem}\n--- source ---\n{src}")
+        return lib
 
     def disassemble(self, lib: bytes, src: str) -> str | None:
         return self.assembly(src)
 
 
-__all__ = ["CLANG_OPTIONS", "AMDCompiler", "check_arch", "tools_unavailable"]
+__all__ = ["CLANG_OPTIONS", "AMDCompiler", "check_arch", "check_code_object", "supported_targets",
+           "tools_unavailable"]

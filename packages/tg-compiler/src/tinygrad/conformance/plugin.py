@@ -1,9 +1,17 @@
 """The pytest plugin of the conformance kit (registered through the `pytest11` entry point of tg-compiler).
 
     pytest --pyargs tinygrad.conformance --tg-device=CL [--tg-quick] [--tg-report=report.json]
+    pytest --pyargs tinygrad.conformance --tg-device=CUDA --tg-compile-only --tg-target=sm_90
 
 It adds the `--tg-*` options, the session fixtures the kit's tests use (`tg_device`, `tg_claims`,
 `tg_size_limit`), the device's claims in the run's header and a per-group report at its end.
+
+With `--tg-compile-only`, the device named by `--tg-device` is replaced in every process of the run by a stand-in
+(`tinygrad.conformance.standin`) made of the backend's renderer and compiler for `--tg-target`, which its
+`tinygrad_compile_only` hook supplies (`tinygrad.conformance.compile_only`): every kernel is rendered and compiled,
+none runs, checks that would read a result skip with that reason, and the end of the run counts the kernels and
+lists each one that failed to compile. Any suite works that way (the op table: `DEV=CUDA pytest
+packages/tg-core/tests/test_ops.py --tg-device=CUDA --tg-compile-only --tg-target=sm_90`).
 
 Being installed must not change other test runs: its fixtures are only used by the kit's own modules, and those
 modules are collected only when asked for - by `--tg-device`, by `--pyargs tinygrad.conformance`, or by a path
@@ -13,12 +21,17 @@ inside the kit's folder - so `pytest packages/` in a checkout does not pick them
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from tinygrad.conformance.claims import DeviceClaims, gather_claims
-from tinygrad.conformance.report import CASE_KEY, GROUP_KEY, KitReport
+from tinygrad.conformance.report import CASE_KEY, COMPILE_KEY, GROUP_KEY, CompileOnlyRun, KitReport
+
+if TYPE_CHECKING:
+    from tinygrad.conformance.compile_only import CompileOnlyBackend
 
 KIT_DIR = Path(__file__).resolve().parent
 KIT_MODULE = "tinygrad.conformance"
@@ -26,6 +39,8 @@ NO_DEVICE_REASON = ("no device to check: pass --tg-device=NAME (`python -m tinyg
                     "installed here)")
 #: with --tg-quick, checks on more elements than this are skipped (a slow device, an interpreter like PYREF)
 QUICK_SIZE_LIMIT = 70_000
+#: kit modules collected only in compile-only mode
+COMPILE_ONLY_MODULES = ("test_expressions.py",)
 
 
 class KitSession:
@@ -33,8 +48,8 @@ class KitSession:
 
     Registered as a plugin object in `pytest_configure`, so its hooks see the state without globals."""
 
-    def __init__(self, device: str | None, quick: bool):
-        self.report = KitReport(device)
+    def __init__(self, device: str | None, quick: bool, compile_only: CompileOnlyRun | None = None):
+        self.report = KitReport(device, compile_only=compile_only)
         self.quick = quick
         self.opened = False
         self.open_error: str | None = None
@@ -57,14 +72,38 @@ class KitSession:
             self.open_error = report.unavailable = f"opening it failed: {type(e).__name__}: {e}"
         return self
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item,
+                                  call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report: pytest.TestReport = yield
+        if self.report.compile_only is not None:
+            from tinygrad.conformance import standin
+
+            records = standin.drain()  # what this test phase compiled, carried to the controller on the report
+            if records:
+                text = standin.encode([replace(r, test=item.nodeid) for r in records])
+                report.user_properties = [*report.user_properties, (COMPILE_KEY, text)]
+        return report
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.report.record(report)
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        run = self.report.compile_only
+        if run is None:
+            return
+        from tinygrad.conformance import standin
+
+        run.outcomes.add(standin.drain())  # kernels built outside a test (without xdist, this process)
+        if run.outcomes.failed and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a kernel that failed to compile fails the run
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
         if not self.report.groups and self.report.device is None:
             return  # the kit was neither asked for nor run
         report = self.open().report
-        terminalreporter.section(f"tinygrad conformance: {report.device or 'no device'}", sep="=")
+        mode = f" (compile-only, target {report.compile_only.target})" if report.compile_only is not None else ""
+        terminalreporter.section(f"tinygrad conformance: {report.device or 'no device'}{mode}", sep="=")
         for line in report.lines():
             terminalreporter.write_line(line)
         if path := config.getoption("tg_report"):
@@ -83,10 +122,50 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help=f"skip the kit's checks on more than {QUICK_SIZE_LIMIT} elements (for slow devices)")
     group.addoption("--tg-report", metavar="PATH", default=None,
                     help="also write the conformance report (claims, outcomes per group) as JSON to PATH")
+    group.addoption("--tg-compile-only", action="store_true", default=False,
+                    help="the device is absent: render and compile every kernel for --tg-target with the backend's "
+                         "compiler, run none (checks that read results skip), report what failed to compile")
+    group.addoption("--tg-target", metavar="TARGET", default=None,
+                    help="the target --tg-compile-only compiles for, as the backend names it (sm_90, gfx942, ...)")
+
+
+def _compile_only_backend(device: str, target: str | None) -> tuple[str, CompileOnlyBackend, str]:
+    """The backend's compile-only support and the checked target, or a usage error that says what is valid."""
+    from tinygrad.conformance.compile_only import compile_only_backends, describe_missing, valid_targets
+
+    name = device.split(":")[0].upper()
+    backend = compile_only_backends().get(name)
+    if backend is None:
+        raise pytest.UsageError(f"--tg-compile-only --tg-device={device}: {describe_missing(name)}")
+    try:
+        targets = valid_targets(backend)
+    except Exception as e:
+        raise pytest.UsageError(f"--tg-compile-only: backend {name} could not list its targets: "
+                                f"{type(e).__name__}: {e}") from None
+    if not target:
+        raise pytest.UsageError(f"--tg-compile-only needs --tg-target=TARGET, the target to compile for; {name} "
+                                f"compiles for: {', '.join(targets)}")
+    if target not in targets:
+        raise pytest.UsageError(f"--tg-target={target}: not a target of {name}'s compiler; valid targets: "
+                                f"{', '.join(targets)}")
+    return name, backend, target
 
 
 def pytest_configure(config: pytest.Config) -> None:
     device = config.getoption("tg_device")
+    compile_only: CompileOnlyRun | None = None
+    if config.getoption("tg_target") and not config.getoption("tg_compile_only"):
+        raise pytest.UsageError(f"--tg-target={config.getoption('tg_target')} is the target of --tg-compile-only; "
+                                f"add --tg-compile-only (a device that is present is checked as it is)")
+    if config.getoption("tg_compile_only"):
+        if not device:
+            raise pytest.UsageError("--tg-compile-only needs --tg-device=NAME, the backend to compile for "
+                                    "(CUDA, AMD, ...)")
+        from tinygrad.conformance import standin
+
+        name, backend, target = _compile_only_backend(device, config.getoption("tg_target"))
+        standin.install_standin(name, backend, target)  # in every process: xdist workers configure too
+        compile_only = CompileOnlyRun(target, backend.description, standin.CompileOutcomes(target))
     if device:
         from tinygrad.device import Device, UnknownDeviceError
 
@@ -94,7 +173,7 @@ def pytest_configure(config: pytest.Config) -> None:
             device = Device.canonicalize(device)
         except UnknownDeviceError as e:
             raise pytest.UsageError(f"--tg-device={config.getoption('tg_device')}: {e}") from None
-    session = KitSession(device or None, quick=bool(config.getoption("tg_quick")))
+    session = KitSession(device or None, quick=bool(config.getoption("tg_quick")), compile_only=compile_only)
     config.stash[_SESSION] = session
     config.pluginmanager.register(session, "tinygrad-conformance-session")
 
@@ -120,6 +199,10 @@ def _kit_requested(config: pytest.Config) -> bool:
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     if _inside_kit(collection_path) and not _kit_requested(config):
         return True
+    if collection_path.name in COMPILE_ONLY_MODULES and _inside_kit(collection_path):
+        session = config.stash.get(_SESSION, None)
+        if session is None or session.report.compile_only is None:
+            return True  # the expression table only builds kernels: it belongs to compile-only runs
     return None
 
 
@@ -141,7 +224,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         return None
     report = session.open().report
     lines = report.claims.lines() if report.claims is not None else [f"device {report.device}: {report.unavailable}"]
-    return ["tinygrad conformance kit:", *(f"  {line}" for line in lines)]
+    return ["tinygrad conformance kit:", *(f"  {line}" for line in lines + report.compile_only_lines())]
 
 
 # ---- fixtures for the kit's tests ----
@@ -176,6 +259,11 @@ def tg_size_limit(request: pytest.FixtureRequest) -> int | None:
     """The largest element count a check may use (None: no limit); checks above it skip and say so."""
     return QUICK_SIZE_LIMIT if request.config.stash[_SESSION].quick else None
 
+
+@pytest.fixture(scope="session")
+def tg_compile_only(request: pytest.FixtureRequest) -> CompileOnlyRun | None:
+    """The compile-only run (its target), or None when the device itself is checked."""
+    return request.config.stash[_SESSION].report.compile_only
 
 
 def claims_at_collection(config: pytest.Config) -> DeviceClaims | None:

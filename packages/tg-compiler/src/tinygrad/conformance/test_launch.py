@@ -72,6 +72,10 @@ def _declared_sizes(claims: DeviceClaims) -> list[int]:
     return sorted(sizes)
 
 
+def _describe_flat(n: int, i: int) -> str:
+    return f"element {i} of a launch of {n}"
+
+
 def _describe_2d(n: int, i: int) -> str:
     return f"element {i} of shape ({n}, 2)"
 
@@ -84,8 +88,11 @@ def test_declared_limits(tg_device: str, tg_claims: DeviceClaims, tg_size_limit:
     sizes = [n for n in sizes if tg_size_limit is None or n <= tg_size_limit]
     if not sizes:
         pytest.skip(f"more than {tg_size_limit} elements (--tg-quick)")
-    for n in sizes:
-        check_flat(n, tg_device)
-        if 2 * n <= LIMIT_PROBE_CAP:
-            got = indexed((n, 2), tg_device).numpy().reshape(-1)
-            assert_matches(got, np.arange(2 * n), dtypes.int32, functools.partial(_describe_2d, n))
+    flat = [(n, Tensor(np.arange(n, dtype=np.int32), device=tg_device) * 3 + 1) for n in sizes]
+    tall = [(n, indexed((n, 2), tg_device)) for n in sizes if 2 * n <= LIMIT_PROBE_CAP]
+    Tensor.realize(*(t for _, t in flat + tall))  # every launch is built before the first result is read
+    for n, t in flat:
+        assert_matches(t.numpy(), np.arange(n, dtype=np.int64) * 3 + 1, dtypes.int32,
+                       functools.partial(_describe_flat, n))
+    for n, t in tall:
+        assert_matches(t.numpy().reshape(-1), np.arange(2 * n), dtypes.int32, functools.partial(_describe_2d, n))
