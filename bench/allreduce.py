@@ -10,13 +10,16 @@ one pass over the bytes. Two processes (`mpirun -n 2`): `tinygrad.distributed.al
 floats (staged through host numpy) against mpi4py's own `Allreduce` of numpy arrays of the same size.
 
 Bandwidth is N * 4 bytes / time (the "algorithm bandwidth" of an all-reduce: the size of one device's value, not
-the bytes moved). Rounds are interleaved and medians printed; the machine is shared, so compare ratios from the
-same run only. Prints Markdown tables.
+the bytes moved). Each call takes other buffers than the call before it (ours and the baseline alike, `INPUTS` sets
+in turn), so that nothing answers from a result kept before; a call's time includes the realize of its result.
+Rounds are interleaved and medians printed; the machine is shared, so compare ratios from the same run only. Prints
+Markdown tables.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -29,6 +32,8 @@ from pathlib import Path
 import numpy as np
 
 MIB = 1 << 20
+#: sets of buffers each side cycles through, one per call
+INPUTS = 3
 
 
 def cpu_name() -> str:
@@ -81,19 +86,22 @@ def in_process(sizes: list[int], rounds: int) -> str:
         for _ in range(3):
             out = allreduce(Tensor(a).shard(devices, 0).realize())
         np.testing.assert_array_equal(out.numpy(), a[0] + a[1])
-        x = Tensor(a).shard(devices, 0).realize()
-        src, dst = np.ascontiguousarray(a[0]), np.empty(n, np.float32)
+        xs = [Tensor(a).shard(devices, 0).realize() for _ in range(INPUTS)]
+        srcs = [np.ascontiguousarray(a[0]) for _ in range(INPUTS)]
+        dsts = [np.empty(n, np.float32) for _ in range(INPUTS)]
 
-        def ours(x: Tensor = x, allreduce: TinyJit = allreduce) -> None:
-            allreduce(x)
+        def ours(x: Callable[[], Tensor] = itertools.cycle(xs).__next__, allreduce: TinyJit = allreduce) -> None:
+            allreduce(x())
             for d in devices:
                 Device[d].synchronize()
 
-        def memcpy(dst: np.ndarray = dst, src: np.ndarray = src) -> None:
-            np.copyto(dst, src)
+        def memcpy(pair: Callable[[], tuple[np.ndarray, np.ndarray]] = itertools.cycle(zip(dsts, srcs)).__next__
+                   ) -> None:
+            np.copyto(*pair())
 
         t = medians({"ours": ours, "memcpy": memcpy}, rounds)
-        np.testing.assert_array_equal(allreduce(x).numpy(), a[0] + a[1])
+        for x in xs:
+            np.testing.assert_array_equal(allreduce(x).numpy(), a[0] + a[1])
         assert allreduce.captured_kernels > 0
         rows.append((nbytes, t["ours"], t["memcpy"]))
     return table("One process, CPU:0 + CPU:1: `x.sum(0)` of a (2, N) float32 tensor sharded on axis 0 (TinyJit "
@@ -110,18 +118,20 @@ def mpi_worker(sizes: list[int], rounds: int) -> None:
     for nbytes in sizes:
         n = nbytes // 4
         mine = np.random.default_rng(rank).standard_normal(n).astype(np.float32)
-        t = Tensor(mine).realize()
+        ts = [Tensor(mine).realize() for _ in range(INPUTS)]
         want = sum(np.random.default_rng(r).standard_normal(n).astype(np.float32) for r in range(world))
-        np.testing.assert_allclose(distributed.all_reduce(t).numpy(), want, rtol=1e-6, atol=1e-6)
-        recv = np.empty_like(mine)
+        np.testing.assert_allclose(distributed.all_reduce(ts[0]).numpy(), want, rtol=1e-6, atol=1e-6)
+        sends = [mine.copy() for _ in range(INPUTS)]
+        recvs = [np.empty_like(mine) for _ in range(INPUTS)]
 
-        def ours(t: Tensor = t) -> None:
+        def ours(t: Callable[[], Tensor] = itertools.cycle(ts).__next__) -> None:
             comm.Barrier()
-            distributed.all_reduce(t)
+            distributed.all_reduce(t())
 
-        def theirs(mine: np.ndarray = mine, recv: np.ndarray = recv) -> None:
+        def theirs(pair: Callable[[], tuple[np.ndarray, np.ndarray]] = itertools.cycle(zip(sends, recvs)).__next__
+                   ) -> None:
             comm.Barrier()
-            comm.Allreduce(mine, recv)
+            comm.Allreduce(*pair())
 
         t_med = medians({"ours": ours, "mpi4py": theirs}, rounds)
         out.append((nbytes, t_med["ours"], t_med["mpi4py"]))

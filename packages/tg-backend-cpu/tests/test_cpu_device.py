@@ -22,6 +22,17 @@ def test_freed_host_buffers_are_reused_by_size() -> None:
     assert bytes(out) == bytes(range(16)) * 256
 
 
+def test_host_view_is_the_buffer_memory_in_place() -> None:
+    allocator = cpu_device.HostAllocator()
+    a = allocator.alloc(4096)
+    view = allocator.host_view(a, 100)
+    assert view.nbytes == 100 and not view.readonly
+    view[:4] = b"\x01\x02\x03\x04"
+    out = bytearray(4096)
+    allocator.copyout(memoryview(out), a)
+    assert out[:4] == b"\x01\x02\x03\x04"
+
+
 def test_kept_buffers_stay_under_the_limit_and_can_be_released(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cpu_device, "REUSE_LIMIT", 8192)
     allocator = cpu_device.HostAllocator()

@@ -46,6 +46,7 @@ class TwinComm:
 
     def __init__(self) -> None:
         self.calls = 0
+        self.arrays: list[np.ndarray] = []  # the host arrays of every call's send and receive buffers
 
     def Get_size(self) -> int:
         return 2
@@ -54,15 +55,21 @@ class TwinComm:
         return 0
 
     def Allreduce(self, send: Any, recv: np.ndarray, op: Any = None) -> None:
+        from mpi4py import MPI
+
         self.calls += 1
-        recv *= 2
+        in_place = send is MPI.IN_PLACE
+        self.arrays += [recv] if in_place else [send, recv]
+        recv[:] = (recv if in_place else send) * 2
 
     def Bcast(self, data: np.ndarray, root: int = 0) -> None:
         self.calls += 1
+        self.arrays.append(data)
 
     def Allgather(self, send: np.ndarray, recv: np.ndarray) -> None:
         self.calls += 1
-        recv[:] = send
+        self.arrays += [send, recv]
+        recv[:] = np.concatenate([send, send])
 
 
 @pytest.fixture
@@ -101,3 +108,17 @@ def test_average_gradients(twin: TwinComm) -> None:
     (w * w).sum().backward()
     distributed.average_gradients([w])
     assert w.grad is not None and w.grad.tolist() == [2.0, -4.0]  # the mean of two equal gradients
+
+
+def test_host_memory_is_exchanged_where_it_is(twin: TwinComm) -> None:
+    # a device whose memory is host memory (CPU) lends MPI its buffers: no copies to and from staging arrays
+    from tinygrad import Device
+    from tinygrad.distributed import _buffer, _host_array
+
+    t = (Tensor([1.0, 2.0, 3.0]) + 1).realize()
+    if getattr(Device[t.device].allocator, "host_view", None) is None:
+        pytest.skip(f"{t.device} memory is not host memory")
+    out = distributed.all_reduce(t)
+    assert out.tolist() == [4.0, 6.0, 8.0] and t.tolist() == [2.0, 3.0, 4.0]
+    send, recv = twin.arrays
+    assert np.shares_memory(send, _host_array(_buffer(t))) and np.shares_memory(recv, _host_array(_buffer(out)))

@@ -182,6 +182,31 @@ def test_all_reduce_sums_in_the_documented_order(n: int, size: int) -> None:
         np.testing.assert_array_equal(r, replicas[0])  # every device holds the same bits
 
 
+def test_two_devices_combine_on_the_first(d2: tuple[str, ...]) -> None:
+    # two devices take no ring, whatever the size: the second's value is copied to the first, combined there in one
+    # kernel and copied back; each device's one row is its value as it is, with no kernel to reduce it
+    a = data(2, 4096)
+    x = Tensor(a).shard(d2, 0).realize()
+    items = x.sum(0).schedule()
+    assert [(si.is_copy, si.device) for si in items] == [(True, x.device[0]), (False, x.device[0]),
+                                                          (True, x.device[1])]
+    out = x.sum(0)
+    np.testing.assert_array_equal(out.numpy(), a[0] + a[1])
+    replicas = [s.numpy() for s in _shards(out)]
+    np.testing.assert_array_equal(replicas[0], replicas[1])
+    np.testing.assert_array_equal(x.max(0).numpy(), np.maximum(a[0], a[1]))
+
+
+def test_reducing_rows_of_one_element_leaves_the_input_alone(d2: tuple[str, ...]) -> None:
+    # the all-reduce reads each device's row as it is: its result is new buffers, and writing it keeps the input
+    a = data(2, 4096)
+    x = Tensor(a).shard(d2, 0).realize()
+    s = x.sum(0).realize()
+    s.assign(s * 2).realize()
+    np.testing.assert_array_equal(x.numpy(), a)
+    np.testing.assert_array_equal(s.numpy(), (a[0] + a[1]) * 2)
+
+
 def test_all_reduce_of_max_and_ints_is_exact(d4: tuple[str, ...]) -> None:
     a = RNG.integers(-1000, 1000, (4, 2048)).astype(np.int32)
     x = Tensor(a).shard(d4, 0)
@@ -436,6 +461,12 @@ def test_devices_of_different_kinds(names: tuple[str, ...]) -> None:
     close(x.sum(0), a.sum(0))
     close((x @ Tensor(w).to(devs)).relu().sum(1), np.maximum(a @ w, 0).sum(1))
     close(x.shard(devs, 1).max(1), a.max(1))
+    # above the ring's minimum too, each element is combined once, on one device: every device holds the same bits
+    b = data(2, 1024)
+    y = Tensor(b).shard(devs[:2], 0).sum(0)
+    np.testing.assert_array_equal(y.numpy(), b[0] + b[1])
+    replicas = [s.numpy() for s in _shards(y)]
+    np.testing.assert_array_equal(replicas[0], replicas[1])
 
 
 def test_assign_keeps_the_placement(d2: tuple[str, ...]) -> None:

@@ -84,6 +84,11 @@ class HostAllocator(Allocator):
     def copyout(self, dest: memoryview, src: tuple[np.ndarray, int]) -> None:
         np.frombuffer(dest, dtype=np.uint8)[:] = src[0][:dest.nbytes]
 
+    def host_view(self, opaque: tuple[np.ndarray, int], nbytes: int) -> memoryview:
+        """The first `nbytes` of a buffer's memory, in place: it is host memory, so host code (MPI in
+        tinygrad.distributed) can read and write it without staging a copy."""
+        return opaque[0][:nbytes].data
+
 
 class CPUDevice(Compiled):
     """Host memory and C kernels; a kernel big enough runs on `threads` threads ($CPU_THREADS, else every core

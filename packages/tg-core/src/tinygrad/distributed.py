@@ -3,8 +3,9 @@
     mpirun -n 2 python train.py        # Open MPI; the `tg-core[mpi]` extra installs mpi4py
 
 Every process (rank) runs the same program. `all_reduce`, `broadcast` and `all_gather` exchange a tensor with the
-other ranks through MPI, staging the device buffer through host memory (numpy); `average_gradients` is the data-
-parallel step: each rank computes the gradients of its share of the batch, and every rank then steps with their mean.
+other ranks through MPI; `average_gradients` is the data-parallel step: each rank computes the gradients of its share
+of the batch, and every rank then steps with their mean. MPI reads and writes the buffers of a device whose memory is
+host memory (CPU: its allocator's `host_view`) where they are; other devices' buffers are staged through host numpy.
 
 The exchanges run when called (their input is realized first): they are not part of the lazy graph. Inside a
 TinyJit function they are recorded like kernels, so a replay exchanges the new values again at the same point,
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tinygrad.device import Buffer
+from tinygrad.device import Buffer, Device
 from tinygrad.dtype import is_emulated_float, to_numpy
 from tinygrad.engine import realize as engine_realize
 from tinygrad.engine.schedule import realized_views
@@ -72,20 +73,45 @@ def world_size() -> int:
 
 # ---- exchanges recorded like kernels ----
 
+#: an exchange: (flat host arrays of the input buffers, flat host arrays of the output buffers) -> None; it fills the
+#: outputs and must not write the inputs, which may be the input tensors' own memory
+Exchange = Callable[[list[np.ndarray], list[np.ndarray]], None]
+
+
+def _host_array(buf: Buffer) -> np.ndarray | None:
+    """The buffer's memory as a flat numpy array, in place, where its device's memory is host memory (an allocator
+    with `host_view`); None elsewhere."""
+    host_view = getattr(Device[buf.device].allocator, "host_view", None)
+    if host_view is None:
+        return None
+    opaque = buf.opaque  # allocates it if it has no memory yet
+    Device[buf.device].synchronize()  # a kernel still running may write it
+    return np.frombuffer(host_view(opaque, buf.nbytes), dtype=to_numpy(buf.dtype))
+
+
 class _HostExchange:
-    """An MPI exchange as a launch: reads its input buffers to the host, calls MPI, writes its output buffers. A
-    TinyJit capture records it with its buffers, as it records a kernel, and replays call it again."""
+    """An MPI exchange as a launch: gives MPI its input buffers and its output buffers as host arrays (the buffers'
+    own memory where it is host memory, else copies to and from it). A TinyJit capture records it with its buffers,
+    as it records a kernel, and replays call it again."""
 
     global_size: tuple[int, ...] | None = None
 
-    def __init__(self, name: str, exchange: Callable[[list[np.ndarray]], list[np.ndarray]], n_out: int, nbytes: int):
+    def __init__(self, name: str, exchange: Exchange, n_out: int, nbytes: int):
         self.display_name, self._exchange, self._n_out = name, exchange, n_out
         self.estimated_ops, self.estimated_bytes = 0, nbytes
 
     def __call__(self, bufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
         outs, ins = bufs[:self._n_out], bufs[self._n_out:]
-        for out, host in zip(outs, self._exchange([b.numpy() for b in ins])):
-            out.copyin(np.ascontiguousarray(host, dtype=to_numpy(out.dtype)).reshape(-1).data.cast("B"))
+        in_arrays = [a if (a := _host_array(b)) is not None else b.numpy() for b in ins]
+        out_arrays, staged = [], []
+        for b in outs:
+            if (a := _host_array(b)) is None:
+                a = np.empty(b.size, to_numpy(b.dtype))
+                staged.append((b, a))
+            out_arrays.append(a)
+        self._exchange(in_arrays, out_arrays)
+        for b, a in staged:
+            b.copyin(a.data.cast("B"))
         return None
 
 
@@ -105,10 +131,10 @@ def _buffer(t: Tensor) -> Buffer:
     return bufs[0]
 
 
-def _exchange(name: str, tensors: Sequence[Tensor], shapes: Sequence[tuple[int, ...]],
-              exchange: Callable[[list[np.ndarray]], list[np.ndarray]]) -> list[Tensor]:
-    """Run `exchange` (host arrays of the inputs -> host arrays of the outputs, of `shapes`) now, into new buffers on
-    the inputs' devices; a TinyJit capture in progress records it."""
+def _exchange(name: str, tensors: Sequence[Tensor], shapes: Sequence[tuple[int, ...]], exchange: Exchange
+              ) -> list[Tensor]:
+    """Run `exchange` now, into new buffers of `shapes` on the inputs' devices; a TinyJit capture in progress records
+    it."""
     if not tensors:
         return []
     type(tensors[0]).realize(*tensors)
@@ -147,22 +173,23 @@ def all_reduce_many(tensors: Sequence[Tensor], op: str = "sum") -> list[Tensor]:
 
     mpi_op, world = _mpi_op(op), comm.Get_size()
 
-    def exchange(arrays: list[np.ndarray]) -> list[np.ndarray]:
-        out: list[np.ndarray] = [np.empty(0)] * len(arrays)
+    def exchange(ins: list[np.ndarray], outs: list[np.ndarray]) -> None:
         by_dtype: dict[np.dtype, list[int]] = {}
-        for i, a in enumerate(arrays):
+        for i, a in enumerate(ins):
             by_dtype.setdefault(a.dtype, []).append(i)
-        for dtype, idx in by_dtype.items():
-            # the host copies are this call's own: one of them is sent as it is, several are joined first
-            flat = [arrays[i].reshape(-1) for i in idx]
-            joined = flat[0] if len(flat) == 1 else np.concatenate(flat)
-            comm.Allreduce(MPI.IN_PLACE, joined, op=mpi_op)
+        for idx in by_dtype.values():
+            if len(idx) == 1:  # MPI reads the input and writes the output where they are
+                joined = outs[idx[0]]
+                comm.Allreduce(ins[idx[0]], joined, op=mpi_op)
+            else:  # several are joined into one message, and the result parted into the outputs
+                joined = np.concatenate([ins[i] for i in idx])
+                comm.Allreduce(MPI.IN_PLACE, joined, op=mpi_op)
             if op == "mean":
-                joined = (joined / world).astype(dtype)
-            at = 0
-            for i in idx:
-                out[i], at = joined[at:at + arrays[i].size], at + arrays[i].size
-        return out
+                np.true_divide(joined, world, out=joined)
+            if len(idx) > 1:
+                at = 0
+                for i in idx:
+                    outs[i][:], at = joined[at:at + ins[i].size], at + ins[i].size
 
     return _exchange(f"mpi_allreduce_{op}", tensors, [t.shape for t in tensors], exchange)
 
@@ -178,10 +205,10 @@ def broadcast(t: Tensor, root: int = 0) -> Tensor:
     if comm is None or comm.Get_size() == 1:
         return t
 
-    def exchange(arrays: list[np.ndarray]) -> list[np.ndarray]:
-        data = arrays[0].copy()
-        comm.Bcast(data, root=root)
-        return [data]
+    def exchange(ins: list[np.ndarray], outs: list[np.ndarray]) -> None:
+        if comm.Get_rank() == root:
+            outs[0][:] = ins[0]
+        comm.Bcast(outs[0], root=root)
 
     return _exchange("mpi_broadcast", [t], [t.shape], exchange)[0]
 
@@ -193,10 +220,8 @@ def all_gather(t: Tensor) -> Tensor:
         return t.unsqueeze(0)
     world = comm.Get_size()
 
-    def exchange(arrays: list[np.ndarray]) -> list[np.ndarray]:
-        gathered = np.empty((world, *arrays[0].shape), arrays[0].dtype)
-        comm.Allgather(np.ascontiguousarray(arrays[0]), gathered)
-        return [gathered]
+    def exchange(ins: list[np.ndarray], outs: list[np.ndarray]) -> None:
+        comm.Allgather(ins[0], outs[0])
 
     return _exchange("mpi_allgather", [t], [(world, *t.shape)], exchange)[0]
 

@@ -284,15 +284,23 @@ class _Lowering:
         return self.reshard(self.replicate(value, node.src[0], devices), axis)
 
     def _reduce(self, node: UOp, value: Placed) -> Placed:
-        shards = tuple(UOp(Ops.REDUCE_AXIS, node.dtype, (s,), node.arg) for s in value.shards)
         if value.axis is None or value.axis not in node.arg.axes:
+            shards = tuple(UOp(Ops.REDUCE_AXIS, node.dtype, (s,), node.arg) for s in value.shards)
             return Placed(value.devices, value.axis, shards)
+        shape, n = value.shards[0].shape, len(value.devices)
+        if n > 1 and all(isinstance(shape[a], int) and shape[a] == 1 for a in node.arg.axes):
+            # each device holds one element along every reduced axis (one row of a batch-sharded value): its value
+            # is the shard itself, and the all-reduce reads the shards as they are instead of a kernel's copy of
+            # them. The all-reduce's result is always new buffers (n > 1), never the shards' own.
+            shards = value.shards
+        else:
+            shards = tuple(UOp(Ops.REDUCE_AXIS, node.dtype, (s,), node.arg) for s in value.shards)
         return Placed(value.devices, None, tuple(collectives.all_reduce(node.arg.op, shards, value.devices)))
 
     def _move(self, node: UOp, value: Placed) -> Placed:
         op, arg, a = node.op, node.arg, value.axis
         if a is None:
-            return Placed(value.devices, None, tuple(node.replace(src=(s,)) for s in value.shards))
+            return Placed(value.devices, None, tuple(_move_replica(node, s) for s in value.shards))
         n, part = len(value.devices), value.shards[0].shape[a]
         full = node.src[0].shape
         if op is Ops.RESHAPE:
@@ -336,6 +344,15 @@ def _from_view(view: UOp) -> Placed | UOp:
     if view.op is not Ops.MULTI:
         return view
     return Placed(tuple(_single(device_of(s)) for s in view.src), view.arg, view.src)
+
+
+def _move_replica(node: UOp, replica: UOp) -> UOp:
+    """Movement op `node` on one device's replica. A reshape of a copy is made the copy of the reshape (the same
+    value): a copy's result is a buffer of its own, and a reshape of it that is realized (the all-reduced result of
+    `sum`, which drops the reduced axis) would be one more kernel copying it again."""
+    if node.op is Ops.RESHAPE and replica.op is Ops.COPY and isinstance(replica.arg, str):
+        return UOp(Ops.COPY, replica.dtype, (replica.src[0].reshape(node.arg),), replica.arg)
+    return node.replace(src=(replica,))
 
 
 def _slice(replica: UOp, axis: int, i: int, n: int) -> UOp:

@@ -8,15 +8,18 @@ scheduled with the computation around it and a TinyJit capture replays it.
 All-reduce is a ring: a reduce-scatter, in which each of the n chunks of the flat value travels once around the
 ring of devices, combined with each device's part as it passes, and ends on one device fully reduced; then an
 all-gather, in which each reduced chunk travels around the ring again so that every device receives it. Every
-device sends and receives 2 (n - 1) / n of the value, whatever n is.
+device sends and receives 2 (n - 1) / n of the value, whatever n is. Two devices take no ring: the second sends its
+value to the first, which combines both and sends the result back. Each device sends and receives the whole value,
+as in a ring of two, but in two copies instead of four, with one kernel instead of two per device: no chunk is cut
+out before its copy, and no chunks are joined after.
 
-Order of the combines (it decides the rounding of float sums and products): chunk k is combined in ring order
-starting from the device after k, `((x[k+1] + x[k+2]) + ...) + x[k]`, indices modulo n. With two devices that is
-`x[0] + x[1]` for every chunk, bit-identical to the sum on one device, as float addition is commutative. With more
-devices each chunk has its own order, and a sum may differ from `x[0] + x[1] + ...` in the last bits; max, integer
-sums and products are exact in any order. Values of fewer than `RING_MIN_CHUNK` elements per device are not worth
-chunking: they are combined on the first device in device order (bit-identical to the sequential sum there) and
-sent from there to the others. Every device then holds the same bits: each chunk is reduced once and copied.
+Order of the combines (it decides the rounding of float sums and products): in the ring, chunk k is combined in
+ring order starting from the device after k, `((x[k+1] + x[k+2]) + ...) + x[k]`, indices modulo n, so each chunk
+has its own order, and a sum may differ from `x[0] + x[1] + ...` in the last bits; max, integer sums and products
+are exact in any order. Two devices, and values of fewer than `RING_MIN_CHUNK` elements per device (not worth
+chunking), are combined on the first device in device order, bit-identical to the sequential sum there (for two
+devices `x[0] + x[1]`, the sum on one device), and sent from there to the others. Every device then holds the same
+bits: each chunk is reduced once and copied.
 """
 
 from __future__ import annotations
@@ -79,7 +82,7 @@ def all_reduce(op: Ops, parts: Sequence[UOp], devices: Sequence[str]) -> list[UO
         return list(parts)
     shape = parts[0].shape
     size = prod(shape)
-    if size < n * RING_MIN_CHUNK:
+    if n == 2 or size < n * RING_MIN_CHUNK:
         acc = parts[0]
         for part, dev in zip(parts[1:], devices[1:]):
             acc = acc.alu(op, copy_to(part, dev, devices[0]))

@@ -18,11 +18,17 @@ capture_hooks: list[Callable[[ScheduleItem, Runner | None], None]] = []
 
 
 def copy_between(dest: Buffer, src: Buffer) -> None:
-    """Copy a buffer into another of the same size, through the host (any two devices)."""
+    """Copy a buffer into another of the same size, through the host (any two devices). Memory the host can address
+    (the allocator's optional `host_view`) is read in place: one copy, no staging array."""
     import numpy as np
 
     from tinygrad.dtype import to_numpy
 
+    source = Device[src.device]
+    if (host_view := getattr(source.allocator, "host_view", None)) is not None and src.nbytes:
+        source.synchronize()
+        dest.copyin(host_view(src.ensure_allocated().opaque, src.nbytes))
+        return
     host = np.empty(src.size, dtype=to_numpy(src.dtype))
     src.copyout(host.data.cast("B"))
     dest.copyin(host.data.cast("B"))
