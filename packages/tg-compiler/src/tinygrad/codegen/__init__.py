@@ -48,7 +48,9 @@ def _estimates(ast: UOp, lowered: UOp) -> tuple[int, int]:
     alu = sum(1 for u in lowered.toposort() if u.op in (*GroupOp.ALU, Ops.REDUCE) and u.dtype.kind != "bool" and
               not u.dtype.is_int)
     ops = max(alu, 1) * out_size * max(reduce_size, 1)
-    nbytes = sum(upper_bound(u.arg.size) * u.dtype.itemsize for u in ast.toposort() if u.op is Ops.PARAM)
+    # the output counts what the store writes (a region of the buffer, for an in-place write), the inputs whole
+    nbytes = out_size * store.src[0].dtype.itemsize + sum(upper_bound(u.arg.size) * u.dtype.itemsize
+                                                          for u in ast.toposort() if u.op is Ops.PARAM and u.arg.slot)
     return ops, nbytes
 
 

@@ -228,9 +228,15 @@ def lower_kernel(ast: UOp) -> UOp:
         param = target
         while param.op is Ops.RESHAPE:
             param = param.src[0]
-        out_idx = flat_index(idxs, shape)
-        stores.append(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, param.dtype, (param, out_idx)),
-                                                   state.lower(value, idxs, None))))
+        if param.op is Ops.PARAM:  # the usual output: the whole buffer, row-major
+            index = UOp(Ops.INDEX, param.dtype, (param, flat_index(idxs, shape)))
+        else:  # a region of the buffer (an in-place write through a view): its indices as a load would read them
+            load = state.lower(target, idxs, None)
+            if load.op is not Ops.LOAD or len(load.src[0].src) != 2:
+                raise ValueError(f"a kernel can store through reshapes, permutes, shrinks and flips of its output, "
+                                 f"not through {[u.op.name for u in target.toposort() if u.op is not Ops.PARAM]}")
+            index = load.src[0]
+        stores.append(UOp(Ops.STORE, dtypes.void, (index, state.lower(value, idxs, None))))
     lowered = graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(stores)), symbolic)
     # integer-tensor indexing lowers to a one-hot compare-and-sum; fold it into a direct load, then simplify the
     # index arithmetic that puts in

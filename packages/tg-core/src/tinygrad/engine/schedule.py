@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from tinygrad.device import Buffer
 from tinygrad.dtype import DType
@@ -56,6 +57,13 @@ class RealizedViews:
 
 
 realized_views = RealizedViews()
+
+class InPlaceWrite(NamedTuple):
+    """The arg of `CONTIGUOUS(WHERE(mask, PAD(value), old), InPlaceWrite(region))`, an assign through a region of a
+    realized base that only the base reads (mixin/views.py decides): its kernel stores `value` into that region of
+    old's buffer and the base's new value is that buffer, under a new name."""
+
+    region: tuple  # a SHRINK arg over old's shape
 
 
 def base_buffer(u: UOp) -> UOp | None:
@@ -211,6 +219,7 @@ class _Kernel:
     sources: list[Buffer | UOp]  # PARAM 1.. in order: graph buffers, or realize points
     device: str
     var_vals: dict[str, int] = field(default_factory=dict)
+    into: Buffer | None = None  # an in-place write's output: a new name for an existing buffer's memory
 
 
 def create_schedule(outputs: list[UOp], devices: list[str]) -> tuple[list[ScheduleItem], dict[UOp, UOp], list[UOp]]:
@@ -260,12 +269,19 @@ def _schedule_graph(given: list[UOp], devices: list[str]) -> tuple[list[Schedule
             continue
         value = node.src[0] if node.op is Ops.CONTIGUOUS else node
         builder = _KernelBuilder(node, points)
+        if (region := _in_place_region(node)) is not None:
+            written, value, region_arg = region
+            into = Buffer(written.device, written.size, written.dtype, base=written)  # a new name for new contents
+            out_param = UOp(Ops.PARAM, node.dtype, (), (0, written.size)).reshape(node.shape).shrink(region_arg)
+        else:
+            into = None
+            out_param = UOp(Ops.PARAM, node.dtype, (), (0, node.size)).reshape(node.shape)
         body = builder.build(value)
-        out_param = UOp(Ops.PARAM, node.dtype, (), (0, node.size)).reshape(node.shape)
         # bound variables leave the AST (it keeps the Variable) and travel as launch arguments instead,
         # so one compiled kernel serves every value
         ast, var_vals = unbind(UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(out_param, body)),)))
-        kernels.append(_Kernel(node, ast, builder.params, dev, {v.arg.name: val for v, val in var_vals.items()}))
+        kernels.append(_Kernel(node, ast, builder.params, dev, {v.arg.name: val for v, val in var_vals.items()},
+                               into))
     buffers_of = _place_outputs(kernels)
     items = [ScheduleItem(k.ast, [buffers_of[k.node], *(buffers_of[s] if isinstance(s, UOp) else s
                                                         for s in k.sources)], k.device,
@@ -273,7 +289,7 @@ def _schedule_graph(given: list[UOp], devices: list[str]) -> tuple[list[Schedule
              for k in kernels]
     wanted = set(outputs)
     visible = {node for node in buffers_of if node in wanted or _stands_for_a_tensor(node)}
-    plan_memory(items, {buf for node, buf in buffers_of.items() if node not in visible})
+    plan_memory(items, {buf for node, buf in buffers_of.items() if node not in visible and buf.base is None})
     views = {old: buffer_view(buffers_of[node], node.shape) for node in visible
              if (old := stands_for.get(node, node)) is not None}
     return items, views, [views.get(o, o) for o in given]
@@ -295,7 +311,22 @@ def _stands_for_a_tensor(node: UOp) -> bool:
 
 
 def _place_outputs(kernels: list[_Kernel]) -> dict[UOp, Buffer]:
-    return {k.node: Buffer(k.device, _point_size(k.node), k.node.dtype) for k in kernels}
+    return {k.node: k.into if k.into is not None else Buffer(k.device, _point_size(k.node), k.node.dtype)
+            for k in kernels}
+
+
+def _in_place_region(node: UOp) -> tuple[Buffer, UOp, tuple] | None:
+    """For an in-place assign (see InPlaceWrite): the buffer written, the value of the region and the region (a SHRINK
+    arg over the buffer's shape); None for any other node, or when a graph pass reshaped it past recognising."""
+    if node.op is not Ops.CONTIGUOUS or not isinstance(node.arg, InPlaceWrite):
+        return None
+    where = node.src[0]
+    if where.op is not Ops.WHERE or where.src[1].op is not Ops.PAD:
+        return None
+    old = base_buffer(where.src[2])
+    if old is None or where.src[2].shape != node.shape:
+        return None
+    return old.arg, where.src[1].src[0], node.arg.region
 
 
 def copy_kernel_ast(dtype: DType, size: int) -> UOp:

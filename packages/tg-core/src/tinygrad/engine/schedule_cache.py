@@ -58,6 +58,10 @@ def graph_key(outputs: list[UOp], devices: list[str], stop_at_realized: bool = F
     return tuple(parts), topo, inputs
 
 
+class _NotCached(Exception):
+    """A schedule that a template cannot reproduce."""
+
+
 @dataclass(frozen=True)
 class _NewBuffer:
     device: str
@@ -89,6 +93,8 @@ class Template:
                 return -1 - input_of[id(b)]
             if id(b) not in new_of:
                 slot = None
+                if b.base is not None and id(b.base) in input_of:
+                    raise _NotCached  # an in-place write into an input's memory: its buffer is not made here
                 if b.base is not None:
                     if id(b.base) not in slot_of:
                         slot_of[id(b.base)] = len(slots)
@@ -100,7 +106,10 @@ class Template:
 
         rec_items = []
         for si in items:
-            refs = tuple(ref(b) for b in si.bufs)
+            try:
+                refs = tuple(ref(b) for b in si.bufs)
+            except _NotCached:
+                return None
             rec_items.append((si.ast, refs, si.device, tuple(position[o] for o in si.outputs), dict(si.var_vals)))
         rec_views = []
         for node, view in views.items():

@@ -16,14 +16,16 @@ view replaces the view's value alone.
 
 from __future__ import annotations
 
+import sys
 import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from tinygrad.dtype import dtypes
 from tinygrad.engine.jit_state import note_assign
-from tinygrad.engine.schedule import base_buffer, realized_views
+from tinygrad.engine.schedule import InPlaceWrite, base_buffer, realized_views
 from tinygrad.mixin.common import placed_mask, select
-from tinygrad.uop.ops import GroupOp, Ops, UOp, inverse_permutation, sint
+from tinygrad.uop.ops import GroupOp, Ops, UOp, inverse_permutation, post_order, sint
 
 if TYPE_CHECKING:
     from tinygrad.tensor import Tensor
@@ -77,6 +79,7 @@ def write_through(view: Tensor, rec: ViewRecord, value: Tensor) -> bool:
     if moves and base.requires_grad and id(base) in type(base)._grad_tensors:
         raise RuntimeError("a view of a leaf tensor that requires grad cannot be written in place (PyTorch refuses "
                            "too); write into a copy: y = x.clone(); y[...].assign(v)")
+    in_place = _region_in_place(view, base, moves, value)
     # the value of each level of the chain, over the base's current value (views alias the base, so a write lands
     # in what the base holds now, not in what it held when the view was made)
     levels = [base.uop]
@@ -85,6 +88,8 @@ def write_through(view: Tensor, rec: ViewRecord, value: Tensor) -> bool:
     new = value
     for i, (op, arg, in_shape) in enumerate(moves):  # outermost first
         new = _unapply(op, arg, in_shape, new, base._derive(levels[len(moves) - 1 - i]))
+    if in_place is not None:  # the scheduler stores the written region into the base's buffer (engine/schedule.py)
+        new = new._derive(UOp(Ops.CONTIGUOUS, new.dtype, (new.uop,), InPlaceWrite(in_place)))
     if base_buffer(realized_views.get(view.uop) or view.uop) is not None:
         note_assign(view)  # a realized view is state in a TinyJit capture too: replays keep its buffer current
     base.assign(new)
@@ -93,6 +98,59 @@ def write_through(view: Tensor, rec: ViewRecord, value: Tensor) -> bool:
     view.uop = _apply(moves, base.uop)
     view._view = (rec[0], moves, (view.uop, base.uop))
     return True
+
+
+def _holders(node: UOp) -> int:
+    """How many references to `node` exist besides the caller's one local variable (see _calibrate)."""
+    return sys.getrefcount(node) - _UNSEEN_REFERENCES
+
+
+def _calibrate() -> int:
+    """What sys.getrefcount adds for the call chain and the caller's variable: measured on a node with one holder."""
+    holder = [UOp(Ops.CONST, dtypes.int32, (), -0x7EDC0DE)]  # a node no one else can hold
+    node = holder[0]
+    return _holders(node) - 1
+
+
+_UNSEEN_REFERENCES = 0
+_UNSEEN_REFERENCES = _calibrate()
+
+
+def _region_in_place(view: Tensor, base: Tensor, moves: tuple[Move, ...], value: Tensor) -> tuple | None:
+    """The SHRINK arg of the region `view` is of its base, when assigning to it may write into the base's buffer in
+    place instead of computing a new whole value; else None.
+
+    That is when the view is a region (a shrink of the base, maybe reshaped: `t[a:b]`, `t[i]`, `cache[:, :, p:p+1]`)
+    of a realized base on one device, nothing but the base and this view holds the buffer's graph (no other tensor,
+    view, lazy graph or realized node could read the old contents later: Python's reference counts of the nodes on
+    the chain from the view down to the buffer tell), and the new value does not read the buffer (the kernel would
+    read what it is overwriting). Anything else takes the functional path, which is always right."""
+    if isinstance(base.device, tuple) or not moves or moves[-1][0] is not Ops.SHRINK or \
+            any(op is not Ops.RESHAPE for op, _, _ in moves[:-1]):
+        return None
+    # the chain from the view's node down to the buffer's, and who may hold each: the node above it (the view for
+    # the top), the base too for the base's value, and the toposort memo of every chain node above it
+    chain = [view.uop]
+    for _ in moves:
+        chain.append(chain[-1].src[0])
+    if chain[-1] is not base.uop:
+        return None
+    if chain[-1].op is Ops.RESHAPE:
+        chain.append(chain[-1].src[0])
+    if chain[-1].op is not Ops.BUFFER:
+        return None
+    owners = [1] * len(chain)
+    owners[len(moves)] = 2  # the base's value
+    memos = [u._toposort for u in chain]
+    for i in range(len(chain)):
+        node = chain[i]
+        chain[i] = None  # type: ignore[call-overload]  # counted without the list's reference
+        memo_refs = sum(1 for memo in memos[:i] if memo is not None and node in memo)
+        if _holders(node) != owners[i] + memo_refs:
+            return None
+    if any(u is node for u in post_order((value.uop,))):
+        return None
+    return moves[-1][1]
 
 
 def _moves(top: UOp, bottom: UOp) -> tuple[Move, ...]:

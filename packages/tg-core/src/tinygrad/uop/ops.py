@@ -271,10 +271,17 @@ class UOp(metaclass=UOpMeta):
 
     # ---- graph walking ----
     def toposort(self) -> dict[UOp, None]:
-        """All nodes reachable from self, sources before users (cached on the node)."""
-        if self._toposort is None:
-            self._toposort = dict.fromkeys(post_order((self,)))
-        return self._toposort
+        """All nodes reachable from self, sources before users (a new dict; the walk is cached on the node)."""
+        below = self._toposort
+        if below is None:
+            below = dict.fromkeys(post_order((self,)))
+            # the memo leaves out the node itself: a node in its own memo would be a reference cycle, which lives
+            # (with the buffers under it) until the cyclic garbage collector runs, and makes reference counts lie
+            del below[self]
+            self._toposort = below
+        out = below.copy()
+        out[self] = None
+        return out
 
     def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
         cache: dict[UOp, UOp] = {}

@@ -146,7 +146,8 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 class KVCache:
     """Keys and values of past positions, (2, B, n_kv_heads, max_context, head_dim), one buffer realized once and
-    written in place: the jitted decode step reads and writes the same memory on every replay."""
+    written in place (each step's kernel stores only the new positions): the jitted decode step reads and writes the
+    same memory on every replay."""
 
     def __init__(self, batch: int, n_kv_heads: int, max_context: int, head_dim: int, dtype: DType = dtypes.float32,
                  device: str | None = None):
@@ -164,8 +165,10 @@ class KVCache:
         values of positions 0 .. start_pos+T-1."""
         T = k.shape[2]
         end = start_pos + T
-        # contiguous: the new rows are computed once, not once per cache position by the masked whole-cache write
-        self.kv[:, :, :, start_pos:end].assign(Tensor.stack(k, v).cast(self.kv.dtype).contiguous()).realize()
+        # a region of the realized cache that nothing else reads: the scheduler writes the new rows into its buffer
+        # in place (mixin/views.py); realizing the cache, not the view, which would copy the rows out again
+        self.kv[:, :, :, start_pos:end].assign(Tensor.stack(k, v).cast(self.kv.dtype).contiguous())
+        self.kv.realize()
         return self.kv[0, :, :, 0:end], self.kv[1, :, :, 0:end]
 
 
@@ -556,7 +559,9 @@ def _install(model: Any, weights: Mapping[str, Tensor], source: str) -> None:
     for name, t in weights.items():
         old = targets[name]
         new = t if t.device == old.device else t.to(old.device)
-        new = (new.cast(old.dtype) if new.dtype != old.dtype else new).contiguous().realize()
+        # realized as it is: a loaded tensor is already a buffer of its own, and a contiguous copy of it would leave
+        # the loaded buffer's memory behind (the allocator keeps freed memory for reuse), doubling what loading holds
+        new = (new.cast(old.dtype) if new.dtype != old.dtype else new).realize()
         _set_path(model, name, new)
 
 
