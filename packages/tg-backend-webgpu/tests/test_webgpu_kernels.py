@@ -264,3 +264,13 @@ def test_tensors_move_between_devices_and_gradients_come_back(webgpu_device) -> 
     (x.to("CPU") * Tensor(w_np, device="CPU")).sum().backward()
     assert x.grad is not None and x.grad.device == "WEBGPU"
     np.testing.assert_array_equal((x.grad + x.detach()).numpy(), w_np + x_np)
+
+
+def test_debug_7_says_why_there_is_no_assembly(Tensor, capsys):  # type: ignore[no-untyped-def]
+    from tinygrad import Context
+
+    with Context(DEBUG=7):
+        # a constant no other test uses: a kernel compiled here, so its runner is made (and prints) now
+        (Tensor([1.0, 2.0], device="WEBGPU") * 1234.5678).realize()
+    err = capsys.readouterr().err
+    assert "no assembly: WEBGPU's compiler (WGSLCompiler) gives none" in err and "naga" in err

@@ -83,6 +83,8 @@ class WGSLCompiler(Compiler):
     save work on, the device translates WGSL again whenever a pipeline is made."""
 
     cache_key = ""
+    no_assembly_reason = ("wgpu-native translates WGSL to SPIR-V with naga inside the driver layer and hands "
+                          "neither the SPIR-V nor the driver's machine code to Python; the WGSL above is the program")
 
     def __init__(self, device: Any, adapter_name: str):
         self.device, self.adapter_name = device, adapter_name

@@ -56,6 +56,9 @@ class Compiler:
     def compile(self, src: str) -> bytes:
         raise NotImplementedError
 
+    #: why `disassemble` gives nothing, for DEBUG>=7 to say (a compiler that has no assembly to show sets it)
+    no_assembly_reason: str = ""
+
     def disassemble(self, lib: bytes, src: str) -> str | None:
         """The assembly of `lib`, which `compile(src)` made (DEBUG>=7 prints it); None: this device gives none.
         `src` is there for compilers that can only show assembly by building the source again."""
@@ -103,9 +106,10 @@ class CompiledRunner:
         self.program = device.runtime(spec.name, lib)
         if DEBUG >= 7:
             asm = device.compiler.disassemble(lib, spec.src)
+            reason = getattr(device.compiler, "no_assembly_reason", "")
             print(asm.rstrip("\n") if asm is not None else
-                  f"{spec.name}: no assembly: {device.name}'s compiler ({type(device.compiler).__name__}) gives none",
-                  file=sys.stderr)
+                  f"{spec.name}: no assembly: {device.name}'s compiler ({type(device.compiler).__name__}) gives none"
+                  + (f" ({reason})" if reason else ""), file=sys.stderr)
 
     def __call__(self, bufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
         args = [bufs[i].opaque for i in self.spec.param_indices]
