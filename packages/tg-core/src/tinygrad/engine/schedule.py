@@ -6,8 +6,12 @@ Rules (docs/architecture.md, section 2 "The schedule"):
   * a reduction fuses into its consumer only when each of its values is used once there: no EXPAND
     (broadcast) and no enclosing reduction between them, and one consumer kernel (also through elementwise
     and movement ops) - otherwise it would be recomputed for every output element or kernel that reads it,
-    so it becomes its own kernel. Other movement
-    ops (reshape, permute, pad, shrink, flip) only re-map indices and do not stop fusion.
+    so it becomes its own kernel, together with its epilogue (the elementwise ops, reshapes and permutes on its
+    value up to the broadcast: a convolution's bias and ReLU under the next convolution's windows). Other movement
+    ops (reshape, permute, pad, shrink, flip) only re-map indices and do not stop fusion;
+  * a reduction read along two paths one of which remaps indices, or through a PAD, and a costly elementwise
+    op (exp, log, sin, sqrt, reciprocal, division) read through an EXPAND, are realized too: fused, the kernel
+    would compute them again for every index map, padding element or broadcast element.
 
 Each kernel becomes an AST: `SINK(STORE(PARAM(0), value))`, where the value is the fused tensor-level
 subgraph with the kernel's input buffers replaced by `PARAM(i)` leaves. ASTs do not mention buffers,
@@ -28,7 +32,7 @@ from tinygrad.engine.schedule_cache import SCHEDULE_CACHE, Template, graph_key, 
 from tinygrad.engine.schedule_item import ScheduleItem, buffer_view
 from tinygrad.engine.split_reduce import reduce_identity_value, split_large_reductions, split_settings
 from tinygrad.helpers import VIZ
-from tinygrad.uop.ops import Ops, UOp, UOpMeta, post_order, sint, sym_prod, unbind
+from tinygrad.uop.ops import GroupOp, Ops, UOp, UOpMeta, post_order, sint, sym_prod, unbind
 
 
 class RealizedViews:
@@ -93,6 +97,10 @@ def _substitute_realized(roots: list[UOp], devices: list[str]) -> list[UOp]:
     return list(sink.substitute(mapping).src) if mapping else roots
 
 
+#: what a reduction's value passes through on its way to the node realized in its place (its epilogue)
+_EPILOGUE = GroupOp.Elementwise | {Ops.RESHAPE, Ops.PERMUTE}
+
+
 def _find_realize_points(sink: UOp, outputs: list[UOp]) -> set[UOp]:
     topo = list(sink.toposort())
     consumers: dict[UOp, int] = defaultdict(int)
@@ -105,19 +113,100 @@ def _find_realize_points(sink: UOp, outputs: list[UOp]) -> set[UOp]:
             points.add(node)
         if node.op is Ops.COPY and base_buffer(node.src[0]) is None:
             points.add(node.src[0])  # a transfer moves a realized, contiguous buffer
-    # inside[n]: n is read from its kernel's root through an EXPAND or a reduction, so it may be read many times
+    # cone[n]: the reductions n computes through elementwise ops, reshapes and permutes only (their epilogue)
+    cone: dict[UOp, tuple[UOp, ...]] = {}
+    for node in topo:
+        if node.op is Ops.REDUCE_AXIS:
+            cone[node] = (node,)
+        elif node.op in _EPILOGUE and node not in points:
+            cone[node] = tuple(dict.fromkeys(r for s in node.src for r in cone.get(s, ())))
+    # inside[n]: n is read from its kernel's root through an EXPAND or a reduction, so it may be read many times;
+    # expanded[n]: through an EXPAND, so that its consumer recomputes it for every element of the broadcast
     inside: dict[UOp, bool] = defaultdict(bool)
+    expanded: dict[UOp, bool] = defaultdict(bool)
     for node in reversed(topo):
         if node.op is Ops.SINK:
             continue
+        if node.op in GroupOp.Elementwise and node not in points and expanded[node] and cone.get(node) and \
+                not all(_folds_to_loads(r) for r in cone[node]):
+            # the epilogue of a reduction that a broadcast reads (a convolution's bias and ReLU under the next
+            # convolution's windows, a linear layer's or a LayerNorm's under the next matmul) is realized with its
+            # reduction, once, instead of recomputed in the consumer's inner loop. A kernel holds one reduction:
+            # the cone's others are realized on their own
+            points.add(node)
+            points.update(cone[node][1:])
         if node.op is Ops.REDUCE_AXIS and node not in points and (inside[node] or consumers[node] > 1):
             points.add(node)
         flag = node.op in (Ops.EXPAND, Ops.REDUCE_AXIS) or (node not in points and inside[node])
+        eflag = node.op is Ops.EXPAND or (node not in points and expanded[node])
         for s in node.src:
             inside[s] = inside[s] or flag
+            expanded[s] = expanded[s] or eflag
+    points |= _reductions_read_through_several_maps(topo, points)
+    _realize_costly_broadcasts(topo, points)
     while shared := _reductions_in_several_kernels(topo, points):
         points |= shared
     return points
+
+
+#: movement ops after which a value is read at other indices than its consumer's own
+_REMAPS = frozenset({Ops.SHRINK, Ops.PAD, Ops.FLIP, Ops.PERMUTE})
+#: elementwise ops that cost many times a load: recomputing one per element of a broadcast costs more than a buffer
+_COSTLY = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.FDIV})
+
+
+def _reductions_read_through_several_maps(topo: list[UOp], points: set[UOp]) -> set[UOp]:
+    """Reductions that their kernel would compute as plain dot products inside an elementwise loop, badly: read
+    along more than one path, one of them remapping indices (a rotary embedding reads a projection at i and at its
+    partner in the other half), so computed once per index map; or read through a PAD (`Tensor.cat`/`stack` of
+    matmul results), so looped over the padding too. Realized, each is one reduction kernel the optimiser tiles,
+    and the reads are loads. (Paths that read at the same index share one lowered reduction: left fused.)"""
+    paths: dict[UOp, int] = defaultdict(int)  # ways the node's kernel reaches it, counted up to 2
+    remapped: dict[UOp, bool] = defaultdict(bool)
+    padded: dict[UOp, bool] = defaultdict(bool)
+    for node in reversed(topo):  # consumers before their sources
+        if node.op is Ops.SINK:
+            continue
+        root = node in points
+        mine = 1 if root else paths[node]
+        remap = (not root and remapped[node]) or node.op in _REMAPS
+        pad = (not root and padded[node]) or node.op is Ops.PAD
+        for s in set(node.src):
+            paths[s] = min(2, paths[s] + mine)
+            remapped[s] = remapped[s] or remap
+            padded[s] = padded[s] or pad
+    return {u for u in topo if u.op is Ops.REDUCE_AXIS and u not in points and
+            ((paths[u] > 1 and remapped[u]) or padded[u]) and not _folds_to_loads(u)}
+
+
+def _folds_to_loads(reduction: UOp) -> bool:
+    """A reduction over an equality with an ARANGE (the one-hot form of integer-tensor indexing, gather and scatter):
+    the compiler folds it into direct loads (codegen/gather_fold.py), so fused it costs no loop."""
+    def is_arange(u: UOp) -> bool:
+        while u.op in GroupOp.Movement or u.op is Ops.CAST:
+            u = u.src[0]
+        return u.op is Ops.ARANGE
+
+    # the reduction's own elementwise body (through movement ops, not into other reductions)
+    body = post_order((reduction.src[0],), children=lambda u: u.src if u.op in _EPILOGUE or
+                      u.op in GroupOp.Movement else ())
+    return any(u.op is Ops.CMPEQ and any(is_arange(s) for s in u.src) for u in body)
+
+
+def _realize_costly_broadcasts(topo: list[UOp], points: set[UOp]) -> None:
+    """Make a point of each costly elementwise node (exp, log, sin, sqrt, reciprocal, division) that its kernel
+    reads through an EXPAND: fused, it would be recomputed for every element of the broadcast (the activation of an
+    MLP feeding the next matmul: once per output column). The one nearest the kernel's root is taken; what it
+    reads then sits in its own kernel, no longer broadcast."""
+    expanded: dict[UOp, bool] = defaultdict(bool)
+    for node in reversed(topo):  # consumers before their sources
+        if node.op is Ops.SINK:
+            continue
+        if node.op in _COSTLY and expanded[node] and node not in points:
+            points.add(node)
+        flag = node.op is Ops.EXPAND or (node not in points and expanded[node])
+        for s in node.src:
+            expanded[s] = expanded[s] or flag
 
 
 def _reductions_in_several_kernels(topo: list[UOp], points: set[UOp]) -> set[UOp]:
