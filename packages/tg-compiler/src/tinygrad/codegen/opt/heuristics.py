@@ -140,8 +140,9 @@ def _tile_axes(state: OptState, globals_: list[UOp], simd_amounts: tuple[int, ..
     """(the SIMD axis, the reuse axis) as Opt axis numbers, among axes whose size one of the amounts divides.
 
     The SIMD axis is contiguous (stride 1) in the most accesses. The reuse axis is the one along which the
-    SIMD axis's vector loads do not move (b in a matmul, the image in a convolution), so that each vector load
-    serves a whole row of the tile; then the one along which the most accesses do not move. Ties go inner."""
+    accesses that move along the SIMD axis do not move (b in a matmul, the image in a convolution), so that each
+    vector load serves a whole row of the tile; then the one along which the most accesses do not move. Ties go
+    inner."""
     axes = state.axes
     strides = {g: access_strides(state, g) for g in globals_}
     counted = _accesses_in_the_loop(state)
@@ -162,7 +163,11 @@ def _tile_axes(state: OptState, globals_: list[UOp], simd_amounts: tuple[int, ..
                key=lambda g: (contiguous(g), g.arg.axis), default=None)
 
     def reuse_score(g: UOp) -> tuple[int, int, int]:
-        vector_reuse = sum(1 for s, v in zip(strides[g], strides[simd]) if s == 0 and v == 1) if simd is not None else 0
+        # the accesses that move along the SIMD axis, at any stride: a strided convolution's input moves by 2 there
+        # (its lanes are gathered, not loaded as one vector), and still wants the output channels as the reuse axis,
+        # along which it stays put, rather than an output row, along which only the weights do
+        vector_reuse = sum(1 for s, v in zip(strides[g], strides[simd]) if s == 0 and v not in (0, None)) \
+            if simd is not None else 0
         return vector_reuse, sum(1 for s in strides[g] if s == 0), g.arg.axis
 
     reuse = max((g for g in globals_ if g is not simd and any(s == 0 for s in strides[g]) and
@@ -248,6 +253,10 @@ def _grow_tile(state: OptState, renderer: Renderer, max_tile: int, outer_id: int
     window_strides = [set(col) - {0, None}
                       for col in zip(*(access_strides(state, r) for r in state.ranges(AxisKind.REDUCE)))]
 
+    # the axes that some access's gate depends on: a padded convolution's output rows and columns, where the edge
+    # rows read zeros instead of memory
+    gated = {r for u in _accesses(state) if len(u.src) > 2 for r in u.src[2].toposort() if r.op is Ops.RANGE}
+
     best: tuple[tuple[bool, int, bool, int], int, UOp] | None = None
     for g in globals_:
         n = _const(g) or 1
@@ -262,7 +271,9 @@ def _grow_tile(state: OptState, renderer: Renderer, max_tile: int, outer_id: int
         # a short axis whole (the 5 rows of a 5x5 kernel) where it fits, else by a divisor
         amounts = ((n,) if n <= max(CPU_REUSE) else ()) + CPU_REUSE
         amt = next((c for c in amounts if n % c == 0 and c <= n and tile * c <= max_tile), None)
-        if amt is None:
+        if amt is None or (g in gated and amt < n):
+            # a gated axis only whole: cut into parts, each copy of the tile tests its rows' gates at run time and
+            # the padded convolutions of a small ResNet ran several times slower (CHANGELOG)
             continue
         # first an axis along which the loads slide over the same rows: output rows of a small convolution, whose
         # rows of input the kernel rows share (faster than tiles grown along the batch on the MNIST example's 8x8
@@ -272,6 +283,12 @@ def _grow_tile(state: OptState, renderer: Renderer, max_tile: int, outer_id: int
         rank = (slides, reused, amt == n, amt)
         if best is None or rank > best[0]:
             best = (rank, amt, g)
+    if (best is None or not (best[0][0] or best[0][2])) and first is not None and (_const(first) or 1) % 2 == 0 \
+            and tile * 2 <= max_tile:
+        # no sliding axis, and none short enough to take whole: twice the rows of the reuse axis (16 output channels
+        # instead of 8), whose loads are the vector loads the tile already makes, rather than a new axis that adds
+        # loads of its own (faster on the padded and strided convolutions of a small ResNet, CHANGELOG)
+        return _try(state, Opt(OptOps.UPCAST, state.axes.index(first), 2), renderer)
     if best is None:
         return state
     return _try(state, Opt(OptOps.UPCAST, state.axes.index(best[2]), best[1]), renderer)

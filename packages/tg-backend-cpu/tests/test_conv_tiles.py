@@ -1,0 +1,47 @@
+"""The register tiles the CPU heuristics choose for convolutions whose input is a realized buffer: a strided one
+tiles output channels (not output rows) against its gathered input lanes, and a padded one does not cut its
+output rows into parts (each part would test the padding gates of its rows at run time). Results stay exact."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tg_backend_cpu.renderer import CPURenderer
+from tinygrad import Tensor
+from tinygrad.codegen import get_program
+
+
+def _conv_opts(cin: int, cout: int, size: int, stride: int) -> list[str]:
+    x = Tensor.randn(32, cin, size, size).realize()
+    w = Tensor.randn(cout, cin, 3, 3).realize()
+    ast = x.conv2d(w, padding=1, stride=stride).schedule()[-1].ast
+    return [str(o) for o in get_program(ast, CPURenderer()).applied_opts]
+
+
+def test_a_strided_convolution_tiles_output_channels() -> None:
+    # axes: batch, output channels, output rows, output columns; the columns are the SIMD axis
+    opts = _conv_opts(16, 32, 16, 2)
+    assert opts[0] == "UPCAST(3,8)"
+    assert all(not o.startswith("UPCAST(2,") for o in opts), opts  # no tile along output rows
+    assert opts[1] == "UPCAST(1,8)"
+
+
+def test_a_padded_convolution_takes_its_rows_whole_or_not_at_all() -> None:
+    assert all(not o.startswith("UPCAST(2,") for o in _conv_opts(32, 32, 8, 1))  # 8 rows: not cut into 2 parts of 4
+    assert "UPCAST(2,4)" in _conv_opts(64, 64, 4, 1)  # 4 rows: whole
+
+
+@pytest.mark.parametrize("size, stride", [(8, 1), (16, 2), (4, 1)])
+def test_the_convolutions_compute_the_same(size: int, stride: int) -> None:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 16, size, size)).astype(np.float32)
+    w = rng.standard_normal((32, 16, 3, 3)).astype(np.float32)
+    got = Tensor(x).conv2d(Tensor(w), padding=1, stride=stride).numpy()
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    o = (size + 2 - 3) // stride + 1
+    want = np.zeros((4, 32, o, o), np.float32)
+    for i in range(3):
+        for j in range(3):
+            win = xp[:, :, i:i + stride * (o - 1) + 1:stride, j:j + stride * (o - 1) + 1:stride]
+            want += np.einsum("bchw,kc->bkhw", win, w[:, :, i, j])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
