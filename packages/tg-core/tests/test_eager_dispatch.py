@@ -151,3 +151,17 @@ def test_broadcast_large_through_expand():
     assert _hits_after_learning(lambda: Tensor.arange(6).reshape(2, 3).contiguous().realize() * 2) == 2
     x = Tensor.arange(6).reshape(2, 3).contiguous().realize()
     assert (x * 2).tolist() == [[0, 2, 4], [6, 8, 10]]
+
+
+def test_the_caches_keep_no_buffer_alive():
+    import gc
+    import weakref
+
+    x = Tensor([1.0, 2.0, 3.0]).realize()
+    memory = weakref.ref(x._buffer())
+    (x.flip(0) + 1).realize()  # a source that is neither a buffer nor constants: not keyed, and not remembered
+    for _ in range(3):
+        (x + 1).realize()
+    del x
+    gc.collect()
+    assert memory() is None

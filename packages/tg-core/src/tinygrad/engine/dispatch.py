@@ -48,7 +48,7 @@ class _Entry:
     inputs: tuple[int, ...]  # per kernel input (PARAM 1..): which of the root's source buffers it reads
 
 
-_constant_graphs: dict[UOp, bool] = {}  # node -> whether it is a subgraph of constants only (weakly: see below)
+_constant_graphs: dict[UOp, bool] = {}  # subgraphs of constants only, seen before
 _entries: dict[tuple, _Entry] = {}
 
 
@@ -66,11 +66,12 @@ def _is_constant_graph(node: UOp) -> bool:
         foreign.append(u)
         return ()
     post_order((node,), children=children)
-    ok = not foreign
+    if foreign:
+        return False  # not remembered: the entry would keep the node, and the buffers under it, alive
     if len(_constant_graphs) >= MAX_ENTRIES:
         _constant_graphs.clear()
-    _constant_graphs[node] = ok  # keeps the node alive while it is cached: constants are small and the cache bounded
-    return ok
+    _constant_graphs[node] = True  # keeps the node alive while it is cached: constants are small, the cache bounded
+    return True
 
 
 def eager_key(root: UOp, device: str) -> tuple[tuple, list[Buffer]] | None:
