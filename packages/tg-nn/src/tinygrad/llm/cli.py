@@ -137,12 +137,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"tinygrad.llm: cannot listen on {args.host}:{args.port}: {e}; choose another --port",
               file=sys.stderr)
         return 2
-    if not is_loopback(args.host):
-        print(f"tinygrad.llm: listening on {args.host}, reachable from other machines, without authentication",
-              file=sys.stderr)
-    print(f"tinygrad.llm: serving {engine.name} at {server.url} (chat page; the API is at {server.url}v1); "
-          f"Ctrl-C stops", file=sys.stderr, flush=True)
-    server.wait()
+    try:  # from here on Ctrl-C stops the server, also when it comes before wait() has started
+        if not is_loopback(args.host):
+            print(f"tinygrad.llm: listening on {args.host}, reachable from other machines, without authentication",
+                  file=sys.stderr)
+        print(f"tinygrad.llm: serving {engine.name} at {server.url} (chat page; the API is at {server.url}v1); "
+              f"Ctrl-C stops", file=sys.stderr, flush=True)
+        server.wait()
+    except KeyboardInterrupt:
+        print("tinygrad.llm: stopped", file=sys.stderr)
+        server.stop()
     return 0
 
 
