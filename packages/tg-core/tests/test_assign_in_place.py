@@ -140,3 +140,17 @@ def test_large_region_through_expand_stays_small_in_memory():
     t.realize()
     assert GlobalCounters.kernel_count == 1 and GlobalCounters.global_mem <= 1024 * 4
     assert t[4095].sum().item() == 2048.0 and t[0:4095].sum().item() == 0.0
+
+
+def test_repeated_eager_writes_through_the_schedule_cache():
+    # the second write's graph equals the first's: the schedule cache must not replay it into fresh memory (the
+    # base is by then another name for the first buffer's memory)
+    t = Tensor.zeros(6, 2).contiguous().realize()
+    memory = _storage(t)
+    pos = Variable("row", 0, 5)
+    for i in range(6):
+        p = pos.bind(i)  # one graph for every step, as a decode loop's
+        t[p:p + 1].assign(Tensor.full((1, 2), float(i + 1)).contiguous())
+        t.realize()
+        assert _storage(t) is memory
+    assert t.numpy()[:, 0].tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]

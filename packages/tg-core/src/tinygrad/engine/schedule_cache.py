@@ -83,6 +83,8 @@ class Template:
                out_views: list[UOp]) -> Template | None:
         position = {node: i for i, node in enumerate(topo)}
         input_of = {id(b): i for i, b in enumerate(inputs)}
+        # the memory the inputs own (an input may itself be another name for memory: an earlier in-place write's)
+        input_storage = {id(b.storage) for b in inputs}
         new_of: dict[int, int] = {}
         new: list[_NewBuffer] = []
         slot_of: dict[int, int] = {}
@@ -93,7 +95,7 @@ class Template:
                 return -1 - input_of[id(b)]
             if id(b) not in new_of:
                 slot = None
-                if b.base is not None and id(b.base) in input_of:
+                if b.base is not None and id(b.base) in input_storage:
                     raise _NotCached  # an in-place write into an input's memory: its buffer is not made here
                 if b.base is not None:
                     if id(b.base) not in slot_of:
