@@ -144,6 +144,30 @@ def test_max_chain_does_not_grow_exponentially() -> None:
     assert len(get_program(ast, R).src) < 12 * 400
 
 
+def store_ast(value: UOp, n: int = 4) -> UOp:
+    return UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (UOp(Ops.PARAM, value.dtype, (), (0, n)), value)),))
+
+
+def test_loads_are_not_inlined_into_an_arm_of_a_where() -> None:
+    # C evaluates one arm of `c ? a : b`: a load there must be guarded by a branch (relu's backward was scalar code
+    # mispredicting on every element); read before the select, it becomes a branch-free blend
+    x, g = (UOp(Ops.PARAM, dtypes.float32, (), (i, 4)) for i in (1, 2))
+    src = get_program(store_ast(x.lt(0.0).where(0.0, g * 2.0 + x)), R).src
+    body = [line.strip() for line in src.splitlines() if "?" in line and "data0[" in line]
+    assert body and not any("data2[" in line or "data1[" in line.split("?", 1)[1] for line in body), src
+    # the condition itself may read memory inline: only the arms are evaluated lazily
+    cond_only = get_program(store_ast(x.lt(0.0).where(0.0, 1.0)), R).src
+    assert any("data1[" in line and "?" in line for line in cond_only.splitlines()), cond_only
+
+
+def test_float_max_renders_without_short_circuit_operators() -> None:
+    # `||` and `&&` may compile to branches; NaN propagation and +0.0 over -0.0 need only `|` and `&`
+    a, b = (UOp(Ops.PARAM, dtypes.float32, (), (i, 4)) for i in (1, 2))
+    src = get_program(store_ast(a.maximum(b)), R).src
+    kernel = src[src.index("void "):]
+    assert "signbit" in kernel and "||" not in kernel and "&&" not in kernel, kernel
+
+
 def test_kernel_names_say_what_they_do() -> None:
     x = UOp(Ops.PARAM, dtypes.float32, (), (1, 12)).reshape((3, 4))
     out = UOp(Ops.PARAM, dtypes.float32, (), (0, 3)).reshape((3, 1))

@@ -380,7 +380,8 @@ class CStyleRenderer(Renderer):
     def render_max(self, a: str, b: str, d: DType) -> str:
         # NaN wins; on a tie +0.0 beats -0.0 whatever the order (the reference's IEEE maximum)
         if d.is_float:
-            return f"((({a})>({b})||({a})!=({a})||(({a})==({b})&&!signbit({a})))?({a}):({b}))"
+            # `|` and `&`, not `||` and `&&`: no short-circuit, so the compiler selects instead of branching
+            return f"(((({a})>({b}))|(({a})!=({a}))|((({a})==({b}))&!signbit({a})))?({a}):({b}))"
         return f"((({a})>({b}))?({a}):({b}))"
 
     def render_divmod(self, op: Ops, a: str, b: str, d: DType, divisor: UOp) -> str:
@@ -431,11 +432,23 @@ class CStyleRenderer(Renderer):
     def render(self, name: str, program: list[UOp]) -> str:
         depth_of, users = loop_depths_and_users(program)
 
+        # inlined expressions that read memory: C evaluates only the taken arm of `c ? a : b`, so a load inside an
+        # arm is a load the compiler must guard by a branch (it cannot prove the address valid either way); such
+        # expressions get a variable before the WHERE, which then becomes a branch-free select
+        reads_memory: set[UOp] = set()
+
         def inlinable(u: UOp) -> bool:
             us = users[u]
-            return (u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST, Ops.LOAD)) and len(us) == 1 \
-                and depth_of[us[0]] == depth_of[u] and us[0].op is not Ops.DEFINE_ACC \
-                and not self.repeats_operands(us[0]) and len(pending[u]) <= MAX_INLINE_CHARS
+            if not ((u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST, Ops.LOAD)) and len(us) == 1
+                    and depth_of[us[0]] == depth_of[u] and us[0].op is not Ops.DEFINE_ACC
+                    and not self.repeats_operands(us[0]) and len(pending[u]) <= MAX_INLINE_CHARS):
+                return False
+            loads = u.op is Ops.LOAD or any(s in reads_memory for s in u.src)
+            if loads and us[0].op is Ops.WHERE and u is not us[0].src[0]:
+                return False
+            if loads:
+                reads_memory.add(u)
+            return True
 
         names: dict[UOp, str] = {}
         body: list[str] = []
