@@ -245,3 +245,22 @@ def test_without_a_c_compiler_kernels_still_use_every_thread(tmp_path: Path) -> 
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["ok", "3", "True"]
+
+
+def test_neighbouring_loads_of_an_upcast_are_vectorised() -> None:
+    # a convolution whose result is divided elementwise (MNIST's backward has one): the upcast's lanes read
+    # buf[a], buf[a+1], ... and only 64-bit address arithmetic lets LLVM's SLP vectoriser see them as neighbours
+    import re
+
+    from tg_backend_cpu.llvm_compiler import LLVMCompiler
+    from tg_backend_cpu.llvm_renderer import LLVMRenderer
+    from tinygrad import Tensor
+
+    x, w = Tensor.empty(8, 64, 12, 12, device="CPU"), Tensor.empty(64, 32, 3, 3, device="CPU")
+    out = x.conv2d(w.flip((2, 3)).transpose(0, 1)) / Tensor.empty(8, 32, 10, 10, device="CPU")
+    (item,) = [si for si in out.schedule() if si.ast.op is Ops.SINK]
+    prog = get_program(item.ast, LLVMRenderer())
+    optimized = str(LLVMCompiler()._optimized(prog.src))
+    vector_math = [line for line in optimized.splitlines()
+                   if re.search(r"\b(fmul|fadd|fdiv|llvm\.fma\.v\d+f32)\b.*<\d+ x float>", line)]
+    assert len(vector_math) >= 8, f"{prog.name} stayed scalar:\n{optimized[:4000]}"

@@ -263,6 +263,10 @@ class _Kernel:
         # int32 index arithmetic is marked nsw: the C path computes it in 64 bits for the same reason (a compiler
         # that must allow wrapping cannot see that buf[x] and buf[x+1] are neighbours, and does not vectorise)
         self.no_wrap = address_math(program)
+        # and its adds and multiplies are computed in 64 bits, as the C path's `long long`: with 32-bit ones the
+        # address is sext(a + k), which LLVM's SLP vectoriser does not see as sext(a) + k, and neighbouring loads of
+        # an upcast stay scalar
+        self.wide = {u for u in self.no_wrap if u.op in (Ops.ADD, Ops.SUB, Ops.MUL)}
         self.loops: list[tuple[str, str, str, str, str]] = []
 
     # ---- emitting ----
@@ -291,7 +295,17 @@ class _Kernel:
         """The value of `u` at this point of the program (an accumulator's current value)."""
         if u.op is Ops.DEFINE_ACC:
             return self.ins(f"load {value_type(u.dtype)}, ptr {self.ref[u]}")
+        if u in self.wide:  # 64-bit address arithmetic, also read as the int32 it is (a gate's comparison)
+            return self.ins(f"trunc i64 {self.ref[u]} to i32")
         return self.ref[u]
+
+    def val64(self, u: UOp) -> str:
+        """An int32 operand of 64-bit address arithmetic, sign-extended."""
+        if u in self.wide:
+            return self.ref[u]
+        if u.op is Ops.CONST:
+            return literal(u.arg, dtypes.int64)
+        return self.ins(f"sext i32 {self.val(u)} to i64")
 
     # ---- the walk ----
     def render(self) -> str:
@@ -315,8 +329,10 @@ class _Kernel:
                 self.close_loop()
             elif op is Ops.INDEX:
                 gated = len(u.src) > 2
+                offset = f"i64 {self.ref[u.src[1]]}" if u.src[1] in self.wide else \
+                    f"{value_type(u.src[1].dtype)} {self.val(u.src[1])}"
                 self.ref[u] = self.ins(f"getelementptr {'' if gated else 'inbounds '}{memory_type(u.dtype)}, "
-                                       f"ptr {self.ref[u.src[0]]}, {value_type(u.src[1].dtype)} {self.val(u.src[1])}")
+                                       f"ptr {self.ref[u.src[0]]}, {offset}")
             elif op is Ops.LOAD:
                 self.ref[u] = self.load(u)
             elif op is Ops.STORE:
@@ -475,6 +491,9 @@ class _Kernel:
 
     def alu(self, u: UOp) -> str:
         op, d = u.op, u.dtype
+        if u in self.wide:
+            a, b = (self.val64(s) for s in u.src)
+            return self.ins(f"{ {Ops.ADD: 'add', Ops.SUB: 'sub', Ops.MUL: 'mul'}[op]} nsw i64 {a}, {b}")
         srcs = [self.val(s) for s in u.src]
         if op is Ops.WHERE:
             return self.ins(f"select i1 {srcs[0]}, {value_type(d)} {srcs[1]}, {value_type(d)} {srcs[2]}")
