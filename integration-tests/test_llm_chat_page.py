@@ -22,7 +22,6 @@ import queue
 import re
 import select
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from browser_support import find_chromium, stop_server
 
 # checked before Chromium starts: without them there is no model to serve
 transformers = pytest.importorskip("transformers", reason="the tiny model is made with transformers")
@@ -52,13 +52,6 @@ TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|> {{ m['con
 
 
 BASH = shutil.which("bash") or "/bin/bash"
-
-
-def find_chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
-        if (path := shutil.which(name)) is not None:
-            return path
-    return None
 
 
 def _above(fd: int, low: int) -> int:
@@ -202,16 +195,6 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 Served = tuple[str, "subprocess.Popen[str]", list[str]]  # the server's URL, its process, its stderr lines
-
-
-def stop_server(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends: the server stops itself
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture(scope="module")

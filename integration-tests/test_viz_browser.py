@@ -13,7 +13,6 @@ import html
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,17 +22,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from browser_support import find_chromium, stop_server
 
 PROGRAM = "from tinygrad import Tensor\n(Tensor.rand(64, 64) @ Tensor.rand(64, 64)).realize()\n"
 BROWSER_TIMEOUT = 120
 PNG = b"\x89PNG\r\n\x1a\n"
-
-
-def find_chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
-        if (path := shutil.which(name)) is not None:
-            return path
-    return None
 
 
 def free_port() -> int:
@@ -123,19 +116,9 @@ def serve(trace_file: Path) -> tuple[str, subprocess.Popen[str]]:
     try:
         wait_until_served(url, proc)
     except BaseException:
-        stop(proc)
+        stop_server(proc, drain_pipes=True)
         raise
     return url, proc
-
-
-def stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends: the server stops itself
-        try:
-            proc.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +127,7 @@ def served(trace_file: Path):
     try:
         yield url, proc
     finally:
-        stop(proc)
+        stop_server(proc, drain_pipes=True)
 
 
 def screenshot_dirs(tmp_path: Path) -> list[Path]:
@@ -201,7 +184,7 @@ def test_ctrl_c_stops_the_server(trace_file: Path) -> None:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=20)
     finally:
-        stop(proc)  # only acts if it is still running: killed, so no server outlives the test
+        stop_server(proc, drain_pipes=True)  # only acts if it is still running: killed, so no server outlives the test
     assert proc.returncode == 0 and "VIZ: stopped" in err
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(url, timeout=5)

@@ -14,7 +14,6 @@ Whether kernels compute the right values is checked only on an AMD GPU (`--tg-de
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +24,7 @@ pytest.importorskip("tg_backend_amd", reason="tg-backend-amd is not installed")
 
 from tg_backend_amd.compiler import check_code_object
 from tinygrad.conformance import expressions, standin
-from tinygrad.conformance.compile_only import compile_only_backends, run_pytest
+from tinygrad.conformance.compile_only import check_tables_compile, compile_only_backends
 from tinygrad.device import Device
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -72,30 +71,15 @@ def test_an_unknown_target_is_a_usage_error_that_lists_the_valid_ones(amd_tools:
 
 # ---- the kit and the op table in compile-only mode, in a subprocess (minutes each) ----
 
-def _require_tables() -> None:
-    if os.environ.get(TABLES_ENV) != "1":
-        pytest.skip(f"compiling every kernel of the conformance kit or the op table takes minutes: set {TABLES_ENV}=1 "
-                    f"(nox -s backend_amd runs the kit directly)")
-
-
-def _check(code: int, output: str, report: dict, at_least: int) -> None:
-    compiled = report.get("compile_only", {})
-    print(output.splitlines()[-1] if output.strip() else "(no output)", compiled.get("kernels_compiled"))
-    assert compiled.get("kernels_compiled", 0) >= at_least, output[-3000:]
-    assert not compiled.get("failures"), output[-6000:]
-    assert code == 0, output[-3000:]
-
-
 @pytest.mark.parametrize("target", TARGETS)
 def test_conformance_kit_kernels_compile(amd_tools: None, tmp_path: Path, target: str) -> None:
-    _require_tables()
-    _check(*run_pytest(["--pyargs", "tinygrad.conformance"], "AMD", target, str(tmp_path / "kit.json"), cwd=str(ROOT),
-                       env={"TINYGRAD_CACHE_DIR": str(tmp_path / "cache")}), at_least=500)
+    check_tables_compile(["--pyargs", "tinygrad.conformance"], "AMD", target, str(tmp_path / "kit.json"), at_least=500,
+                         opt_in=TABLES_ENV, session="backend_amd", cwd=str(ROOT),
+                         env={"TINYGRAD_CACHE_DIR": str(tmp_path / "cache")})
 
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_op_table_kernels_compile(amd_tools: None, tmp_path: Path, target: str) -> None:
-    _require_tables()
-    _check(*run_pytest([str(ROOT / "packages/tg-core/tests/test_ops.py")], "AMD", target, str(tmp_path / "ops.json"),
-                       cwd=str(ROOT), env={"DEV": "AMD", "TINYGRAD_CACHE_DIR": str(tmp_path / "cache")}),
-           at_least=200)
+    check_tables_compile([str(ROOT / "packages/tg-core/tests/test_ops.py")], "AMD", target, str(tmp_path / "ops.json"),
+                         at_least=200, opt_in=TABLES_ENV, session="backend_amd", cwd=str(ROOT),
+                         env={"DEV": "AMD", "TINYGRAD_CACHE_DIR": str(tmp_path / "cache")})

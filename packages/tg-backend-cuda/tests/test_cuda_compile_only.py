@@ -13,7 +13,6 @@ the op table out (-k). Whether kernels compute the right values is checked only 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +25,7 @@ from tg_backend_cuda.compiler import CUDACompiler
 from tg_backend_cuda.renderer import CUDARenderer
 from tinygrad.codegen.compiled import CompileError
 from tinygrad.conformance import expressions, standin
-from tinygrad.conformance.compile_only import CompileOnlyBackend, compile_only_backends, run_pytest
+from tinygrad.conformance.compile_only import CompileOnlyBackend, check_tables_compile, compile_only_backends
 from tinygrad.device import Device
 from tinygrad.uop.ops import UOp
 
@@ -110,30 +109,15 @@ def test_a_backend_without_compile_only_support_is_a_usage_error() -> None:
 
 # ---- the kit and the op table in compile-only mode, in a subprocess (minutes each) ----
 
-def _require_tables() -> None:
-    if os.environ.get(TABLES_ENV) != "1":
-        pytest.skip(f"compiling every kernel of the conformance kit or the op table takes minutes: set {TABLES_ENV}=1 "
-                    f"(nox -s backend_cuda runs the kit directly)")
-
-
-def _check(code: int, output: str, report: dict, at_least: int) -> None:
-    compiled = report.get("compile_only", {})
-    print(output.splitlines()[-1] if output.strip() else "(no output)", compiled.get("kernels_compiled"))
-    assert compiled.get("kernels_compiled", 0) >= at_least, output[-3000:]
-    assert not compiled.get("failures"), output[-6000:]
-    assert code == 0, output[-3000:]
-
-
 @pytest.mark.parametrize("target", TARGETS)
 def test_conformance_kit_kernels_compile(nvrtc: None, tmp_path: Path, target: str) -> None:
-    _require_tables()
-    _check(*run_pytest(["--pyargs", "tinygrad.conformance"], "CUDA", target, str(tmp_path / "kit.json"), cwd=str(ROOT),
-                       env={"TINYGRAD_CACHE_DIR": str(tmp_path / "cache")}), at_least=500)
+    check_tables_compile(["--pyargs", "tinygrad.conformance"], "CUDA", target, str(tmp_path / "kit.json"), at_least=500,
+                         opt_in=TABLES_ENV, session="backend_cuda", cwd=str(ROOT),
+                         env={"TINYGRAD_CACHE_DIR": str(tmp_path / "cache")})
 
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_op_table_kernels_compile(nvrtc: None, tmp_path: Path, target: str) -> None:
-    _require_tables()
-    _check(*run_pytest([str(ROOT / "packages/tg-core/tests/test_ops.py")], "CUDA", target,
-                       str(tmp_path / "ops.json"), cwd=str(ROOT),
-                       env={"DEV": "CUDA", "TINYGRAD_CACHE_DIR": str(tmp_path / "cache")}), at_least=200)
+    check_tables_compile([str(ROOT / "packages/tg-core/tests/test_ops.py")], "CUDA", target, str(tmp_path / "ops.json"),
+                         at_least=200, opt_in=TABLES_ENV, session="backend_cuda", cwd=str(ROOT),
+                         env={"DEV": "CUDA", "TINYGRAD_CACHE_DIR": str(tmp_path / "cache")})

@@ -191,5 +191,23 @@ def run_pytest(args: Sequence[str], device: str, target: str, report: str, cwd: 
     return proc.returncode, proc.stdout + proc.stderr, data
 
 
-__all__ = ["CompileOnlyBackend", "CompileOnlyHooks", "compile_only_backends", "describe_missing", "hookspec",
-           "register_plugin", "run_pytest", "unregister_plugin", "valid_targets"]
+def check_tables_compile(args: Sequence[str], device: str, target: str, report: str, *, at_least: int,
+                         opt_in: str, session: str, cwd: str | None = None, env: dict[str, str] | None = None) -> None:
+    """A backend's test that every kernel of `args` (the kit, or the op table) compiles for `target`: skipped
+    unless $`opt_in` is 1 (it compiles for minutes; nox `session` runs the kit directly), else `run_pytest` and an
+    assertion with the output's tail when fewer than `at_least` kernels compiled, any failed or pytest failed."""
+    import pytest
+
+    if os.environ.get(opt_in) != "1":
+        pytest.skip(f"compiling every kernel of the conformance kit or the op table takes minutes: set {opt_in}=1 "
+                    f"(nox -s {session} runs the kit directly)")
+    code, output, data = run_pytest(args, device, target, report, cwd=cwd, env=env)
+    compiled = data.get("compile_only", {})
+    print(output.splitlines()[-1] if output.strip() else "(no output)", compiled.get("kernels_compiled"))
+    assert compiled.get("kernels_compiled", 0) >= at_least, output[-3000:]
+    assert not compiled.get("failures"), output[-6000:]
+    assert code == 0, output[-3000:]
+
+
+__all__ = ["CompileOnlyBackend", "CompileOnlyHooks", "check_tables_compile", "compile_only_backends",
+           "describe_missing", "hookspec", "register_plugin", "run_pytest", "unregister_plugin", "valid_targets"]
