@@ -45,3 +45,21 @@ def test_the_convolutions_compute_the_same(size: int, stride: int) -> None:
             win = xp[:, :, i:i + stride * (o - 1) + 1:stride, j:j + stride * (o - 1) + 1:stride]
             want += np.einsum("bchw,kc->bkhw", win, w[:, :, i, j])
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+def test_a_first_layers_weight_gradient_vectorises_its_output_channels() -> None:
+    # one input channel (grey images, the MNIST example's first layer): g is read from a copy with its 32 channels
+    # innermost, and those (not the 5 kernel columns along which the image is contiguous) are the SIMD axis (axes:
+    # batch chunks, output channels, kernel rows, kernel columns); the gradient equals PyTorch's
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(1)
+    x, w = rng.standard_normal((8, 1, 28, 28)).astype(np.float32), rng.standard_normal((32, 1, 5, 5)).astype(np.float32)
+    g = rng.standard_normal((8, 32, 24, 24)).astype(np.float32)
+    wt = Tensor(w, requires_grad=True)
+    (grad,) = (Tensor(x).conv2d(wt) * Tensor(g)).sum().gradient(wt)
+    programs = [get_program(si.ast, CPURenderer()) for si in grad.schedule()]
+    opts = [str(o) for o in max(programs, key=lambda p: p.estimated_ops).applied_opts]
+    assert opts[0] == "UPCAST(1,32)", opts
+    tw = torch.tensor(w, requires_grad=True)
+    (torch.nn.functional.conv2d(torch.tensor(x), tw) * torch.tensor(g)).sum().backward()
+    np.testing.assert_allclose(grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-3)

@@ -281,7 +281,8 @@ def test_cpu_heuristics_ignore_loads_outside_the_reduce_loop_when_choosing_the_s
     from tinygrad.codegen.opt.heuristics import _accesses_in_the_loop, access_strides
     # a convolution's input with the previous layer's bias fused in: the bias is contiguous along the input
     # channels but loaded once per output, outside the reduction, so it must not make them the SIMD direction
-    # (4 channels: with 8 or more the weight gradient reads a channels-last copy, where the bias is computed)
+    # (4 channels: with 8 or more the weight gradient reads a channels-last copy of the input, where the bias is
+    # computed; with fewer, a channels-last copy of g, whose 64 output channels are the SIMD direction)
     raw, bias = Tensor.empty(8, 4, 8, 8), Tensor.empty(4)
     w = Tensor.empty(64, 4, 3, 3, requires_grad=True)
     out = (raw + bias.reshape(1, 4, 1, 1)).relu().conv2d(w)
@@ -294,8 +295,8 @@ def test_cpu_heuristics_ignore_loads_outside_the_reduce_loop_when_choosing_the_s
     assert [(s, inside) for s, inside in zip(along, in_loop) if s == 1] == [(1, False)]
     assert in_loop.count(True) >= 3  # the store, the windows, g
     applied = optimize(lower_kernel(_heaviest_kernel(grad_w)), CStyleRenderer()).applied  # type: ignore[arg-type]
-    # the SIMD direction (the first UPCAST) is the kernel's columns, not the input channels (axis 1)
-    assert applied[0] == Opt(OptOps.UPCAST, 3, 3) and state.axes.index(channels) == 1
+    # the SIMD direction (the first UPCAST) is the output channels (axis 0), not the input channels (axis 1)
+    assert applied[0] == Opt(OptOps.UPCAST, 0, 32) and state.axes.index(channels) == 1
 
 
 def test_cpu_heuristics_unroll_a_short_reduce_row_whole_for_few_outputs() -> None:

@@ -542,6 +542,10 @@ def _define_conv_gradient(out: Tensor, xp: Tensor, w: Tensor) -> None:
             # input with the channels innermost makes cin that direction, and the kernel a register-tiled
             # matmul of g's broadcasts times vectors of channels
             source, gw = _channels_last(xp), _channels_last(g)
+        elif knobs.channels_last_min and cout >= knobs.channels_last_min:
+            # few input channels (a first layer over grey or RGB images): the output channels are that direction,
+            # from a copy of g with its channels innermost, and the taps the register tile's other axis
+            source, gw = xp, _channels_last(g)
         else:
             source, gw = xp, g
         # the batch is split before the windows are cut, where it is a plain outer dimension of both operands

@@ -159,8 +159,16 @@ def _tile_axes(state: OptState, globals_: list[UOp], simd_amounts: tuple[int, ..
     def simd_fits(g: UOp) -> bool:
         return simd_amount(_const(g) or 1) is not None if simd_amount is not None else fits(g, simd_amounts)
 
+    def fills_vectors(g: UOp) -> bool:
+        # lanes for at least half of a register of the smallest SIMD amount: a weight gradient's 5 kernel columns,
+        # along which the image is contiguous, lose to its output channels, along which the gradient is (a copy with
+        # channels innermost, for a first layer of few input channels)
+        n = _const(g) or 1
+        amount = simd_amount(n) if simd_amount is not None else _largest_divisor(n, simd_amounts)
+        return amount is not None and amount >= min(simd_amounts)
+
     simd = max((g for g in globals_ if sum(contiguous(g)) > 0 and simd_fits(g)),
-               key=lambda g: (contiguous(g), g.arg.axis), default=None)
+               key=lambda g: (contiguous(g)[0], fills_vectors(g), contiguous(g)[1], g.arg.axis), default=None)
 
     def reuse_score(g: UOp) -> tuple[int, int, int]:
         # the accesses that move along the SIMD axis, at any stride: a strided convolution's input moves by 2 there
