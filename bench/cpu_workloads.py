@@ -9,6 +9,7 @@ shows up as an error instead of a number.
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -310,4 +311,10 @@ def info(framework: str) -> dict[str, Any]:
                 found["threads"] = thread_count()
             except ImportError:  # a CPU backend without a thread pool runs kernels on one thread
                 found["threads"] = 1
+            try:  # which path compiles the kernels: the figures differ between them
+                from tg_backend_cpu import compiler as cc
+                found["compiler"] = "llvm (llvmlite)" if cc.uses_llvm() else \
+                    os.path.basename(cc.find_c_compiler()[0] or "none")
+            except (ImportError, AttributeError):
+                pass
     return found
