@@ -50,3 +50,24 @@ def test_results_are_right_in_reused_memory() -> None:
         a, b = rng.standard_normal(70000).astype(np.float32), rng.standard_normal(70000).astype(np.float32)
         np.testing.assert_allclose((Tensor(a, device="CPU") * Tensor(b, device="CPU") + 1).numpy(), a * b + 1,
                                    rtol=1e-5, atol=1e-6)
+
+
+def test_big_buffers_are_mappings_aligned_for_huge_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a buffer from HUGE_PAGE_MIN on is its own mapping, cut at a 2 MiB boundary (a huge page can back it); smaller
+    # ones come from numpy, cache-line aligned. Both hold data, reuse and free like any other
+    monkeypatch.setattr(cpu_device, "HUGE_PAGE_MIN", 1 << 20)
+    allocator = cpu_device.HostAllocator()
+    n = (1 << 20) + 12345  # not a multiple of any page size
+    big = allocator.alloc(n)
+    assert big[0].nbytes == n and (big[1] % cpu_device.HUGE_PAGE == 0 or not hasattr(cpu_device.mmap, "MADV_HUGEPAGE"))
+    assert allocator.alloc(4096)[1] % cpu_device.ALIGN == 0
+    data = np.random.default_rng(0).integers(0, 256, n, dtype=np.uint8)
+    allocator.copyin(big, memoryview(data))
+    out = bytearray(n)
+    allocator.copyout(memoryview(out), big)
+    assert bytes(out) == data.tobytes()
+    allocator.free(big, n)
+    assert allocator.alloc(n)[1] == big[1]
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal(300_000).astype(np.float32)  # 1.2 MB: above the lowered limit
+    np.testing.assert_allclose((Tensor(a, device="CPU") * 2 + 1).numpy(), a * 2 + 1, rtol=1e-6)
