@@ -264,3 +264,107 @@ def test_neighbouring_loads_of_an_upcast_are_vectorised() -> None:
     vector_math = [line for line in optimized.splitlines()
                    if re.search(r"\b(fmul|fadd|fdiv|llvm\.fma\.v\d+f32)\b.*<\d+ x float>", line)]
     assert len(vector_math) >= 8, f"{prog.name} stayed scalar:\n{optimized[:4000]}"
+
+
+def _some_ir(n: int = 3) -> list[str]:
+    """The LLVM IR of `n` different small kernels."""
+    from tg_backend_cpu.llvm_renderer import LLVMRenderer
+
+    srcs = []
+    for i in range(n):
+        p = param(1, 100, F32)
+        sink = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (param(0, 100, F32), p * float(i + 2) + 1.0)),))
+        srcs.append(get_program(sink, LLVMRenderer()).src)
+    return srcs
+
+
+@pytest.fixture
+def batch_compiler(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    from tg_backend_cpu import llvm_compiler
+
+    if llvm_compiler.COMPILE_WORKERS < 2:
+        pytest.skip("one core: a batch compiles in process, without worker processes")
+    monkeypatch.delenv("LLVM_COMPILE_PROCESSES", raising=False)
+    compiler = llvm_compiler.LLVMCompiler()
+    compiler.expect_batch(llvm_compiler.WORKERS_MIN_BATCH)
+    yield compiler
+    if compiler._workers is not None:
+        compiler._workers.close()
+
+
+def test_a_batch_compiles_in_worker_processes_to_the_same_objects(batch_compiler) -> None:  # type: ignore[no-untyped-def]
+    from tg_backend_cpu.llvm_compiler import LLVMCompiler
+
+    assert "worker processes" in batch_compiler.workers_note and batch_compiler._workers is not None
+    in_process = LLVMCompiler()
+    for src in _some_ir():
+        assert batch_compiler.compile(src) == in_process.compile(src)
+    assert batch_compiler._workers.alive >= 2
+
+
+def test_a_workers_compile_error_names_the_problem(batch_compiler) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(CompileError, match="LLVM rejected a kernel's IR"):
+        batch_compiler.compile("define void @broken( {")
+    assert batch_compiler._workers.alive >= 2  # a bad kernel does not cost a worker
+
+
+def test_kernels_of_dead_workers_compile_in_this_process(batch_compiler) -> None:  # type: ignore[no-untyped-def]
+    from tg_backend_cpu.llvm_compiler import LLVMCompiler
+
+    for worker in batch_compiler._workers._all:
+        worker.proc.kill()
+        worker.proc.wait()
+    src = _some_ir(1)[0]
+    assert batch_compiler.compile(src) == LLVMCompiler().compile(src)
+    assert "compiling in process" in batch_compiler.workers_note
+
+
+def test_workers_that_cannot_start_leave_compiling_to_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tg_backend_cpu import llvm_compiler, llvm_workers
+
+    def no_processes(*args: object, **kwargs: object) -> None:
+        raise OSError("process limit reached")
+
+    monkeypatch.setattr(llvm_workers.subprocess, "Popen", no_processes)
+    monkeypatch.setattr(llvm_compiler, "COMPILE_WORKERS", 2)
+    compiler = llvm_compiler.LLVMCompiler()
+    compiler.expect_batch(100)
+    assert compiler._workers is None and "process limit reached" in compiler.workers_note
+    assert compiler.compile(_some_ir(1)[0])[:4] == b"\x7fELF"
+
+
+def test_a_training_step_compiled_by_workers_computes_the_same(tmp_path: Path) -> None:
+    # a training step (two convolutions, a linear layer, SGD: dozens of kernels in one precompiled batch) on the LLVM
+    # path with a cold cache, against PyTorch; the batch went to worker processes where there are two cores
+    pytest.importorskip("torch")
+    from tg_backend_cpu import llvm_compiler
+
+    script = textwrap.dedent("""
+        import numpy as np, torch
+        from tinygrad import Device, Tensor
+        from tinygrad.nn.optim import SGD
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((8, 3, 12, 12)).astype(np.float32)
+        arrays = [rng.standard_normal(s).astype(np.float32) for s in ((6, 3, 3, 3), (4, 6, 3, 3), (5, 64))]
+        params = [Tensor(a, requires_grad=True) for a in arrays]
+        h = Tensor(x).conv2d(params[0]).relu().conv2d(params[1]).relu().max_pool2d().flatten(1)
+        loss = (h @ params[2].T).log_softmax(1).mean()
+        Tensor.training = True
+        opt = SGD(params, lr=0.1)
+        opt.zero_grad()
+        loss.backward()
+        loss.realize(*opt.schedule_step())
+        F = torch.nn.functional
+        tp = [torch.tensor(a, requires_grad=True) for a in arrays]
+        th = F.max_pool2d(F.conv2d(F.conv2d(torch.tensor(x), tp[0]).relu(), tp[1]).relu(), 2).flatten(1)
+        (th @ tp[2].T).log_softmax(1).mean().backward()
+        for p, t in zip(params, tp):
+            np.testing.assert_allclose(p.numpy(), (t - 0.1 * t.grad).detach().numpy(), rtol=1e-4, atol=1e-5)
+        print(Device["CPU"].compiler.workers_note)
+    """)
+    env = {**os.environ, "DEV": "CPU", "CPU_COMPILER": "llvm", "TINYGRAD_CACHE_DIR": str(tmp_path)}
+    env.pop("LLVM_COMPILE_PROCESSES", None)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    if llvm_compiler.COMPILE_WORKERS >= 2:
+        assert "worker processes" in proc.stdout, proc.stdout

@@ -8,10 +8,13 @@ objects, and loaded by llvm_loader.py.
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from types import ModuleType
 
-from tinygrad.codegen.compiled import CompileError, Compiler
+from tinygrad.codegen.compiled import COMPILE_WORKERS, CompileError, Compiler
+
+from tg_backend_cpu.llvm_workers import OK, CompileWorkers, WorkerDied
 
 #: the llvmlite release this backend is written and tested against (the `llvm` extra pins it)
 LLVMLITE_VERSION = "0.50.0"
@@ -51,14 +54,22 @@ def host_target_machine(llvm: ModuleType):  # type: ignore[no-untyped-def]
                                         opt=2, reloc="default", codemodel="jitdefault", jit=True)
 
 
+#: kernels in a batch from which `expect_batch` starts worker processes (their start costs a fraction of a second)
+WORKERS_MIN_BATCH = 16
+
+
 class LLVMCompiler(Compiler):
-    # in-process and holding the GIL: compiles run one at a time (the lock guards LLVM's global context)
-    parallel = False
+    # in process, compiles run one at a time (llvmlite locks every call into LLVM); the kernels of a batch compile
+    # in worker processes (llvm_workers.py), as many as there are cores, while this process renders the next ones
+    parallel = True
 
     def __init__(self) -> None:
         self.llvm = llvm = llvmlite_binding()
         self.target_machine = host_target_machine(llvm)
         self._lock = threading.Lock()
+        self._workers: CompileWorkers | None = None
+        #: why there are no workers (for tests and DEBUG): a start that failed, or none wanted
+        self.workers_note = "no batch yet"
         self.cache_key = (f"cpu-llvm|{llvm_description()}|{llvm.get_process_triple()}|{llvm.get_host_cpu_name()}|"
                           f"{llvm.get_host_cpu_features().flatten()}|O2")
 
@@ -79,7 +90,26 @@ class LLVMCompiler(Compiler):
         builder.getModulePassManager().run(module, builder)
         return module
 
+    def expect_batch(self, kernels: int) -> None:
+        workers = min(kernels, COMPILE_WORKERS, int(os.environ.get("LLVM_COMPILE_PROCESSES", COMPILE_WORKERS)))
+        if self._workers is not None or kernels < WORKERS_MIN_BATCH or workers < 2:
+            return
+        try:
+            self._workers = CompileWorkers(workers)
+            self.workers_note = f"{workers} worker processes"
+        except OSError as e:  # no fork or exec here (a sandbox, a process limit): compile in process
+            self.workers_note = f"worker processes could not start ({e}); compiling in process"
+
     def compile(self, src: str) -> bytes:
+        if self._workers is not None:
+            try:
+                status, payload = self._workers.compile(src)
+            except WorkerDied as e:
+                self.workers_note = f"{e}; compiling in process"
+            else:
+                if status != OK:
+                    raise CompileError(payload.decode(errors="replace"))
+                return payload
         with self._lock:
             return bytes(self.target_machine.emit_object(self._optimized(src)))
 

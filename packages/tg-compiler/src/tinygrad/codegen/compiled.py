@@ -56,6 +56,11 @@ class Compiler:
     def compile(self, src: str) -> bytes:
         raise NotImplementedError
 
+    def expect_batch(self, kernels: int) -> None:
+        """`Compiled.precompile` is about to compile `kernels` kernels concurrently (a parallel compiler only): a
+        compiler that compiles in process can start helpers here (the CPU backend's LLVM path starts worker
+        processes). Optional; the default does nothing."""
+
     #: why `disassemble` gives nothing, for DEBUG>=7 to say (a compiler that has no assembly to show sets it)
     no_assembly_reason: str = ""
 
@@ -176,6 +181,7 @@ class Compiled:
         workers = min(len(todo), COMPILE_WORKERS)
         if not self.compiler.parallel or workers < 2:
             return
+        self.compiler.expect_batch(len(todo))
         with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="tg-compile") as pool:
             builds = [pool.submit(job) for job in self.background_builds()]
             pending = []

@@ -1,0 +1,135 @@
+"""Worker processes for the LLVM path: a batch of kernels (a training step's first schedule) compiles on every core.
+
+llvmlite guards every call into LLVM with one process-wide lock, so threads compile one kernel at a time. For a
+batch, `Compiled.precompile` asks the compiler to expect it (`LLVMCompiler.expect_batch`), which starts these
+workers: `python -m tg_backend_cpu.llvm_workers`, each a loop that reads LLVM IR on stdin and writes the object
+file (or LLVM's complaint) on stdout, compiled by the same `LLVMCompiler` code as in process. They are plain
+subprocesses rather than `multiprocessing` ones, which would import the user's main module again in each worker.
+A worker that cannot start or dies leaves the kernel to the in-process compiler; the workers exit when this
+process closes their stdin (at exit) or dies.
+
+Messages: a request is an 8-byte little-endian length and the IR as UTF-8; a reply is one status byte (0: the
+object follows, 1: a compile error's message follows) and an 8-byte length and the payload.
+"""
+
+from __future__ import annotations
+
+import atexit
+import queue
+import struct
+import subprocess
+import sys
+import threading
+from typing import IO
+
+OK, ERROR = 0, 1
+_LENGTH = struct.Struct("<Q")
+
+
+def _write(stream: IO[bytes], payload: bytes, status: int | None = None) -> None:
+    head = (bytes([status]) if status is not None else b"") + _LENGTH.pack(len(payload))
+    stream.write(head + payload)
+    stream.flush()
+
+
+def _read_exact(stream: IO[bytes], n: int) -> bytes:
+    data = stream.read(n)
+    if data is None or len(data) != n:
+        raise EOFError("the other side closed the pipe")
+    return data
+
+
+class WorkerDied(RuntimeError):
+    """A worker process ended or broke the protocol: the caller compiles the kernel in process."""
+
+
+class _Worker:
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "tg_backend_cpu.llvm_workers"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+
+    def compile(self, src: str) -> tuple[int, bytes]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            _write(self.proc.stdin, src.encode())
+            status = _read_exact(self.proc.stdout, 1)[0]
+            (size,) = _LENGTH.unpack(_read_exact(self.proc.stdout, _LENGTH.size))
+            return status, _read_exact(self.proc.stdout, size)
+        except (OSError, EOFError, ValueError) as e:
+            raise WorkerDied(f"LLVM compile worker {self.proc.pid} stopped: {e}") from e
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class CompileWorkers:
+    """`count` worker processes; `compile(src)` takes an idle one (waiting for one if all are busy)."""
+
+    def __init__(self, count: int):
+        self._idle: queue.Queue[_Worker] = queue.Queue()
+        self._all = [_Worker() for _ in range(count)]
+        for w in self._all:
+            self._idle.put(w)
+        self.alive = count
+        self._lock = threading.Lock()
+        atexit.register(self.close)
+
+    def compile(self, src: str) -> tuple[int, bytes]:
+        """(OK, object bytes) or (ERROR, LLVM's message); raises WorkerDied when no worker is left or the one
+        taken dies (it is not given back)."""
+        while True:
+            with self._lock:
+                if self.alive == 0:
+                    raise WorkerDied("no LLVM compile worker is running")
+            try:
+                worker = self._idle.get(timeout=0.5)  # looked at again: the busy ones may all die meanwhile
+                break
+            except queue.Empty:
+                continue
+        try:
+            result = worker.compile(src)
+        except WorkerDied:
+            with self._lock:
+                self.alive -= 1
+            worker.close()
+            raise
+        self._idle.put(worker)
+        return result
+
+    def close(self) -> None:
+        for w in self._all:
+            w.close()
+        self._all = []
+
+
+def main() -> None:
+    """The worker loop: IR in, object file or error out, until stdin closes."""
+    from tinygrad.codegen.compiled import CompileError
+
+    from tg_backend_cpu.llvm_compiler import LLVMCompiler
+
+    compiler = LLVMCompiler()
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    while True:
+        try:
+            (size,) = _LENGTH.unpack(_read_exact(stdin, _LENGTH.size))
+            src = _read_exact(stdin, size).decode()
+        except EOFError:
+            return
+        try:
+            _write(stdout, compiler.compile(src), OK)
+        except CompileError as e:
+            _write(stdout, str(e).encode(), ERROR)
+
+
+if __name__ == "__main__":
+    main()
