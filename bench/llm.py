@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -99,26 +100,36 @@ def run_ours(directory: Path, prompt: list[int], new: int, runs: int) -> dict[st
     model = Llama.from_pretrained(directory, max_context=len(prompt) + new + 8)
     load_s = time.perf_counter() - t
     rss1, hwm = _status("VmRSS"), _status("VmHWM")
-    ids: list[int] = []
-    prefill, decode = [], []
-    warmup = 0.0
-    for i in range(runs + 1):  # the first run compiles and captures: timed apart
+
+    def generate() -> tuple[float, float, list[int]]:
         t0 = time.perf_counter()
         gen = model.generate(prompt, new + 1)
         first = next(gen)
         t1 = time.perf_counter()
         rest = list(gen)
-        t2 = time.perf_counter()
-        if i:
-            prefill.append(len(prompt) / (t1 - t0))
-            decode.append(new / (t2 - t1))
-        else:
-            warmup = t2 - t0
-        ids = [first, *rest]
+        return t1 - t0, time.perf_counter() - t1, [first, *rest]
+
     threads = os.environ.get("CPU_THREADS") or str(len(os.sched_getaffinity(0)))
-    return {"prefill": prefill, "decode": decode, "ids": ids, "load_s": load_s, "warmup_s": warmup,
-            "rss_before": rss0, "rss_after": rss1, "hwm": hwm, "rss_after_runs": _status("VmRSS"),
+    return {**_timed_runs(generate, runs, len(prompt), new), "load_s": load_s, "rss_before": rss0,
+            "rss_after": rss1, "hwm": hwm, "rss_after_runs": _status("VmRSS"),
             "info": f"DEV={Device.DEFAULT}, {threads} threads"}
+
+
+def _timed_runs(generate: Callable[[], tuple[float, float, list[int]]], runs: int, prompt_len: int,
+                new: int) -> dict[str, Any]:
+    """`runs` + 1 generations; `generate()` gives the seconds to the first token (the prefill), the seconds for
+    the `new` tokens after it, and the ids. The first run compiles, captures or warms up: timed apart."""
+    prefill: list[float] = []
+    decode: list[float] = []
+    warmup, ids = 0.0, []
+    for i in range(runs + 1):
+        first_s, rest_s, ids = generate()
+        if i:
+            prefill.append(prompt_len / first_s)
+            decode.append(new / rest_s)
+        else:
+            warmup = first_s + rest_s
+    return {"prefill": prefill, "decode": decode, "ids": ids, "warmup_s": warmup}
 
 
 def run_torch(directory: Path, prompt: list[int], new: int, runs: int) -> dict[str, Any]:
@@ -134,30 +145,24 @@ def run_torch(directory: Path, prompt: list[int], new: int, runs: int) -> dict[s
     load_s = time.perf_counter() - t
     rss1, hwm = _status("VmRSS"), _status("VmHWM")
     x = torch.tensor([prompt])
-    ids: list[int] = []
-    prefill, decode = [], []
-    warmup = 0.0
-    with torch.inference_mode():
-        for i in range(runs + 1):  # the first run warms up: timed apart
-            t0 = time.perf_counter()
-            out = model(x, use_cache=True, logits_to_keep=1)
+
+    def generate() -> tuple[float, float, list[int]]:
+        t0 = time.perf_counter()
+        out = model(x, use_cache=True, logits_to_keep=1)
+        nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+        t1 = time.perf_counter()
+        past, got = out.past_key_values, [int(nxt)]
+        for _ in range(new):
+            out = model(nxt, past_key_values=past, use_cache=True)
+            past = out.past_key_values
             nxt = out.logits[:, -1].argmax(-1, keepdim=True)
-            t1 = time.perf_counter()
-            past, got = out.past_key_values, [int(nxt)]
-            for _ in range(new):
-                out = model(nxt, past_key_values=past, use_cache=True)
-                past = out.past_key_values
-                nxt = out.logits[:, -1].argmax(-1, keepdim=True)
-                got.append(int(nxt))
-            t2 = time.perf_counter()
-            if i:
-                prefill.append(len(prompt) / (t1 - t0))
-                decode.append(new / (t2 - t1))
-            else:
-                warmup = t2 - t0
-            ids = got
-    return {"prefill": prefill, "decode": decode, "ids": ids, "load_s": load_s, "warmup_s": warmup,
-            "rss_before": rss0, "rss_after": rss1, "hwm": hwm, "rss_after_runs": _status("VmRSS"),
+            got.append(int(nxt))
+        return t1 - t0, time.perf_counter() - t1, got
+
+    with torch.inference_mode():
+        timed = _timed_runs(generate, runs, len(prompt), new)
+    return {**timed, "load_s": load_s, "rss_before": rss0, "rss_after": rss1, "hwm": hwm,
+            "rss_after_runs": _status("VmRSS"),
             "info": f"torch {torch.__version__}, transformers {transformers.__version__}, "
                     f"{torch.get_num_threads()} threads"}
 
