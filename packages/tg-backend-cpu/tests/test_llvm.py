@@ -368,3 +368,24 @@ def test_a_training_step_compiled_by_workers_computes_the_same(tmp_path: Path) -
     assert proc.returncode == 0, proc.stdout + proc.stderr
     if llvm_compiler.COMPILE_WORKERS >= 2:
         assert "worker processes" in proc.stdout, proc.stdout
+
+
+def test_a_worker_that_answers_garbage_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a reply with a status that is not one (as if something printed to the worker's stdout) costs the worker,
+    # not the kernel: it compiles in this process
+    from tg_backend_cpu import llvm_compiler, llvm_workers
+
+    garbage = "import sys; sys.stdin.buffer.read(9); sys.stdout.buffer.write(bytes([7]) + bytes(8)); sys.stdout.flush()"
+
+    def start(self: llvm_workers._Worker) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", garbage], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    monkeypatch.setattr(llvm_workers._Worker, "__init__", start)
+    monkeypatch.setattr(llvm_compiler, "COMPILE_WORKERS", 2)
+    compiler = llvm_compiler.LLVMCompiler()
+    compiler.expect_batch(100)
+    assert compiler._workers is not None
+    src = _some_ir(1)[0]
+    assert compiler.compile(src) == llvm_compiler.LLVMCompiler().compile(src)
+    assert "not one" in compiler.workers_note and compiler._workers.alive == 1
+    compiler._workers.close()

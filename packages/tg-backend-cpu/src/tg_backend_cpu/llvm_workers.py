@@ -15,6 +15,7 @@ object follows, 1: a compile error's message follows) and an 8-byte length and t
 from __future__ import annotations
 
 import atexit
+import os
 import queue
 import struct
 import subprocess
@@ -24,6 +25,8 @@ from typing import IO
 
 OK, ERROR = 0, 1
 _LENGTH = struct.Struct("<Q")
+#: no object file or message is this big: a reply that says so is garbage (the worker is dropped)
+MAX_REPLY = 1 << 31
 
 
 def _write(stream: IO[bytes], payload: bytes, status: int | None = None) -> None:
@@ -54,6 +57,8 @@ class _Worker:
             _write(self.proc.stdin, src.encode())
             status = _read_exact(self.proc.stdout, 1)[0]
             (size,) = _LENGTH.unpack(_read_exact(self.proc.stdout, _LENGTH.size))
+            if status not in (OK, ERROR) or size > MAX_REPLY:
+                raise ValueError(f"a reply that is not one (status {status}, {size} bytes)")
             return status, _read_exact(self.proc.stdout, size)
         except (OSError, EOFError, ValueError) as e:
             raise WorkerDied(f"LLVM compile worker {self.proc.pid} stopped: {e}") from e
@@ -113,12 +118,15 @@ class CompileWorkers:
 
 def main() -> None:
     """The worker loop: IR in, object file or error out, until stdin closes."""
+    # replies go to the original stdout; anything else printed (an import's warning) goes to stderr instead
+    stdout = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     from tinygrad.codegen.compiled import CompileError
 
     from tg_backend_cpu.llvm_compiler import LLVMCompiler
 
     compiler = LLVMCompiler()
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    stdin = sys.stdin.buffer
     while True:
         try:
             (size,) = _LENGTH.unpack(_read_exact(stdin, _LENGTH.size))
