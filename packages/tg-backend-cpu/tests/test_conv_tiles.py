@@ -63,3 +63,17 @@ def test_a_first_layers_weight_gradient_vectorises_its_output_channels() -> None
     tw = torch.tensor(w, requires_grad=True)
     (torch.nn.functional.conv2d(torch.tensor(x), tw) * torch.tensor(g)).sum().backward()
     np.testing.assert_allclose(grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+
+def test_a_batch_of_one_tiles_its_output_channels() -> None:
+    # one image: the 16 output channels are the outermost loop, and still the reuse axis (8 rows, two iterations
+    # left for the threads), so each vector of the input row serves 8 channels (a small ResNet at batch 1)
+    x = Tensor.randn(1, 16, 16, 16).realize()
+    w = Tensor.randn(16, 16, 3, 3).realize()
+    ast = x.conv2d(w, padding=1).schedule()[-1].ast
+    opts = [str(o) for o in get_program(ast, CPURenderer()).applied_opts]
+    assert "UPCAST(0,8)" in opts, opts
+    got = x.conv2d(w, padding=1).numpy()
+    torch = pytest.importorskip("torch")
+    want = torch.nn.functional.conv2d(torch.tensor(x.numpy()), torch.tensor(w.numpy()), padding=1).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)

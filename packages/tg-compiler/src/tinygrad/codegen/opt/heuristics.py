@@ -219,7 +219,9 @@ def _cpu_opts(state: OptState, renderer: Renderer, globals_: list[UOp], reduces:
         if (ax := _axis_index(state, reuse_id)) is not None:
             r = state.axes[ax]
             n = _const(r) or 1
-            amt = _largest_divisor(n, CPU_REUSE) if r is not globals_[0] or n >= 32 else None
+            # as the outermost axis (a batch of one: the output channels), it keeps two iterations or more: without a
+            # reuse axis, each load of a small convolution served one multiply-add
+            amt = _largest_divisor(n, CPU_REUSE) if r is not globals_[0] or n >= 2 * max(CPU_REUSE) else None
             if amt is not None:
                 state = _try(state, Opt(OptOps.UPCAST, ax, amt), renderer)
         # grow a small tile along more reuse axes while one fits; not for little work, where the bigger unrolled body
