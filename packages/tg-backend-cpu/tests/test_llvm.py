@@ -389,3 +389,16 @@ def test_a_worker_that_answers_garbage_is_dropped(monkeypatch: pytest.MonkeyPatc
     assert compiler.compile(src) == llvm_compiler.LLVMCompiler().compile(src)
     assert "not one" in compiler.workers_note and compiler._workers.alive == 1
     compiler._workers.close()
+
+
+def test_the_process_count_knob(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tg_backend_cpu import llvm_compiler
+
+    monkeypatch.setattr(llvm_compiler, "COMPILE_WORKERS", 2)
+    monkeypatch.setenv("LLVM_COMPILE_PROCESSES", "0")
+    compiler = llvm_compiler.LLVMCompiler()
+    compiler.expect_batch(100)
+    assert compiler._workers is None  # compiling in this process, as asked
+    monkeypatch.setenv("LLVM_COMPILE_PROCESSES", "two")
+    with pytest.raises(ValueError, match="LLVM_COMPILE_PROCESSES='two' is not a number"):
+        compiler.expect_batch(100)

@@ -58,6 +58,18 @@ def host_target_machine(llvm: ModuleType):  # type: ignore[no-untyped-def]
 WORKERS_MIN_BATCH = 16
 
 
+def _process_limit() -> int:
+    """$LLVM_COMPILE_PROCESSES: at most this many worker processes (0 or 1: compile in this process)."""
+    text = os.environ.get("LLVM_COMPILE_PROCESSES", "").strip()
+    if not text:
+        return COMPILE_WORKERS
+    try:
+        return max(0, int(text))
+    except ValueError:
+        raise ValueError(f"LLVM_COMPILE_PROCESSES={text!r} is not a number: set it to how many compile processes "
+                         f"to use (0 compiles in this process), or unset it to use one per core") from None
+
+
 class LLVMCompiler(Compiler):
     # in process, compiles run one at a time (llvmlite locks every call into LLVM); the kernels of a batch compile
     # in worker processes (llvm_workers.py), as many as there are cores, while this process renders the next ones
@@ -91,7 +103,7 @@ class LLVMCompiler(Compiler):
         return module
 
     def expect_batch(self, kernels: int) -> None:
-        workers = min(kernels, COMPILE_WORKERS, int(os.environ.get("LLVM_COMPILE_PROCESSES", COMPILE_WORKERS)))
+        workers = min(kernels, COMPILE_WORKERS, _process_limit())
         if self._workers is not None or kernels < WORKERS_MIN_BATCH or workers < 2:
             return
         try:
