@@ -83,3 +83,32 @@ def test_op_table_kernels_compile(amd_tools: None, tmp_path: Path, target: str) 
     check_tables_compile([str(ROOT / "packages/tg-core/tests/test_ops.py")], "AMD", target, str(tmp_path / "ops.json"),
                          at_least=200, opt_in=TABLES_ENV, session="backend_amd", cwd=str(ROOT),
                          env={"DEV": "AMD", "TINYGRAD_CACHE_DIR": str(tmp_path / "cache")})
+
+
+# ---- tensor cores: the TC opt's kernels compiled for each target (whether they compute right: on a GPU, and on
+# an emulation of the same layouts in tg-backend-opencl's test_tensor_core_emulation.py) ----
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_tensor_core_kernels_compile(amd_tools: None, target: str, dtype: str) -> None:
+    """Matmuls and a convolution of float16/bfloat16 get the TC opt from the heuristics: RDNA3's WMMA in a
+    wave32 work-group, CDNA3's MFMA in a wave64 one, and the assembly has the instruction."""
+    from tg_backend_amd.compiler import AMDCompiler
+    from tg_backend_amd.renderer import AMDRenderer
+    from tinygrad import Tensor, dtypes
+    from tinygrad.codegen import get_program
+
+    d = getattr(dtypes, dtype)
+    renderer, compiler = AMDRenderer(target), AMDCompiler(target)
+    suffix = "f16" if d == dtypes.float16 else "bf16"
+    wave, instruction = (32, f"v_wmma_f32_16x16x16_{suffix}") if target == "gfx1100" else \
+        (64, f"v_mfma_f32_16x16x16_{suffix}")
+    outs = [Tensor.empty(128, 64, dtype=d).dot(Tensor.empty(64, 96, dtype=d), dtype=dtypes.float32),
+            Tensor.empty(64, 32, dtype=d) @ Tensor.empty(32, 48, dtype=d),
+            Tensor.empty(2, 32, 18, 18, dtype=d).conv2d(Tensor.empty(16, 32, 3, 3, dtype=d), dtype=dtypes.float32)]
+    for out in outs:
+        (si,) = out.schedule()
+        spec = get_program(si.ast, renderer)
+        assert spec.applied_opts[0].startswith("TC(") and spec.local_size is not None and spec.local_size[0] == wave
+        assert instruction in compiler.assembly(spec.src), spec.src
+        check_code_object(compiler.compile(spec.src), target)

@@ -14,7 +14,7 @@ from tg_backend_cuda.renderer import CUDARenderer
 from tinygrad import Tensor
 from tinygrad.codegen import ProgramSpec, get_program
 from tinygrad.codegen.compiled import CompileError
-from tinygrad.dtype import dtypes
+from tinygrad.dtype import DType, dtypes
 
 R = CUDARenderer("sm_90")
 
@@ -156,3 +156,44 @@ def test_architectures_are_parsed_and_checked(nvrtc_tools: str) -> None:
         parse_arch("hopper")
     with pytest.raises(CompileError, match="cannot compile for sm_11"):
         CUDACompiler("sm_11")
+
+
+# ---- tensor cores: the TC opt's kernels through NVRTC and ptxas (whether they compute right: on a GPU, and on an
+# emulation of the same layouts in tg-backend-opencl's test_tensor_core_emulation.py) ----
+
+def _tc_kernels(dtype: DType) -> list[Tensor]:
+    a, b = Tensor.empty(128, 64, dtype=dtype), Tensor.empty(64, 96, dtype=dtype)
+    x, w = Tensor.empty(2, 32, 18, 18, dtype=dtype), Tensor.empty(16, 32, 3, 3, dtype=dtype)
+    return [a.dot(b, dtype=dtypes.float32), a @ b, (Tensor.empty(4, 32, 48, dtype=dtype) @
+                                                  Tensor.empty(4, 48, 16, dtype=dtype)).relu(),
+            x.conv2d(w, dtype=dtypes.float32)]
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16], ids=["f16", "bf16"])
+def test_tensor_core_kernels_assemble(nvrtc_tools: str, arch: str, dtype: DType) -> None:
+    """Matmuls, a batched one with an epilogue and a convolution of float16/bfloat16 get the TC opt from the
+    heuristics on sm_80 and newer; their PTX has the mma instruction and assembles, and NVRTC builds the cubin."""
+    from tg_backend_cuda.compiler import CUDACompiler
+    from tg_backend_cuda.nvrtc import assemble_ptx
+
+    renderer = CUDARenderer(arch)
+    ptx_type = "f16" if dtype == dtypes.float16 else "bf16"
+    for out in _tc_kernels(dtype):
+        (si,) = out.schedule()
+        spec = get_program(si.ast, renderer)
+        assert spec.applied_opts[0] == f"TC(0,{0 if dtype == dtypes.float16 else 1})", spec.applied_opts
+        assert spec.local_size is not None and spec.local_size[0] == 32  # a warp's lanes are launch dimension 0
+        ptx = CUDACompiler(arch).compile(spec.src).decode()
+        assert f"mma.sync.aligned.m16n8k16.row.col.f32.{ptx_type}.{ptx_type}.f32" in ptx
+        ok, msg = assemble_ptx(ptx.encode(), arch, nvrtc_tools)
+        assert ok, msg
+        CUDACompiler(arch, cubin=True).compile(spec.src)
+
+
+def test_no_tensor_cores_before_sm_80() -> None:
+    """mma.m16n8k16 is sm_80's: older targets list no tensor core, and their float16 matmuls are plain loops."""
+    renderer = CUDARenderer("sm_75")
+    assert renderer.tensor_cores == ()
+    (si,) = _tc_kernels(dtypes.float16)[0].schedule()
+    assert not any(o.startswith("TC") for o in get_program(si.ast, renderer).applied_opts)

@@ -13,12 +13,17 @@ device libraries (`-nogpuinc -nogpulib`). So the kernels spell out what hip_runt
 
 float16 is `_Float16`, native on gfx9 and gfx11, rounded back after every op by the base. bfloat16 and the 8-bit
 floats are emulated as in the C-style base, their helpers made device functions.
+
+Tensor cores: RDNA3 (gfx11) lists its wave32 WMMA and CDNA3 (gfx942) its wave64 MFMA, 16x16x16 for float16 and
+bfloat16 inputs with float32 accumulation (`tinygrad.renderer.tensor_core`), written as clang's amdgcn builtins on
+ext_vector_type operands (bfloat16 as its 16 bits in shorts).
 """
 
 from __future__ import annotations
 
 from tinygrad.dtype import DType, dtypes
 from tinygrad.renderer.cstyle import BF16_PRELUDE, FLOAT_BITS_PRELUDE, CStyleRenderer
+from tinygrad.renderer.tensor_core import TensorCore, cdna3_mfma, rdna3_wmma
 from tinygrad.uop.ops import Ops
 
 from tg_backend_amd.launch import BLOCK_MAX, MAX_THREADS_PER_BLOCK
@@ -43,6 +48,14 @@ _AXES = "xyz"
 #: float ops by their clang builtin (the f-suffixed form for float32 and narrower)
 _BUILTINS = {Ops.SQRT: "__builtin_sqrt", Ops.EXP2: "__builtin_exp2", Ops.LOG2: "__builtin_log2",
              Ops.SIN: "__builtin_sin", Ops.TRUNC: "__builtin_trunc", Ops.MOD: "__builtin_fmod"}
+
+
+def _tensor_cores(arch: str) -> tuple[TensorCore, ...]:
+    if arch.startswith("gfx11"):
+        return (rdna3_wmma(dtypes.float16), rdna3_wmma(dtypes.bfloat16))
+    if arch in ("gfx940", "gfx941", "gfx942", "gfx950"):
+        return (cdna3_mfma(dtypes.float16), cdna3_mfma(dtypes.bfloat16))
+    return ()
 
 
 class AMDRenderer(CStyleRenderer):
@@ -70,7 +83,29 @@ class AMDRenderer(CStyleRenderer):
                  max_work_group_size: int = MAX_THREADS_PER_BLOCK, local_mem_max: int = 64 * 1024):
         """64 KiB is the LDS a workgroup may allocate on gfx9 (CDNA) and gfx10/11 (RDNA)."""
         self.arch = arch
+        self.tensor_cores = _tensor_cores(arch)
         self.local_max, self.max_work_group_size, self.local_mem_max = local_max, max_work_group_size, local_mem_max
+
+    # ---- tensor cores ----
+    def render_wmma(self, tc: TensorCore, lane: str, a: list[str], b: list[str], out: list[str]) -> list[str]:
+        half = tc.dtype_in == dtypes.float16
+        elem, suffix = ("_Float16", "f16") if half else ("short", "bf16")
+        # bfloat16 values are floats here: their 16 bits, exact since they came from bfloat16
+        frag = (lambda x: f"(_Float16)({x})") if half else (lambda x: f"(short)tg_f32_to_bf16({x})")
+        na, nc = len(a), len(out)
+        if tc.threads == 32:  # RDNA3's WMMA
+            call = f"__builtin_amdgcn_wmma_f32_16x16x16_{suffix}_w32(tc_a, tc_b, tc_c)"
+        else:  # CDNA3's MFMA; the bfloat16 form taking four values is the `_1k` one; no broadcast or swizzle
+            call = f"__builtin_amdgcn_mfma_f32_16x16x16{suffix}{'' if half else '_1k'}(tc_a, tc_b, tc_c, 0, 0, 0)"
+        return ["{",
+                f"  typedef {elem} tg_frag __attribute__((ext_vector_type({na})));",
+                f"  typedef float tg_acc __attribute__((ext_vector_type({nc})));",
+                f"  tg_frag tc_a = {{{', '.join(map(frag, a))}}};",
+                f"  tg_frag tc_b = {{{', '.join(map(frag, b))}}};",
+                "  tg_acc tc_c = {};",
+                f"  tc_c = {call};",
+                *(f"  {o} = tc_c[{i}];" for i, o in enumerate(out)),
+                "}"]
 
     def math_fn(self, op: Ops, d: DType) -> str:
         base = _BUILTINS[op]

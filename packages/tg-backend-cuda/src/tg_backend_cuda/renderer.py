@@ -13,14 +13,17 @@ of the half types (`cuda_fp16.h`, `cuda_bf16.h`) are in neither of the wheels th
 * bfloat16 and the 8-bit floats are emulated as in the C-style base (bit patterns in memory, float arithmetic
   rounded back); on sm_80 and newer the bfloat16 rounding is PTX's `cvt.rn.bf16.f32`.
 
-Tensor cores (mma.sync for float16/bfloat16 matmuls) are not used: the compiler has no optimisation action that
-would give the renderer a matrix tile to render.
+Tensor cores: on sm_80 and newer the renderer lists `mma.sync.aligned.m16n8k16` for float16 and bfloat16 inputs with
+float32 accumulation (`tinygrad.renderer.tensor_core`), which the TC opt uses for matmul-shaped reductions; each
+lane packs its fragment values into the instruction's 32-bit registers (two 16-bit values each, the lower-numbered
+element in the low half) and the instruction is written as inline PTX.
 """
 
 from __future__ import annotations
 
 from tinygrad.dtype import DType, dtypes, is_emulated_float
 from tinygrad.renderer.cstyle import CStyleRenderer
+from tinygrad.renderer.tensor_core import TensorCore, mma_m16n8k16
 from tinygrad.uop.ops import GroupOp, Ops, UOp
 
 from tg_backend_cuda.launch import BLOCK_MAX, GRID_MAX, MAX_THREADS_PER_BLOCK, flat_grid
@@ -111,6 +114,30 @@ class CUDARenderer(CStyleRenderer):
         self.arch = f"sm_{self.cc}"
         self.local_max, self.max_work_group_size, self.local_mem_max = local_max, max_work_group_size, local_mem_max
         self.bf16_prelude = BF16_HELPERS_SM80 if self.cc >= 80 else BF16_HELPERS_PORTABLE
+        self.tensor_cores = (mma_m16n8k16(dtypes.float16), mma_m16n8k16(dtypes.bfloat16)) if self.cc >= 80 else ()
+
+    # ---- tensor cores ----
+    def render_wmma(self, tc: TensorCore, lane: str, a: list[str], b: list[str], out: list[str]) -> list[str]:
+        # the fragment values are floats here (half and bfloat16 are computed in float); their 16 bits are exact
+        to_bits, ptx_type = ("tg_f32_to_f16", "f16") if _is_half(tc.dtype_in) else ("tg_f32_to_bf16", "bf16")
+
+        def pack(values: list[str]) -> list[str]:
+            return [f"((unsigned int){to_bits}({lo})|((unsigned int){to_bits}({hi})<<16))"
+                    for lo, hi in zip(values[::2], values[1::2])]
+
+        regs_a, regs_b = pack(a), pack(b)
+        n_out, n_a, n_b = len(out), len(regs_a), len(regs_b)
+        operands = iter(range(2 * n_out + n_a + n_b))
+
+        def group(count: int) -> str:
+            return "{" + ",".join(f"%{next(operands)}" for _ in range(count)) + "}"
+
+        m, n, k = tc.dims
+        instruction = (f"mma.sync.aligned.m{m}n{n}k{k}.row.col.f32.{ptx_type}.{ptx_type}.f32 "
+                       f"{group(n_out)}, {group(n_a)}, {group(n_b)}, {group(n_out)};")
+        outputs = ", ".join(f'"=f"({o})' for o in out)
+        inputs = ", ".join([f'"r"({r})' for r in regs_a + regs_b] + ['"f"(0.0f)'] * n_out)
+        return [f'asm volatile("{instruction}" : {outputs} : {inputs});']
 
     # ---- types, constants and memory ----
     def memory_type(self, d: DType) -> str:

@@ -41,12 +41,17 @@ UNROLL_AMOUNTS = (2, 4, 8, 16)
 LOCAL_AMOUNTS = (2, 4, 8, 16, 32, 64, 128, 256)
 GROUP_AMOUNTS = (16, 32, 64, 128, 256)
 TILE_AMOUNTS = (2, 4, 8)
+#: how many choices of a tensor core's (m, n, k) axes a search tries (innermost first)
+TC_CHOICES = 2
 
 
-def candidate_actions(state: OptState, has_local: bool) -> list[Opt]:
-    """Every action worth trying next (apply_opt still refuses the ones that do not fit the kernel)."""
+def candidate_actions(state: OptState, has_local: bool, tensor_cores: int = 0) -> list[Opt]:
+    """Every action worth trying next (apply_opt still refuses the ones that do not fit the kernel). A target with
+    `tensor_cores` starts a kernel with each of them on each of the first TC_CHOICES choices of axes."""
     axes = state.axes
     out: list[Opt] = []
+    if not state.applied:
+        out += [Opt(OptOps.TC, choice, tc) for tc in range(tensor_cores) for choice in range(TC_CHOICES)]
     for i, r in enumerate(axes):
         if r.arg.kind is AxisKind.GLOBAL:
             out += [Opt(OptOps.UPCAST, i, a) for a in UPCAST_AMOUNTS]
@@ -145,7 +150,7 @@ def beam_search(ast: UOp, lowered: UOp, device: Compiled, width: int) -> tuple[O
                 state = OptState.from_lowered(lowered)
                 for o in opts:
                     state = apply_opt(state, o, renderer)
-                for action in candidate_actions(state, renderer.has_local):
+                for action in candidate_actions(state, renderer.has_local, len(renderer.tensor_cores)):
                     cand = (*opts, action)
                     if cand in seen:
                         continue

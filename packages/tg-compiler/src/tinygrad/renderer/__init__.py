@@ -11,6 +11,7 @@ from collections import defaultdict
 
 from tinygrad.device import DeviceKnobs
 from tinygrad.dtype import DType, dtypes
+from tinygrad.renderer.tensor_core import TensorCore
 from tinygrad.uop.ops import AxisKind, GroupOp, Ops, UOp
 
 
@@ -56,6 +57,9 @@ class Renderer:
     vector_registers: int = 32
     #: input channels from which a convolution's weight gradient makes channels-last copies; 0: never
     channels_last_min: int = 8
+    #: the matrix instructions the renderer can write (`render_wmma`), which the TC opt may use
+    #: (`tinygrad.renderer.tensor_core`); none by default
+    tensor_cores: tuple[TensorCore, ...] = ()
 
     @property
     def knobs(self) -> DeviceKnobs:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from tinygrad.dtype import EMULATED_FLOATS, FP8_FORMATS, DType, FP8Format, dtypes, is_emulated_float
 from tinygrad.renderer import Renderer, loop_depths_and_users
+from tinygrad.renderer.tensor_core import TensorCore
 from tinygrad.renderer.vectorize import VectorAccess, find_vector_accesses
 from tinygrad.uop.ops import GroupOp, Ops, UOp, post_order
 
@@ -418,6 +419,16 @@ class CStyleRenderer(Renderer):
             self.render_const(0, d)
         return f"({out_of_range}?{fill}:(({a})>>({b})))"
 
+    # ---- tensor cores (the TC opt; `tinygrad.renderer.tensor_core`) ----
+    def render_wmma(self, tc: TensorCore, lane: str, a: list[str], b: list[str], out: list[str]) -> list[str]:
+        """The lines that run tensor core `tc` on this lane's elements of A (`a`) and B (`b`), with zero as C, and
+        assign this lane's elements of the product to the (declared) variables `out`."""
+        raise NotImplementedError(f"{type(self).__name__} lists no tensor cores to render")
+
+    def render_wmma_scratch(self, tc: TensorCore) -> list[str]:
+        """Declarations at the kernel's top a tensor core's lines need (none on hardware that has it)."""
+        return []
+
     def repeats_operands(self, u: UOp) -> bool:
         """Whether u's C text names an operand more than once. Its operands then get variables: inlined they
         would be evaluated several times, and a chain (x.maximum(y).maximum(z)...) would grow exponentially."""
@@ -463,6 +474,7 @@ class CStyleRenderer(Renderer):
 
         pending: dict[UOp, str] = {}
         local_decls: list[str] = []
+        scratch_for: set[TensorCore] = set()  # tensor cores whose scratch (`render_wmma_scratch`) is declared
 
         address_math = _address_math(program) if self.address_var_type else set()
 
@@ -547,6 +559,19 @@ class CStyleRenderer(Renderer):
                 body.append(pad + self.render_declaration(names[u], self.value_type(u.dtype), names[u.src[0]], True))
             elif op is Ops.ASSIGN:
                 body.append(f"{pad}{names[u.src[0]]} = {names[u.src[1]]};")
+            elif op is Ops.WMMA:
+                tc = u.arg
+                names[u] = fresh("wmma")
+                if tc not in scratch_for:
+                    scratch_for.add(tc)
+                    local_decls.extend(self.render_wmma_scratch(tc))
+                values = [names[s] for s in u.src[1:]]
+                outputs = [f"{names[u]}_{i}" for i in range(tc.elements[2])]
+                body.append(pad + f"{self.value_type(u.dtype)} {', '.join(outputs)};")
+                body.extend(pad + line for line in self.render_wmma(
+                    tc, names[u.src[0]], values[:tc.elements[0]], values[tc.elements[0]:], outputs))
+            elif op is Ops.GEP:
+                names[u] = f"{names[u.src[0]]}_{u.arg}"
             elif (fn := self.code_for_op.get(op)) is not None:  # a value: its C text from the table
                 sources = u.src[0].src if op is Ops.LOAD else u.src  # a LOAD's operands are its INDEX's
                 operands = [u.arg] if op is Ops.CONST else [names[s] for s in sources]

@@ -70,6 +70,10 @@ class Ops(enum.Enum):
     BARRIER = enum.auto()
     NOOP = enum.auto()
     DEFINE_LOCAL = enum.auto()  # arg: (id, element count): a work-group's shared scratch buffer (GPU local memory)
+    # a tensor core instruction run by a warp (TC opt, tinygrad/codegen/opt/tensor_cores.py); arg: TensorCore;
+    # src: (lane, this lane's elements of A..., of B...); its values are this lane's elements of A@B, read by GEP
+    WMMA = enum.auto()
+    GEP = enum.auto()  # src: (WMMA,); arg: i: element i of the WMMA's result
 
     # members are singletons, so identity is their hash; Enum's own __hash__ is Python code, and every UOp made or
     # looked up hashes its op

@@ -21,6 +21,9 @@ An optimisation never changes *what* is computed, only how the iteration space i
   one (n/k, keeps r's axis id and place) and an inner global loop of k that opens inside every other global
   loop. With SWAP this blocks a loop nest for the caches: TILE the column-tile axis of a big matmul, then SWAP
   its outer part outermost, and one block of B's columns is reused from L2 by every row of A.
+* ``TC axis i``      (targets with tensor cores only; the first opt) compute a matmul-shaped reduction with tensor
+  core i of the renderer, a warp per output tile: a new output axis of the warp's lanes, run as one work-group, the
+  `axis`-th choice of (m, n, k) axes split by the tile. See `tensor_cores.py`.
 * ``SWAP axis b``    exchange the loop order of global axes `axis` and `b` (`amount` names the other axis). Loops
   open in axis-id order, so this swaps the two ranges' ids. For a big matmul it puts the loop over column
   tiles outside the loop over row tiles: one strip of B then stays in cache while all of A streams past.
@@ -53,6 +56,7 @@ class OptOps(enum.Enum):
     GROUP = enum.auto()
     SWAP = enum.auto()
     TILE = enum.auto()
+    TC = enum.auto()
 
 
 @dataclass(frozen=True)
@@ -79,13 +83,15 @@ class OptState:
     """A lowered kernel with the opts applied so far.
 
     `local_sizes` maps the axis id of a global RANGE to its work-group size (LOCAL); `group` is the
-    axis id of the GROUP lane range, if any, and `group_size` its size."""
+    axis id of the GROUP lane range, if any, and `group_size` its size; `tc_lane` the axis id of the lanes of a
+    TC opt's warp (-1: none), which no later opt may split or move."""
 
     sink: UOp
     applied: tuple[Opt, ...] = ()
     local_sizes: tuple[tuple[int, int], ...] = ()
     group_size: int = 0
     next_id: int = field(default=0)
+    tc_lane: int = -1
 
     @staticmethod
     def from_lowered(sink: UOp) -> OptState:
@@ -162,6 +168,10 @@ def apply_opt(state: OptState, opt: Opt, renderer: Renderer) -> OptState:
     """One opt applied to a kernel, or OptError saying why it does not apply."""
     if not _single_nest(state.sink):
         raise OptError("kernels with stores of different shapes are not optimised")
+    if opt.op is OptOps.TC:
+        from tinygrad.codegen.opt.tensor_cores import apply_tensor_core  # it builds on this module
+
+        return apply_tensor_core(state, opt, renderer)
     axes = state.axes
     if not 0 <= opt.axis < len(axes):
         raise OptError(f"{opt}: the kernel has {len(axes)} axes")
@@ -170,6 +180,9 @@ def apply_opt(state: OptState, opt: Opt, renderer: Renderer) -> OptState:
     n = _const_size(r)
     if n is None:
         raise OptError(f"{opt}: axis {opt.axis} has a symbolic size")
+    if r.arg.axis == state.tc_lane or (opt.op is OptOps.SWAP and axes[opt.amount:opt.amount + 1] and \
+            axes[opt.amount].arg.axis == state.tc_lane):
+        raise OptError(f"{opt}: axis {opt.axis} holds the lanes of a tensor core's warp")
     if opt.op is OptOps.SWAP:
         return _swap(state, opt, axes)
     if opt.amount < 2:

@@ -332,8 +332,28 @@ def _block_for_l2(state: OptState, renderer: Renderer, l2_budget: int, simd_id: 
     return _try(tiled, Opt(OptOps.SWAP, 0, blocks), renderer)
 
 
+def _tensor_core_opts(state: OptState, renderer: Renderer) -> OptState | None:
+    """A matmul-shaped kernel on a target with tensor cores: the first tensor core that fits, each warp computing
+    a 2x2 block of its tiles (each lane's A fragment then serves two tiles, and its B fragment two), in work-groups
+    of up to four warps. None when no tensor core fits the kernel."""
+    for i in range(len(renderer.tensor_cores)):
+        tc = _try(state, Opt(OptOps.TC, 0, i), renderer)
+        if tc is state:
+            continue
+        for r in work_item_ranges(tc, renderer)[1:3]:
+            tc = _try(tc, Opt(OptOps.UPCAST, tc.axes.index(r), 2), renderer)
+        # whole work-groups only: a guarded one would leave warps out of the barriers a target may need
+        for r in work_item_ranges(tc, renderer)[1:3]:
+            if (_const(r) or 1) % 2 == 0:
+                tc = _try(tc, Opt(OptOps.LOCAL, tc.axes.index(r), 2), renderer)
+        return tc
+    return None
+
+
 def _gpu_opts(state: OptState, renderer: Renderer, globals_: list[UOp], reduces: list[UOp], out_size: int,
               red_size: int) -> OptState:
+    if reduces and renderer.tensor_cores and (tc := _tensor_core_opts(state, renderer)) is not None:
+        return tc
     axes = state.axes
     if reduces and out_size <= 64 and red_size >= 2048 and renderer.local_mem_max:
         big = max(reduces, key=lambda r: _const(r) or 0)

@@ -1,0 +1,207 @@
+"""The TC optimisation run for real, here, where no GPU has tensor cores: an OpenCL renderer that *emulates* each
+tensor core of `tinygrad.renderer.tensor_core` with local memory (every lane writes its fragments where the
+layout says they belong in the tile, a barrier, every lane computes its elements of C from the whole tile) runs
+matmuls through the whole pipeline on PoCL. This checks what the optimisation does with a layout - which lane
+loads which elements, the loops over tiles, where each lane's results are stored, the epilogue, the launch -
+against numpy for every tensor core the GPU renderers list; that the layouts are the hardware's is what the
+vendors document and `run_h200.sh` checks on a real GPU."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from tg_backend_opencl.renderer import OpenCLRenderer
+from tinygrad import Tensor, dtypes
+from tinygrad.codegen import get_program
+from tinygrad.codegen.opt import Opt, OptOps
+from tinygrad.renderer.tensor_core import TensorCore, cdna3_mfma, mma_m16n8k16, rdna3_wmma
+
+TENSOR_CORES = {tc_name: make for tc_name, make in (("mma", mma_m16n8k16), ("wmma", rdna3_wmma), ("mfma", cdna3_mfma))}
+
+
+class _C:
+    """A layout's arithmetic written out as C (lanes are never negative, so C's / and % are Python's)."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def _op(self, sym: str, other: Any, reverse: bool = False) -> _C:
+        o = other.text if isinstance(other, _C) else str(other)
+        return _C(f"({o}{sym}{self.text})" if reverse else f"({self.text}{sym}{o})")
+
+    def __add__(self, o: Any) -> _C: return self._op("+", o)
+    def __radd__(self, o: Any) -> _C: return self._op("+", o, True)
+    def __mul__(self, o: Any) -> _C: return self._op("*", o)
+    def __rmul__(self, o: Any) -> _C: return self._op("*", o, True)
+    def __floordiv__(self, o: Any) -> _C: return self._op("/", o)
+    def __mod__(self, o: Any) -> _C: return self._op("%", o)
+
+
+def _c(x: Any) -> str:
+    return x.text if isinstance(x, _C) else str(x)
+
+
+class EmulatedTensorCores(OpenCLRenderer):
+    """OpenCL with the tensor cores of `tensor_cores` emulated through local memory, a tile per warp."""
+
+    def __init__(self, base: OpenCLRenderer, tensor_cores: tuple[TensorCore, ...]):
+        super().__init__(base.extensions, base.local_max, base.max_work_group_size, base.local_mem_max)
+        self.tensor_cores = tensor_cores
+
+    def _scratch(self, tc: TensorCore) -> tuple[str, str, int]:
+        """The names of the local arrays holding each warp's A and B tiles, and how many warps a group may have."""
+        return f"tc_a{self.tensor_cores.index(tc)}", f"tc_b{self.tensor_cores.index(tc)}", \
+            self.max_work_group_size // tc.threads
+
+    def render_wmma_scratch(self, tc: TensorCore) -> list[str]:
+        m, n, k = tc.dims
+        a, b, warps = self._scratch(tc)
+        return [f"__local float {a}[{warps * m * k}];", f"__local float {b}[{warps * k * n}];"]
+
+    def render_wmma(self, tc: TensorCore, lane: str, a: list[str], b: list[str], out: list[str]) -> list[str]:
+        m, n, k = tc.dims
+        ta, tb, _ = self._scratch(tc)
+        warp = "(get_local_id(1)+get_local_size(1)*get_local_id(2))"  # lanes are launch dimension 0
+        L = _C(lane)
+        lines = ["{", f"  __local float* ta = {ta}+{warp}*{m * k};", f"  __local float* tb = {tb}+{warp}*{k * n};",
+                 "  barrier(CLK_LOCAL_MEM_FENCE);"]  # the previous tile's readers are done
+        for i, v in enumerate(a):
+            row, col = tc.layout_a(L, i)
+            lines.append(f"  ta[{_c(row)}*{k}+{_c(col)}] = {v};")
+        for i, v in enumerate(b):
+            row, col = tc.layout_b(L, i)
+            lines.append(f"  tb[{_c(row)}*{n}+{_c(col)}] = {v};")
+        lines.append("  barrier(CLK_LOCAL_MEM_FENCE);")
+        for i, o in enumerate(out):
+            row, col = tc.layout_c(L, i)
+            lines.append(f"  {o} = 0.0f; for (int kk = 0; kk < {k}; kk++) {o} += ta[{_c(row)}*{k}+kk]*tb[kk*{n}+"
+                         f"{_c(col)}];")
+        return lines + ["}"]
+
+
+@pytest.fixture
+def emulated(cl_device: Any, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """use(*tensor_cores, opts=None): CL renders with those tensor cores emulated (and exactly `opts`, if given,
+    else the heuristics' choice) until the test ends; returns the list of ProgramSpecs compiled from then on."""
+    def use(*tensor_cores: TensorCore, opts: tuple[Opt, ...] | None = None) -> list[Any]:
+        renderer = EmulatedTensorCores(cl_device.renderer, tensor_cores)
+        specs: list[Any] = []
+
+        def program(ast: Any) -> Any:
+            specs.append(get_program(ast, renderer, opts))
+            return specs[-1]
+        monkeypatch.setattr(cl_device, "renderer", renderer)
+        monkeypatch.setattr(cl_device, "_program", program)
+        monkeypatch.setattr(cl_device, "_runners", {})
+        return specs
+    return use
+
+
+def _data(shape: tuple[int, ...], dtype: Any, seed: int) -> tuple[Tensor, np.ndarray]:
+    """A CL tensor of `dtype` and its values as float32 (what the tensor holds exactly)."""
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    t = Tensor(x, device="CL").cast(dtype).realize()
+    return t, t.cast(dtypes.float32).numpy()
+
+
+def _used_tc(specs: list[Any]) -> bool:
+    return any(any(o.startswith("TC(") for o in s.applied_opts) for s in specs)
+
+
+@pytest.mark.parametrize("name", sorted(TENSOR_CORES))
+@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16], ids=["f16", "bf16"])
+def test_layouts_cover_their_tiles(name: str, dtype: Any) -> None:
+    TENSOR_CORES[name](dtype).check_layouts()
+
+
+@pytest.mark.parametrize("name", sorted(TENSOR_CORES))
+@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("shape", [(64, 48, 32), (32, 32, 64), (16, 16, 16), (96, 80, 48)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_matmul_on_emulated_tensor_cores(emulated: Any, name: str, dtype: Any, shape: tuple[int, int, int]) -> None:
+    """The heuristics choose TC for a matmul of float16 or bfloat16 (and more opts after it): numpy's result."""
+    tc = TENSOR_CORES[name](dtype)
+    m, n, k = shape
+    a, an = _data((m, k), dtype, 0)
+    b, bn = _data((k, n), dtype, 1)
+    specs = emulated(tc)
+    out = a.dot(b, dtype=dtypes.float32).numpy()
+    assert _used_tc(specs), [s.applied_opts for s in specs]
+    np.testing.assert_allclose(out, an @ bn, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", sorted(TENSOR_CORES))
+def test_epilogue_batch_and_half_output(emulated: Any, name: str) -> None:
+    """A batched matmul of halves to a half result with a bias and relu after the sum: the epilogue is applied to
+    each lane's elements where the layout of C puts them."""
+    tc = TENSOR_CORES[name](dtypes.float16)
+    a, an = _data((3, 32, 48), dtypes.float16, 2)
+    b, bn = _data((3, 48, 16), dtypes.float16, 3)
+    bias, biasn = _data((16,), dtypes.float16, 4)
+    specs = emulated(tc)
+    out = ((a @ b) + bias).relu().numpy()
+    assert out.dtype == np.float16 and _used_tc(specs)
+    np.testing.assert_allclose(out.astype(np.float32), np.maximum(an @ bn + biasn, 0), rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("name", sorted(TENSOR_CORES))
+def test_convolution_reduces_its_window_around_the_tiles(emulated: Any, name: str) -> None:
+    """A half convolution: K is the input channels, the kernel window stays loops around the tensor core."""
+    tc = TENSOR_CORES[name](dtypes.float16)
+    x, xn = _data((1, 16, 18, 18), dtypes.float16, 5)
+    w, wn = _data((16, 16, 3, 3), dtypes.float16, 6)
+    specs = emulated(tc)
+    out = x.conv2d(w, dtype=dtypes.float32).numpy()
+    ref = np.zeros((1, 16, 16, 16), np.float32)
+    for ky in range(3):
+        for kx in range(3):
+            ref += np.einsum("nchw,oc->nohw", xn[:, :, ky:ky + 16, kx:kx + 16], wn[:, :, ky, kx])
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-3)
+    assert _used_tc(specs), [s.applied_opts for s in specs]
+
+
+@pytest.mark.parametrize("opts", [
+    (Opt(OptOps.TC, 0, 0),),
+    (Opt(OptOps.TC, 0, 0), Opt(OptOps.UNROLL, 3, 2)),
+    (Opt(OptOps.TC, 0, 0), Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UPCAST, 1, 3)),
+    (Opt(OptOps.TC, 1, 0), Opt(OptOps.LOCAL, 0, 2)),
+], ids=str)
+def test_opts_after_tc(emulated: Any, opts: tuple[Opt, ...]) -> None:
+    """What BEAM may combine with TC: unrolled k tiles, several tiles per warp, several warps per work-group, and
+    the other choice of axes (A and B exchanged)."""
+    tc = mma_m16n8k16(dtypes.float16)
+    a, an = _data((64, 64), dtypes.float16, 7)
+    b, bn = _data((64, 48), dtypes.float16, 8)
+    specs = emulated(tc, opts=opts)
+    out = a.dot(b, dtype=dtypes.float32).numpy()
+    assert [s.applied_opts for s in specs] == [tuple(map(str, opts))]
+    np.testing.assert_allclose(out, an @ bn, rtol=1e-5, atol=1e-4)
+
+
+def test_what_tc_refuses(cl_device: Any) -> None:
+    """Shapes that do not divide into tiles, float32 inputs, and TC after other opts are refused by name; the
+    heuristics then optimise the kernel without it."""
+    from tinygrad.codegen.lowerer import lower_kernel
+    from tinygrad.codegen.opt import OptError, OptState, apply_opt
+
+    renderer = EmulatedTensorCores(cl_device.renderer, (mma_m16n8k16(dtypes.float16),))
+    cases = [(Tensor.empty(50, 32, dtype=dtypes.float16, device="CL"), Tensor.empty(32, 48, dtype=dtypes.float16,
+                                                                                      device="CL")),
+             (Tensor.empty(64, 32, device="CL"), Tensor.empty(32, 48, device="CL"))]
+    for a, b in cases:
+        (si,) = a.dot(b, dtype=dtypes.float32).schedule()
+        state = OptState.from_lowered(lower_kernel(si.ast))
+        with pytest.raises(OptError, match="sum of float16 products"):
+            apply_opt(state, Opt(OptOps.TC, 0, 0), renderer)
+        assert not _used_tc([get_program(si.ast, renderer)])
+    (si,) = Tensor.empty(64, 32, dtype=dtypes.float16, device="CL").dot(
+        Tensor.empty(32, 48, dtype=dtypes.float16, device="CL"), dtype=dtypes.float32).schedule()
+    state = apply_opt(OptState.from_lowered(lower_kernel(si.ast)), Opt(OptOps.UPCAST, 0, 2), renderer)
+    with pytest.raises(OptError, match="first opt"):
+        apply_opt(state, Opt(OptOps.TC, 0, 0), renderer)
+    state = apply_opt(OptState.from_lowered(lower_kernel(si.ast)), Opt(OptOps.TC, 0, 0), renderer)
+    lane = len(state.axes) - 2  # the lanes: the last output axis, before k's tiles
+    with pytest.raises(OptError, match="lanes of a tensor core"):
+        apply_opt(state, Opt(OptOps.UPCAST, lane, 2), renderer)
