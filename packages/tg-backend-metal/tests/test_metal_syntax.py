@@ -43,6 +43,9 @@ EXPRESSIONS = {
     "sum-grouped": lambda: t(8, 8192).sum(1), "softmax-f16": lambda: t(16, 1000, dtype=F16).softmax(1),
     "matmul": lambda: t(64, 64) @ t(64, 64), "conv2d": lambda: t(2, 3, 16, 16).conv2d(t(8, 3, 3, 3)),
     "symbolic": lambda: t(8, 4)[:Variable("n", 1, 8).bind(3)] * 2, "argmax": lambda: t(32, 100).argmax(1),
+    "matmul-f16-tc": lambda: t(64, 32, dtype=F16).dot(t(32, 48, dtype=F16), dtype=F32),
+    "matmul-f16-out-tc": lambda: t(4, 16, 24, dtype=F16) @ t(4, 24, 8, dtype=F16),
+    "conv2d-tc": lambda: t(1, 8, 10, 10).conv2d(t(8, 8, 3, 3)),
     "cumsum": lambda: t(3, 1000).cumsum(1), "gather": lambda: t(16, 32).gather(1, t(16, 5, dtype=I32)),
 }
 
@@ -83,3 +86,14 @@ def test_unavailable_off_macos() -> None:
         pytest.skip("on macOS")
     reason = tg_backend_metal._check.__wrapped__()
     assert reason is not None and reason.startswith("not macOS")
+
+
+def test_matmuls_use_simdgroup_matrices() -> None:
+    """float16 and float32 matmuls (and convolutions) take the TC opt: one simdgroup per 8x8 tile, going through
+    threadgroup tiles with simdgroup_load/multiply_accumulate/store."""
+    for name in ("matmul", "matmul-f16-tc", "matmul-f16-out-tc", "conv2d-tc"):
+        for si in Tensor.schedule(EXPRESSIONS[name]()):
+            spec = get_program(si.ast, R)
+            assert spec.applied_opts[0].startswith("TC(") and spec.local_size is not None and \
+                spec.local_size[0] == 32, (name, spec.applied_opts)
+            assert "simdgroup_multiply_accumulate(mc, ma, mb, mc);" in spec.src

@@ -16,31 +16,17 @@ from tg_backend_opencl.renderer import OpenCLRenderer
 from tinygrad import Tensor, dtypes
 from tinygrad.codegen import get_program
 from tinygrad.codegen.opt import Opt, OptOps
-from tinygrad.renderer.tensor_core import TensorCore, cdna3_mfma, mma_m16n8k16, rdna3_wmma
+from tinygrad.renderer.tensor_core import (
+    TensorCore,
+    cdna3_mfma,
+    lane_coordinates,
+    mma_m16n8k16,
+    rdna3_wmma,
+    simdgroup_8x8,
+    tile_offset,
+)
 
-TENSOR_CORES = {tc_name: make for tc_name, make in (("mma", mma_m16n8k16), ("wmma", rdna3_wmma), ("mfma", cdna3_mfma))}
-
-
-class _C:
-    """A layout's arithmetic written out as C (lanes are never negative, so C's / and % are Python's)."""
-
-    def __init__(self, text: str):
-        self.text = text
-
-    def _op(self, sym: str, other: Any, reverse: bool = False) -> _C:
-        o = other.text if isinstance(other, _C) else str(other)
-        return _C(f"({o}{sym}{self.text})" if reverse else f"({self.text}{sym}{o})")
-
-    def __add__(self, o: Any) -> _C: return self._op("+", o)
-    def __radd__(self, o: Any) -> _C: return self._op("+", o, True)
-    def __mul__(self, o: Any) -> _C: return self._op("*", o)
-    def __rmul__(self, o: Any) -> _C: return self._op("*", o, True)
-    def __floordiv__(self, o: Any) -> _C: return self._op("/", o)
-    def __mod__(self, o: Any) -> _C: return self._op("%", o)
-
-
-def _c(x: Any) -> str:
-    return x.text if isinstance(x, _C) else str(x)
+TENSOR_CORES = {"mma": mma_m16n8k16, "wmma": rdna3_wmma, "mfma": cdna3_mfma, "simdgroup": simdgroup_8x8}
 
 
 class EmulatedTensorCores(OpenCLRenderer):
@@ -64,20 +50,14 @@ class EmulatedTensorCores(OpenCLRenderer):
         m, n, k = tc.dims
         ta, tb, _ = self._scratch(tc)
         warp = "(get_local_id(1)+get_local_size(1)*get_local_id(2))"  # lanes are launch dimension 0
-        L = _C(lane)
         lines = ["{", f"  __local float* ta = {ta}+{warp}*{m * k};", f"  __local float* tb = {tb}+{warp}*{k * n};",
                  "  barrier(CLK_LOCAL_MEM_FENCE);"]  # the previous tile's readers are done
-        for i, v in enumerate(a):
-            row, col = tc.layout_a(L, i)
-            lines.append(f"  ta[{_c(row)}*{k}+{_c(col)}] = {v};")
-        for i, v in enumerate(b):
-            row, col = tc.layout_b(L, i)
-            lines.append(f"  tb[{_c(row)}*{n}+{_c(col)}] = {v};")
+        lines += [f"  ta[{tile_offset(tc.layout_a, lane, i, k)}] = {v};" for i, v in enumerate(a)]
+        lines += [f"  tb[{tile_offset(tc.layout_b, lane, i, n)}] = {v};" for i, v in enumerate(b)]
         lines.append("  barrier(CLK_LOCAL_MEM_FENCE);")
         for i, o in enumerate(out):
-            row, col = tc.layout_c(L, i)
-            lines.append(f"  {o} = 0.0f; for (int kk = 0; kk < {k}; kk++) {o} += ta[{_c(row)}*{k}+kk]*tb[kk*{n}+"
-                         f"{_c(col)}];")
+            row, col = lane_coordinates(tc.layout_c, lane, i)
+            lines.append(f"  {o} = 0.0f; for (int kk = 0; kk < {k}; kk++) {o} += ta[{row}*{k}+kk]*tb[kk*{n}+{col}];")
         return lines + ["}"]
 
 
@@ -205,3 +185,13 @@ def test_what_tc_refuses(cl_device: Any) -> None:
     lane = len(state.axes) - 2  # the lanes: the last output axis, before k's tiles
     with pytest.raises(OptError, match="lanes of a tensor core"):
         apply_opt(state, Opt(OptOps.UPCAST, lane, 2), renderer)
+
+
+def test_float32_on_a_float32_tensor_core(emulated: Any) -> None:
+    """A tensor core whose input is float32 (Apple's simdgroup matrices) takes a float32 matmul without casts."""
+    a, an = _data((40, 24), dtypes.float32, 9)
+    b, bn = _data((24, 32), dtypes.float32, 10)
+    specs = emulated(simdgroup_8x8(dtypes.float32))
+    out = (a @ b).numpy()
+    assert _used_tc(specs)
+    np.testing.assert_allclose(out, an @ bn, rtol=1e-5, atol=1e-4)

@@ -6,12 +6,19 @@ Metal has no float64, so the renderer does not claim it (the compiler refuses su
 float16 is `half`, rounded back after every op by the base; bfloat16 and the 8-bit floats are emulated as in the
 base, with the bit helpers written with `as_type` (MSL has no memcpy). Math uses the `precise::` functions, since
 Metal's default fast math would not meet the reference's accuracy.
+
+Matrix multiply hardware: float16 (accumulated in float32) and float32 matmul-shaped reductions use
+`simdgroup_matrix` 8x8 through the compiler's TC optimisation. Where a lane's elements sit inside those matrices is
+not documented, so each simdgroup goes through threadgroup memory: its lanes write their fragments into an 8x8
+tile there (a layout of this renderer's choosing, `tensor_core.simdgroup_8x8`), `simdgroup_load` reads the tiles,
+`simdgroup_multiply_accumulate` multiplies them and `simdgroup_store` writes the product back for the lanes to read.
 """
 
 from __future__ import annotations
 
 from tinygrad.dtype import DType, dtypes
 from tinygrad.renderer.cstyle import BF16_PRELUDE, CStyleRenderer
+from tinygrad.renderer.tensor_core import TensorCore, simdgroup_8x8, tile_offset
 from tinygrad.uop.ops import Ops, UOp
 
 PRELUDE = "#include <metal_stdlib>\nusing namespace metal;\n"
@@ -52,8 +59,41 @@ class MetalRenderer(CStyleRenderer):
     max_work_group_size = 1024
     local_mem_max = 32 * 1024
 
+    tensor_cores = (simdgroup_8x8(dtypes.float16), simdgroup_8x8(dtypes.float32))
+
     def math_fn(self, op: Ops, d: DType) -> str:
         return _MATH[op]
+
+    # ---- simdgroup matrices (see the module docstring) ----
+    def _tiles(self, tc: TensorCore) -> tuple[str, str, str, int]:
+        """The threadgroup arrays of each simdgroup's A, B and C tiles, and how many simdgroups a group may have."""
+        i = self.tensor_cores.index(tc)
+        return f"tc_a{i}", f"tc_b{i}", f"tc_c{i}", self.max_work_group_size // tc.threads
+
+    def render_wmma_scratch(self, tc: TensorCore) -> list[str]:
+        a, b, c, groups = self._tiles(tc)
+        t = self.value_type(tc.dtype_in)
+        return [f"threadgroup {t} {a}[{groups * 64}];", f"threadgroup {t} {b}[{groups * 64}];",
+                f"threadgroup float {c}[{groups * 64}];"]
+
+    def render_wmma(self, tc: TensorCore, lane: str, a: list[str], b: list[str], out: list[str]) -> list[str]:
+        ta, tb, tc_, _ = self._tiles(tc)
+        t = self.value_type(tc.dtype_in)
+        group = "(tg_lid.y+tg_size.y*tg_lid.z)*64"  # the lanes are launch dimension 0, 32 of them: one simdgroup
+        barrier = "  simdgroup_barrier(mem_flags::mem_threadgroup);"
+        return ["{", f"  threadgroup {t}* ta = {ta}+{group};", f"  threadgroup {t}* tb = {tb}+{group};",
+                f"  threadgroup float* tc = {tc_}+{group};",
+                *(f"  ta[{tile_offset(tc.layout_a, lane, i, 8)}] = {v};" for i, v in enumerate(a)),
+                *(f"  tb[{tile_offset(tc.layout_b, lane, i, 8)}] = {v};" for i, v in enumerate(b)),
+                barrier,
+                f"  simdgroup_matrix<{t}, 8, 8> ma, mb;",
+                "  simdgroup_float8x8 mc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);",
+                "  simdgroup_load(ma, ta, 8); simdgroup_load(mb, tb, 8);",
+                "  simdgroup_multiply_accumulate(mc, ma, mb, mc);",
+                "  simdgroup_store(mc, tc, 8);",
+                barrier,
+                *(f"  {o} = tc[{tile_offset(tc.layout_c, lane, i, 8)}];" for i, o in enumerate(out)),
+                "}"]
 
     @staticmethod
     def _pun(x: str, frm_type: str, to_type: str) -> str:

@@ -57,6 +57,50 @@ class TensorCore:
                 raise AssertionError(f"{self}: the layout of {what} does not cover its {shape[0]}x{shape[1]} tile")
 
 
+class LaneText:
+    """A layout's arithmetic written out as C text, for renderers that compute coordinates in the kernel (lanes are
+    never negative, so C's / and % are Python's // and %)."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def _op(self, sym: str, other: Any, reverse: bool = False) -> LaneText:
+        o = other.text if isinstance(other, LaneText) else str(other)
+        return LaneText(f"({o}{sym}{self.text})" if reverse else f"({self.text}{sym}{o})")
+
+    def __add__(self, o: Any) -> LaneText: return self._op("+", o)
+    def __radd__(self, o: Any) -> LaneText: return self._op("+", o, True)
+    def __mul__(self, o: Any) -> LaneText: return self._op("*", o)
+    def __rmul__(self, o: Any) -> LaneText: return self._op("*", o, True)
+    def __floordiv__(self, o: Any) -> LaneText: return self._op("/", o)
+    def __mod__(self, o: Any) -> LaneText: return self._op("%", o)
+
+
+def lane_coordinates(layout: Layout, lane: str, i: int) -> tuple[str, str]:
+    """C text of the (row, column) of element i of lane `lane` (a C expression)."""
+    row, col = layout(LaneText(lane), i)
+    return (row.text if isinstance(row, LaneText) else str(row)), (col.text if isinstance(col, LaneText) else str(col))
+
+
+def tile_offset(layout: Layout, lane: str, i: int, row_length: int) -> str:
+    """C text of where element i of lane `lane` sits in a row-major tile of `row_length` columns."""
+    row, col = lane_coordinates(layout, lane, i)
+    return f"{row}*{row_length}+{col}"
+
+
+# ---- Apple: simdgroup_matrix 8x8 (MSL's simdgroup_load/multiply_accumulate/store) ----
+# where a lane's elements sit inside the hardware's matrices is not documented: the renderer goes through
+# threadgroup memory with simdgroup_load and simdgroup_store, so this layout is the renderer's own choice, two
+# neighbouring elements of one row per lane
+
+def _pairs(lane: Any, i: int) -> tuple[Any, Any]:
+    return lane // 4, lane % 4 * 2 + i
+
+
+def simdgroup_8x8(dtype_in: DType) -> TensorCore:
+    return TensorCore("simdgroup.8x8", (8, 8, 8), 32, dtype_in, dtypes.float32, (2, 2, 2), _pairs, _pairs, _pairs)
+
+
 # ---- NVIDIA: mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16} (sm_80 and newer) ----
 # lanes in groups of four: g = lane // 4 is a row (of A and C) or column (of B), t = lane % 4 a pair of columns
 
@@ -117,4 +161,5 @@ def cdna3_mfma(dtype_in: DType) -> TensorCore:
                       _mfma_a, _mfma_b, _mfma_c)
 
 
-__all__ = ["Layout", "TensorCore", "cdna3_mfma", "mma_m16n8k16", "rdna3_wmma"]
+__all__ = ["LaneText", "Layout", "TensorCore", "cdna3_mfma", "lane_coordinates", "mma_m16n8k16", "rdna3_wmma",
+           "simdgroup_8x8", "tile_offset"]

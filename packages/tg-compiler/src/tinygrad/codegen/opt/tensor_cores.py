@@ -2,11 +2,12 @@
 
 A kernel qualifies when its one reduction is a sum of products `sum_k cast(A(m, k)) * cast(B(k, n))`, where A and
 B are expressions of the tensor core's input dtype (float16 or bfloat16 loads, usually) cast to its accumulator
-dtype (float32), m and n are output axes that only A, respectively only B, depends on, and the sizes of m, n, k
-divide the tile's M, N, K. (Other axes, batch dimensions or further reduce axes such as a convolution's kernel
-window, stay what they were.) `TC(axis, amount)` uses tensor core `amount` of `Renderer.tensor_cores` for the
-`axis`-th such choice of (m, n, k), innermost axes first. It rewrites, with a new output axis `lane` of the warp's
-size whose work-group is the warp (launch dimension 0):
+dtype (float32; no casts for a tensor core whose input is its accumulator's dtype), m and n are output axes that
+only A, respectively only B, depends on, and the sizes of m, n, k divide the tile's M, N, K. (Other axes, batch
+dimensions or further reduce axes such as a convolution's kernel window, stay what they were.) `TC(axis, amount)`
+uses tensor core `amount` of `Renderer.tensor_cores` for the `axis`-th such choice of (m, n, k), innermost axes
+first. It rewrites, with a new output axis `lane` of the warp's size whose work-group is the warp (launch
+dimension 0):
 
     m = m_o*M + row_c(lane, i), n = n_o*N + col_c(lane, i)                     for each element i this lane holds
     out(m, n) = epilogue(sum_{k_o} GEP(WMMA(lane, A(m_o*M + row_a(lane, j), k_o*K + col_a(lane, j)) for each j,
@@ -36,10 +37,11 @@ def _ranges_in(u: UOp) -> set[UOp]:
 
 
 def _operand(x: UOp, tc: TensorCore) -> UOp | None:
-    """x as the tensor core's input: `cast(v)` with v of the input dtype gives v."""
+    """x as the tensor core's input: `cast(v)` with v of the input dtype gives v; a tensor core that takes its
+    accumulator's dtype (float32 on Apple's) takes x itself."""
     if x.op is Ops.CAST and x.dtype == tc.dtype_acc and x.src[0].dtype == tc.dtype_in:
         return x.src[0]
-    return None
+    return x if x.dtype == tc.dtype_in == tc.dtype_acc else None
 
 
 def _size(r: UOp) -> int | None:
