@@ -516,6 +516,20 @@ def test_matmul_with_a_panel_packed_right_operand(shapes: tuple[tuple[int, ...],
     np.testing.assert_allclose(b.grad.numpy(), grad_b.reshape(bn.shape), rtol=1e-4, atol=1e-3)
 
 
+def test_a_half_right_operand_is_packed_as_half() -> None:
+    """The panel copy of a float16 B keeps B's dtype (half the bytes; the product casts as it reads, the form
+    tensor cores take), and the product is numpy's."""
+    from tinygrad.dtype import dtypes
+    from tinygrad.uop.ops import Ops
+    rng = np.random.default_rng(1)
+    an, bn = rng.standard_normal((3, 256)).astype(np.float16), rng.standard_normal((256, 2048)).astype(np.float16)
+    out = Tensor(an) @ Tensor(bn)
+    copies = [u for u in out.uop.toposort() if u.op is Ops.CONTIGUOUS]
+    assert copies and all(u.dtype == dtypes.float16 for u in copies)
+    ref = an.astype(np.float32) @ bn.astype(np.float32)
+    np.testing.assert_allclose(out.numpy().astype(np.float32), ref, rtol=2e-3, atol=2e-2)
+
+
 def test_batch_chunk_of_a_weight_gradient_divides_the_batch_and_fits_the_budget() -> None:
     from tinygrad.mixin import processing
     budget = 512 * 1024  # half of the 1 MiB L2 the CPU renderer declares

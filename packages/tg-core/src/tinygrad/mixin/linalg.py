@@ -165,7 +165,9 @@ class LinalgMixin(TensorBase):
         n, k, m = xa.shape[-2], xa.shape[-1], yb.shape[-1]
         acc, out_dtype = acc_dtype(least_upper_dtype(xa.dtype, yb.dtype), dtype)
         xe = xa.cast(acc).expand(batch + (n, k)).reshape(batch + (n, 1, k))
-        ye = _panel_packed(yb.cast(acc)).expand(batch + (k, m)).transpose(-1, -2).reshape(batch + (1, m, k))
+        # packed in its own dtype: a half B stays half in the copy (half the bytes), and the product reads it through
+        # a cast, which is the sum of half products that tensor cores take (codegen/opt/tensor_cores.py)
+        ye = _panel_packed(yb).cast(acc).expand(batch + (k, m)).transpose(-1, -2).reshape(batch + (1, m, k))
         out = (xe * ye).sum(-1, dtype=acc).cast(out_dtype)  # integer products stay in their dtype, as in PyTorch
         if a.ndim == 1:
             out = out.squeeze(-2)

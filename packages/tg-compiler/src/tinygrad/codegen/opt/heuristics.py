@@ -334,14 +334,16 @@ def _block_for_l2(state: OptState, renderer: Renderer, l2_budget: int, simd_id: 
 
 def _tensor_core_opts(state: OptState, renderer: Renderer) -> OptState | None:
     """A matmul-shaped kernel on a target with tensor cores: the first tensor core that fits, each warp computing
-    a 2x2 block of its tiles (each lane's A fragment then serves two tiles, and its B fragment two), in work-groups
-    of up to four warps. None when no tensor core fits the kernel."""
+    a block of its tiles, 4x4 where there are at least 64 tiles along an axis, else 2x2 (each lane's A fragment then
+    serves four or two tiles, and its B fragment as many: the tiles are read from memory, not staged, so this reuse
+    is what keeps the tensor cores fed), in work-groups of up to four warps. None when no tensor core fits."""
     for i in range(len(renderer.tensor_cores)):
         tc = _try(state, Opt(OptOps.TC, 0, i), renderer)
         if tc is state:
             continue
         for r in work_item_ranges(tc, renderer)[1:3]:
-            tc = _try(tc, Opt(OptOps.UPCAST, tc.axes.index(r), 2), renderer)
+            tiles = _const(r) or 1
+            tc = _try(tc, Opt(OptOps.UPCAST, tc.axes.index(r), 4 if tiles % 4 == 0 and tiles >= 64 else 2), renderer)
         # whole work-groups only: a guarded one would leave warps out of the barriers a target may need
         for r in work_item_ranges(tc, renderer)[1:3]:
             if (_const(r) or 1) % 2 == 0:
