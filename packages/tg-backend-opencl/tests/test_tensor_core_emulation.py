@@ -195,3 +195,19 @@ def test_float32_on_a_float32_tensor_core(emulated: Any) -> None:
     out = (a @ b).numpy()
     assert _used_tc(specs)
     np.testing.assert_allclose(out, an @ bn, rtol=1e-5, atol=1e-4)
+
+
+def test_beam_starts_with_tensor_cores() -> None:
+    """BEAM's first step tries TC on each listed tensor core (and two choices of axes); later steps do not."""
+    from tinygrad.codegen.beam import candidate_actions
+    from tinygrad.codegen.lowerer import lower_kernel
+    from tinygrad.codegen.opt import OptState
+
+    (si,) = Tensor.empty(64, 32, dtype=dtypes.float16, device="CPU").dot(
+        Tensor.empty(32, 48, dtype=dtypes.float16, device="CPU"), dtype=dtypes.float32).schedule()
+    state = OptState.from_lowered(lower_kernel(si.ast))
+    tcs = [o for o in candidate_actions(state, True, 2) if o.op is OptOps.TC]
+    assert tcs == [Opt(OptOps.TC, c, t) for t in range(2) for c in range(2)]
+    assert not [o for o in candidate_actions(state, True, 0) if o.op is OptOps.TC]
+    later = OptState(state.sink, applied=(Opt(OptOps.UPCAST, 0, 2),))
+    assert not [o for o in candidate_actions(later, True, 2) if o.op is OptOps.TC]
