@@ -19,7 +19,7 @@ def _hits_after_learning(make) -> int:
     """Realize make() three times (each over new buffers: an equal graph over the same buffer is the same node, realized
     once); the number of the last two that took the fast path."""
     make().realize()
-    before = len(dispatch._entries)
+    before = len(dispatch.entries)
     assert before >= 1, "the first realize of a one-op graph is remembered"
     launched = 0
     for _ in range(2):
@@ -33,12 +33,12 @@ def _hits_after_learning(make) -> int:
 def test_eager_loop_takes_the_fast_path_and_counts_kernels():
     x = Tensor.ones(16).contiguous().realize()
     x = (x + 1).realize()
-    assert len(dispatch._entries) == 1
+    assert len(dispatch.entries) == 1
     GlobalCounters.reset()
     for _ in range(10):
         x = (x + 1).realize()
     assert GlobalCounters.kernel_count == 10
-    assert len(dispatch._entries) == 1
+    assert len(dispatch.entries) == 1
     np.testing.assert_equal(x.numpy(), np.full(16, 12, np.float32))
 
 
@@ -165,3 +165,134 @@ def test_the_caches_keep_no_buffer_alive():
     del x
     gc.collect()
     assert memory() is None
+
+
+def _both_paths(scenario):
+    """scenario() run on the scheduler's path and then twice on the fast path (the first run teaches it every
+    kernel): the three results must be equal, in dtype, shape and every bit."""
+    with Context(EAGER_DISPATCH=0):
+        want = scenario()
+    got = [scenario(), scenario()]
+    for g in got:
+        assert len(g) == len(want)
+        for a, b in zip(g, want):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))  # bits: -0.0 and NaN too
+    return want
+
+
+def _values(*tensors: Tensor) -> list[np.ndarray]:
+    # realize() first: numpy() alone shapes the values by the graph's shape from before the realize, where a wrong
+    # view from the fast path would not show
+    return [t.realize().numpy() for t in tensors]
+
+
+def test_scalar_constants_of_equal_value_and_other_type_or_sign_are_not_shared():
+    def scenario():
+        i = Tensor([1, 2, 3], dtype=dtypes.int32).realize()
+        f = Tensor([1.0, -2.0, 0.0], dtype=dtypes.float32).realize()
+        b = Tensor([True, False, True]).realize()
+        return _values(i + 1, i + 1.0, i + True, f * 0.0, f * -0.0, f + float("nan"), f + 2, f + 2.5, b + True,
+                       b * False, 1 - f, 2 * f, f < 0)
+
+    r = _both_paths(scenario)
+    assert r[0].dtype == np.int32 and r[1].dtype == np.float32 and r[1].tolist() == [2.0, 3.0, 4.0]
+    assert np.signbit(r[3]).tolist() == [False, True, False] and np.signbit(r[4]).tolist() == [True, False, True]
+
+
+def test_shapes_views_and_dtypes_never_reuse_a_kernel_for_another():
+    def scenario():
+        out = []
+        for shape in [(4,), (2, 2), (4, 1), (1, 4), (3,), (5,)]:
+            n = int(np.prod(shape))
+            view = Tensor(np.arange(n, dtype=np.float32) - 1.5).realize().reshape(shape)
+            out += _values(view + 1, view * view)
+        for dt in [dtypes.float32, dtypes.float16, dtypes.int32, dtypes.int8, dtypes.uint8, dtypes.float64]:
+            t = Tensor([1, 2, 3, 4], dtype=dt).realize()
+            out += _values(t + 3, t * 2, t.cast(dtypes.float32), t < 3)
+        f = Tensor([1.5, -2.5, 3.0, 250.0]).realize()  # one input, casts to several dtypes: the key's root dtype
+        casts = [dtypes.int32, dtypes.float16, dtypes.uint8, dtypes.float64, dtypes.bool]
+        out += _values(*(f.cast(dt) for dt in casts), f.bitcast(dtypes.int32))
+        a = Tensor([[1.0, 2.0], [3.0, 4.0]]).realize()
+        b = Tensor([10.0, 20.0, 30.0, 40.0]).realize()
+        return out + _values(a + b.reshape(2, 2), b.reshape(2, 2) + a, a.reshape(4) - b)
+
+    _both_paths(scenario)
+
+
+def test_other_elementwise_ops_and_two_inputs():
+    rng = np.random.default_rng(1)
+    xs, ys = rng.standard_normal((3, 5)).astype(np.float32), rng.standard_normal((3, 5)).astype(np.float32)
+
+    def scenario():
+        x, y = Tensor(xs).realize(), Tensor(ys).realize()
+        return _values(x * 2 + y, x.relu(), -x, x.maximum(y), x - y, x / y, x.exp2(), x == y, Tensor.where(x < y, x, y))
+
+    r = _both_paths(scenario)
+    np.testing.assert_allclose(r[0], xs * 2 + ys, rtol=1e-6)
+    np.testing.assert_array_equal(r[1], np.maximum(xs, 0))
+
+
+def test_an_input_buffer_written_by_assign_is_read_at_realize():
+    def scenario():
+        x = Tensor([1.0, 2.0, 3.0]).realize()
+        before = (x + 1).realize()  # realized before the write: keeps the old values
+        pending = x * 2  # not realized before the write
+        x.assign(Tensor([10.0, 20.0, 30.0])).realize()
+        after = (x + 1).realize()
+        x += 1  # in place, through assign
+        x.realize()
+        again = (x + 1).realize()
+        return _values(before, pending, after, x, again)
+
+    r = _both_paths(scenario)
+    assert r[0].tolist() == [2.0, 3.0, 4.0]
+    assert r[2].tolist() == [11.0, 21.0, 31.0] and r[3].tolist() == [11.0, 21.0, 31.0]
+    assert r[4].tolist() == [12.0, 22.0, 32.0]
+
+
+def test_assign_through_a_view_then_the_fast_path():
+    def scenario():
+        x = Tensor([1.0, 2.0, 3.0, 4.0]).realize()
+        first = (x + 1).realize()
+        x[1:3].assign(Tensor([20.0, 30.0])).realize()
+        m = Tensor([[1.0, 2.0], [3.0, 4.0]]).realize()
+        m.reshape(4).assign(Tensor([5.0, 6.0, 7.0, 8.0])).realize()
+        return _values(first, x + 1, x, m + 1, m.reshape(4) * 2)
+
+    r = _both_paths(scenario)
+    assert r[1].tolist() == [2.0, 21.0, 31.0, 5.0] and r[3].tolist() == [[6.0, 7.0], [8.0, 9.0]]
+
+
+def test_results_never_share_memory_with_live_tensors():
+    # outputs come from recycled memory: each live result must keep its own values while others are made and dropped
+    x = Tensor.zeros(16).contiguous().realize()
+    kept = []
+    for i in range(50):
+        x = (x + 1).realize()
+        if i % 7 == 0:
+            kept.append((i + 1, x))
+        (x * 100).realize()  # a temporary that dies at once
+    for value, t in kept:
+        np.testing.assert_array_equal(t.realize().numpy(), np.full(16, value, np.float32))
+    assert len({id(t._buffer()) for _, t in kept}) == len(kept)
+
+
+def test_unallocated_input_buffers_are_allocated_on_launch():
+    (Tensor.empty(8).realize() + 1).realize()  # learned over an empty tensor's buffer
+    for _ in range(2):
+        e = Tensor.empty(8)
+        assert not e.uop.arg.is_allocated
+        y = (e * 0 + 3).realize()  # reads the never-written buffer: the values are not checked, only that it runs
+        assert y.shape == (8,)
+        z = (e * 0).realize()  # one op over an unallocated buffer: the fast path allocates it
+        assert z.shape == (8,) and e.uop.arg.is_allocated
+
+
+def test_realizing_a_realized_tensor_launches_nothing():
+    x = Tensor([1.0, 2.0]).realize()
+    node = x.uop
+    GlobalCounters.reset()
+    assert x.realize() is x and x.uop is node and GlobalCounters.kernel_count == 0
+    view = x.reshape(2, 1)  # a view realizes through the scheduler (it may write through to its base): same value
+    assert view.realize().tolist() == [[1.0], [2.0]]

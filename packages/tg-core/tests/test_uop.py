@@ -103,13 +103,13 @@ def test_a_node_made_again_after_its_twin_died_is_cached_again() -> None:
 
 
 def test_a_stale_reference_never_removes_a_newer_entry() -> None:
-    import weakref
-
-    from tinygrad.uop.ops import _forget_node
+    from tinygrad.uop.ops import _forget_node, _NodeRef
 
     node = var("stale", 0, 1)
     key = (Ops.DEFINE_VAR, I32, (), (VarArg, VarArg("stale", 0, 1)))
-    _forget_node(key, weakref.ref(node))  # as a dead twin's reference would, arriving late
+    stale = _NodeRef(node)
+    stale.key = key
+    _forget_node(stale)  # as a dead twin's reference would, arriving late
     assert UOpMeta.cache[key]() is node
 
 

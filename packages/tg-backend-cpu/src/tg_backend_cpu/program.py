@@ -120,9 +120,36 @@ class CPUProgram:
             return lambda bufs: self._call_plain(tuple(b.opaque for b in bufs), (), False)
         args_type = self._args_type
 
-        def launch(bufs: list[Any]) -> None:
-            # self._launch is read at call time: set_threads may move the program to another pool
-            self._launch(args_type(*[b.opaque[1] for b in bufs]))  # type: ignore[misc]
+        def addresses(bufs: list[Any]) -> ctypes.Array:
+            return args_type(*[b.opaque[1] for b in bufs])  # allocates a buffer that has no memory yet
+
+        # self._launch is read at call time: set_threads may move the program to another pool. The usual arities
+        # name each buffer's address: unpacking a generated sequence into the array costs more than the launch. A
+        # buffer without memory yet has no handle to index (TypeError): `addresses` allocates it
+        if self.nargs == 1:
+            def launch(bufs: list[Any]) -> None:
+                try:
+                    args = args_type(bufs[0]._opaque[1])
+                except TypeError:
+                    args = addresses(bufs)
+                self._launch(args)  # type: ignore[misc]
+        elif self.nargs == 2:
+            def launch(bufs: list[Any]) -> None:
+                try:
+                    args = args_type(bufs[0]._opaque[1], bufs[1]._opaque[1])
+                except TypeError:
+                    args = addresses(bufs)
+                self._launch(args)  # type: ignore[misc]
+        elif self.nargs == 3:
+            def launch(bufs: list[Any]) -> None:
+                try:
+                    args = args_type(bufs[0]._opaque[1], bufs[1]._opaque[1], bufs[2]._opaque[1])
+                except TypeError:
+                    args = addresses(bufs)
+                self._launch(args)  # type: ignore[misc]
+        else:
+            def launch(bufs: list[Any]) -> None:
+                self._launch(addresses(bufs))  # type: ignore[misc]
         return launch
 
     def _call_plain(self, bufs: tuple[Any, ...], vals: tuple[int, ...], wait: bool) -> float | None:

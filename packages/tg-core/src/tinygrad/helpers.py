@@ -20,7 +20,7 @@ import urllib.parse
 import urllib.request
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -184,28 +184,32 @@ class ContextVar:
         return f"ContextVar({self.key}={self.value})"
 
 
-class GlobalCounters:
+class _GlobalCounters:
     """What this process has run, as tinygrad counts it: kernels launched (`kernel_count`, JIT replays and copy
     kernels included), their estimated FLOPs (`global_ops`) and bytes read and written (`global_mem`), the device
     time of timed launches in seconds (`time_sum_s`, with DEBUG>=2), and the bytes of device memory held now
     (`mem_used`). `GlobalCounters.reset()` zeroes the first four; memory stays counted until it is freed."""
 
-    global_ops: ClassVar[int] = 0
-    global_mem: ClassVar[int] = 0
-    time_sum_s: ClassVar[float] = 0.0
-    kernel_count: ClassVar[int] = 0
-    mem_used: ClassVar[int] = 0
+    __slots__ = ("global_mem", "global_ops", "kernel_count", "mem_used", "time_sum_s")
 
-    @staticmethod
-    def reset() -> None:
-        GlobalCounters.global_ops = GlobalCounters.global_mem = GlobalCounters.kernel_count = 0
-        GlobalCounters.time_sum_s = 0.0
+    def __init__(self) -> None:
+        self.global_ops = self.global_mem = self.kernel_count = self.mem_used = 0
+        self.time_sum_s = 0.0
 
-    @staticmethod
-    def count_launches(n: int, ops: int, mem: int) -> None:
-        GlobalCounters.kernel_count += n
-        GlobalCounters.global_ops += ops
-        GlobalCounters.global_mem += mem
+    def reset(self) -> None:
+        self.global_ops = self.global_mem = self.kernel_count = 0
+        self.time_sum_s = 0.0
+
+    def count_launches(self, n: int, ops: int, mem: int) -> None:
+        self.kernel_count += n
+        self.global_ops += ops
+        self.global_mem += mem
+
+
+# One object with slots, where tinygrad has a class with class attributes: every launch and every buffer's allocation
+# and free writes these, and writing a class attribute invalidates the type's attribute cache, which costs several
+# times an instance's slot. Reading and writing `GlobalCounters.kernel_count` and calling `reset()` are the same.
+GlobalCounters = _GlobalCounters()
 
 
 DEBUG = ContextVar("DEBUG", 0)

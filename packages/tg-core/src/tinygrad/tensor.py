@@ -7,6 +7,7 @@ which hands the graph to the scheduler (engine/schedule.py) and runs the resulti
 from __future__ import annotations
 
 import contextlib
+import struct
 import weakref
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -52,10 +53,18 @@ from tinygrad.mixin.unary import UnaryMixin
 from tinygrad.mixin.utility import UtilityMixin
 from tinygrad.mixin.views import ViewRecord, record_view, view_record, write_through, written_base
 from tinygrad.multi import create_schedule, place_on_devices
-from tinygrad.uop.ops import Ops, UOp, _arg_key, post_order, resolve_size
+from tinygrad.uop.ops import Ops, UOp, post_order, resolve_size
 
-#: (dtype, scalar, shape) -> the broadcast constant that `x + scalar` reads. Hash-consing would return the same node;
-#: remembering it skips the rounding of the scalar and three lookups on every eager op. Cleared when full.
+#: read by every realize: `Ops.BUFFER` is an attribute lookup through the enum's metaclass, several times a global's
+#: cost on Python 3.11
+_BUFFER = Ops.BUFFER
+
+#: a float's bits: the scalar's part of a `_scalar_operands` key
+_float_bits = struct.Struct("<d").pack
+
+#: (dtype, scalar's type, scalar, shape) -> the broadcast constant that `x + scalar` reads. Hash-consing would return
+#: the same node; remembering it skips the rounding of the scalar and three lookups on every eager op. Cleared when
+#: full.
 _scalar_operands: dict[tuple, UOp] = {}
 
 #: Every live floating-point tensor that may take a gradient (requires_grad None or True): backward() fills the
@@ -445,7 +454,7 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
                 if o._requires_grad is None:
                     rg = None
         out._requires_grad = rg
-        if rg is not False and uop.dtype.is_float:
+        if rg is not False and uop.dtype.kind == "float":  # dtype.is_float, without the property's call
             _live_float[weakref.ref(out, _forget)] = None
         return out
 
@@ -479,6 +488,18 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
             >>> t.tolist()
             [3, 6]
         """
+        keyed = None
+        if not others and self._view is None:  # one tensor that is not a view, as in every eager step
+            root, device = self.uop, self.device
+            if root.op is _BUFFER:
+                return self  # realized already, and not a view that writes through to a base
+            if type(device) is str and (keyed := dispatch.eager_key(root, device)) is not None \
+                    and (entry := dispatch.entries.get(keyed[0])) is not None:
+                view = dispatch.launch(entry, keyed[1])
+                root._realized = view  # realized_views[root] = view, without the call
+                if self._requires_grad is not True or id(self) in Tensor._grad_tensors:
+                    self.uop = view
+                return self
         tensors = (self, *others)
         written = [b for t in tensors if (b := written_base(t)) is not None and all(b is not u for u in tensors)] \
             if others or self._view is not None else None
@@ -486,15 +507,8 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
             tensors += tuple(dict.fromkeys(written))
         if len(tensors) > 1:
             items, views, out_views = create_schedule([t.uop for t in tensors], [t.device for t in tensors])
-        else:  # one tensor, as in every eager step
+        else:
             root, device = self.uop, self.device
-            keyed = dispatch.eager_key(root, device) if type(device) is str else None
-            if keyed is not None and (entry := dispatch.lookup(keyed[0])) is not None:
-                view = dispatch.launch(entry, keyed[1])
-                realized_views[root] = view
-                if self._requires_grad is not True or id(self) in Tensor._grad_tensors:
-                    self.uop = view
-                return self
             items, views, out_views = create_schedule([root], [device])
             if keyed is not None:
                 dispatch.learn(keyed[0], keyed[1], items, root.shape)  # type: ignore[arg-type]
@@ -670,12 +684,16 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
     def _scalar_operand(self, y: Tensor | Scalar) -> UOp | None:
         """The fast path for `x + 1`: a Python scalar that x's dtype holds is a broadcast constant of x's shape.
         None when the general path (promotion, gradients) must decide."""
-        if self._requires_grad is True or type(y) not in (int, float, bool):
+        t = type(y)
+        if self._requires_grad is True or (t is not int and t is not float and t is not bool):
             return None
         uop = self.uop
-        key = (uop.dtype, _arg_key(y), uop.shape)
-        if (hit := _scalar_operands.get(key)) is not None:
-            return hit
+        # _binop builds this key inline: keep the two equal
+        hit = _scalar_operands.get((uop.dtype, t, _float_bits(y) if t is float else y, uop.shape))
+        return hit if hit is not None else self._new_scalar_operand(y)  # type: ignore[arg-type]
+
+    def _new_scalar_operand(self, y: Scalar) -> UOp | None:
+        uop = self.uop
         d = uop.dtype
         px = dtypes.from_py(y)
         if (px.is_float and not d.is_float) or (px.is_int and d.is_bool):
@@ -685,7 +703,10 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         out = c.reshape((1,) * len(shape)).expand(shape) if shape else c
         if len(_scalar_operands) >= 1024:
             _scalar_operands.clear()
-        _scalar_operands[key] = out
+        # the scalar's type is in the key (1, 1.0 and True are equal in Python), and a float by its bits (0.0 and
+        # -0.0 are equal, NaN is not equal to itself)
+        t = type(y)
+        _scalar_operands[(d, t, _float_bits(y) if t is float else y, shape)] = out
         return out
 
     def _broadcasted(self, y: Tensor | Scalar, reverse: bool = False) -> tuple[Tensor, Tensor]:
@@ -713,8 +734,16 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         return self._derive(self.uop.reshape(padded).expand(shape))
 
     def _binop(self, op: Ops, y: Tensor | Scalar, reverse: bool = False) -> Tensor:
-        if (c := self._scalar_operand(y)) is not None:  # no Tensor for the constant: this runs for every `x + 1`
-            return self._derive(c.alu(op, self.uop) if reverse else self.uop.alu(op, c))
+        # `x + 1`: no Tensor for the constant, and _scalar_operand's cache hit inline: every eager op runs this
+        t = type(y)
+        if (t is int or t is float or t is bool) and self._requires_grad is not True:
+            uop = self.uop
+            shape = uop._shape  # the shape property's cached value, without its call
+            if type(shape) is not tuple:
+                shape = uop.shape
+            c = _scalar_operands.get((uop.dtype, t, _float_bits(y) if t is float else y, shape))
+            if c is not None or (c := self._new_scalar_operand(y)) is not None:  # type: ignore[arg-type]
+                return self._derive(c.alu(op, uop) if reverse else uop.alu(op, c))
         a, b = self._broadcasted(y, reverse)
         return a._derive(a.uop.alu(op, b.uop), b)
 

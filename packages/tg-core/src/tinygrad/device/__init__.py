@@ -155,6 +155,9 @@ def _human_bytes(n: int) -> str:
 class Buffer:
     """`size` elements of `dtype` on `device`. Memory is allocated on first use and freed with the object."""
 
+    # slots: every eager op makes a Buffer, and one without a __dict__ is smaller and quicker to make and fill
+    __slots__ = ("__weakref__", "_allocator", "_node", "_opaque", "base", "device", "dtype", "size")
+
     def __init__(self, device: str, size: int, dtype: DType, base: Buffer | None = None):
         if size < 0:
             raise ValueError(f"a buffer cannot have a negative size ({size})")
@@ -170,8 +173,22 @@ class Buffer:
         #: the graph's BUFFER node for this buffer, while it lives (engine/schedule_item.py: buffer_node)
         self._node: weakref.ref | None = None
         # with a base, this buffer is another name for the start of base's memory (the engine's memory planner
-        # and in-place writes use that); the base owns the memory and is kept alive by this reference
+        # and in-place writes use that); the base owns the memory and is kept alive by this reference.
+        # Buffer.allocated fills these attributes too, and must follow any change
         self.base: Buffer | None = base.base or base if base is not None else None
+
+    @classmethod
+    def allocated(cls, device: str, size: int, dtype: DType, allocator: Allocator) -> Buffer:
+        """A new buffer (no base) with its memory, from `allocator` (the device's). For a caller that already knows
+        the size is valid for the device, as the eager dispatch path does for the outputs it makes again and again:
+        it skips __init__'s checks and ensure_allocated's lookups, and fills the same attributes."""
+        buf = cls.__new__(cls)
+        buf.device, buf.size, buf.dtype, buf._node, buf.base = device, size, dtype, None, None
+        nbytes = max(size * dtype.itemsize, 1)  # as ensure_allocated: a valid pointer even when empty
+        buf._opaque = opaque = allocator.alloc(nbytes)
+        buf._allocator = allocator
+        _own_memory(buf, allocator, opaque, nbytes)
+        return buf
 
     def __repr__(self) -> str:
         return f"<buf {self.device} {self.dtype.name}[{self.size}]{'' if self.is_allocated else ' unallocated'}>"
@@ -232,23 +249,34 @@ class Buffer:
         return out
 
 
-#: the memory each live Buffer allocated: its weak reference -> (allocator, opaque, nbytes). The reference's callback
-#: frees the memory when the buffer dies, and whatever is left at interpreter exit is freed then, newest first: what
-#: weakref.finalize does, with a fraction of its Python per buffer (an eager op allocates one)
-_owned_memory: dict[weakref.ref[Buffer], tuple[Allocator, Any, int]] = {}
+class _Memory(weakref.ref["Buffer"]):
+    """A weak reference to a Buffer that carries the memory it allocated, for the callback that frees it."""
+
+    __slots__ = ("allocator", "nbytes", "opaque")
+    allocator: Allocator
+    opaque: Any
+    nbytes: int
+
+
+#: the weak reference of each live Buffer that allocated memory. The reference's callback frees the memory when the
+#: buffer dies, and whatever is left at interpreter exit is freed then, newest first: what weakref.finalize does,
+#: with a fraction of its Python per buffer (an eager op allocates one)
+_owned_memory: dict[_Memory, None] = {}
 
 
 def _own_memory(buf: Buffer, allocator: Allocator, opaque: Any, nbytes: int) -> None:
     if not _owned_memory:
         _register_exit_once()
-    _owned_memory[weakref.ref(buf, _free_owned)] = (allocator, opaque, nbytes)
+    ref = _Memory(buf, _free_owned)
+    ref.allocator, ref.opaque, ref.nbytes = allocator, opaque, nbytes
+    _owned_memory[ref] = None
     GlobalCounters.mem_used += nbytes
 
 
-def _free_owned(ref: weakref.ref[Buffer]) -> None:
-    allocator, opaque, nbytes = _owned_memory.pop(ref)
-    allocator.free(opaque, nbytes)
-    GlobalCounters.mem_used -= nbytes
+def _free_owned(ref: _Memory) -> None:
+    del _owned_memory[ref]
+    ref.allocator.free(ref.opaque, ref.nbytes)
+    GlobalCounters.mem_used -= ref.nbytes
 
 
 @functools.cache

@@ -15,6 +15,7 @@ PROFILE or VIZ runs (they report per item).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,13 +23,15 @@ from typing import Any
 from tinygrad.device import Allocator, Buffer, Device
 from tinygrad.dtype import DType
 from tinygrad.engine.realize import capture_hooks
-from tinygrad.engine.schedule_item import ScheduleItem, buffer_view
+from tinygrad.engine.schedule_item import ScheduleItem
 from tinygrad.helpers import DEBUG, PROFILE, VIZ, ContextVar, GlobalCounters
-from tinygrad.uop.ops import GroupOp, Ops, UOp, _arg_key, post_order
+from tinygrad.uop.ops import GroupOp, Ops, UOp, _arg_key, _make_uop, new_node, post_order
 
 #: ops a subgraph of constants may hold and still be computed inside the kernel that reads it
 _CONSTANT_OPS = frozenset({Ops.CONST, Ops.ARANGE}) | GroupOp.Elementwise | GroupOp.Movement
 _ROOT_OPS = GroupOp.Elementwise
+#: read for every eager op: `Ops.X` is an attribute lookup through the enum's metaclass, several times a global's cost
+_RESHAPE, _BUFFER = Ops.RESHAPE, Ops.BUFFER
 MAX_ENTRIES = 1024
 
 #: set EAGER_DISPATCH=0 to send every realize through the scheduler
@@ -44,12 +47,14 @@ class _Entry:
     size: int  # output elements
     dtype: DType
     device: str
-    shape: tuple[int, ...]  # the root's (its sources' shapes are part of the key)
-    inputs: tuple[int, ...]  # per kernel input (PARAM 1..): which of the root's source buffers it reads
+    flat: tuple[int]  # (size,): the output BUFFER node's shape
+    reshape: tuple[int, ...] | None  # the root's shape (its sources' are part of the key), if the view reshapes
+    inputs: tuple[int, ...] | None  # per kernel input (PARAM 1..): which of the key's source buffers it reads; None:
+    # each in the key's order
 
 
 _constant_graphs: dict[UOp, bool] = {}  # subgraphs of constants only, seen before
-_entries: dict[tuple, _Entry] = {}
+entries: dict[tuple, _Entry] = {}
 
 
 def _is_constant_graph(node: UOp) -> bool:
@@ -85,8 +90,8 @@ def eager_key(root: UOp, device: str) -> tuple[tuple, list[Buffer]] | None:
     bufs: list[Buffer] = []
     for s in root.src:
         view = s if not s.src or s._realized is None else s._realized
-        base = view.src[0] if view.op is Ops.RESHAPE else view
-        if base.op is Ops.BUFFER:
+        base = view.src[0] if view.op is _RESHAPE else view
+        if base.op is _BUFFER:
             buf = base.arg
             if buf in bufs:  # Buffer compares by identity: the same buffer read twice (`x * x`)
                 parts.append(bufs.index(buf))
@@ -101,19 +106,28 @@ def eager_key(root: UOp, device: str) -> tuple[tuple, list[Buffer]] | None:
 
 
 def lookup(key: tuple) -> _Entry | None:
-    return _entries.get(key)
+    return entries.get(key)
 
 
 def launch(entry: _Entry, bufs: list[Buffer]) -> UOp:
     """Run a remembered kernel on new source buffers; the view of its new output buffer."""
-    out = Buffer(entry.device, entry.size, entry.dtype)
+    out = Buffer.allocated(entry.device, entry.size, entry.dtype, entry.allocator)
     if entry.size:  # nothing to compute for an empty output
-        out.ensure_allocated(entry.allocator)
-        entry.call([out, *map(bufs.__getitem__, entry.inputs)])
+        inputs = entry.inputs
+        entry.call([out, *bufs] if inputs is None else [out, *map(bufs.__getitem__, inputs)])
         GlobalCounters.kernel_count += 1
         GlobalCounters.global_ops += entry.ops
         GlobalCounters.global_mem += entry.mem
-    return buffer_view(out, entry.shape)
+    # the output's BUFFER node, made here rather than by buffer_view: the buffer is new, so is its node
+    node = new_node(_BUFFER, entry.dtype, (), out)
+    node._shape = entry.flat
+    out._node = weakref.ref(node)
+    if (shape := entry.reshape) is None:
+        return node
+    # node.reshape(shape), with the shape the root had when learned rather than inferred and checked again
+    view = _make_uop(UOp, _RESHAPE, entry.dtype, (node,), shape)
+    view._shape = shape
+    return view
 
 
 def learn(key: tuple, bufs: list[Buffer], items: list[ScheduleItem], shape: tuple[int, ...]) -> None:
@@ -129,16 +143,17 @@ def learn(key: tuple, bufs: list[Buffer], items: list[ScheduleItem], shape: tupl
         if at is None:  # the scheduler read a buffer the key does not name (a realized constant): not this path's
             return
         inputs.append(at)
-    if len(_entries) >= MAX_ENTRIES:
-        _entries.pop(next(iter(_entries)))
+    if len(entries) >= MAX_ENTRIES:
+        entries.pop(next(iter(entries)))
     device = Device[si.device]
     out, runner = si.bufs[0], device.get_runner(si.ast)
     launcher = getattr(runner, "launcher", None)
     call = launcher() if launcher is not None else lambda bufs: runner(bufs, {})
-    _entries[key] = _Entry(call, device.allocator, runner.estimated_ops, runner.estimated_bytes, out.size, out.dtype,
-                           si.device, shape, tuple(inputs))
+    entries[key] = _Entry(call, device.allocator, runner.estimated_ops, runner.estimated_bytes, out.size, out.dtype,
+                           si.device, (out.size,), None if shape == (out.size,) else shape,
+                           None if inputs == list(range(len(bufs))) else tuple(inputs))
 
 
 def clear() -> None:
-    _entries.clear()
+    entries.clear()
     _constant_graphs.clear()

@@ -6,7 +6,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from tinygrad.device import Buffer
-from tinygrad.uop.ops import Ops, UOp
+from tinygrad.uop.ops import Ops, UOp, new_node
 
 
 @dataclass(eq=False, slots=True)
@@ -34,7 +34,8 @@ def buffer_node(buf: Buffer) -> UOp:
     ref = buf._node
     if ref is not None and (node := ref()) is not None:
         return node
-    node = type.__call__(UOp, Ops.BUFFER, buf.dtype, (), buf)
+    node = new_node(Ops.BUFFER, buf.dtype, (), buf)
+    node._shape = (buf.size,)  # known here; the next op reads it
     buf._node = weakref.ref(node)
     return node
 

@@ -17,6 +17,10 @@ if TYPE_CHECKING:
     from tinygrad.tensor import Tensor
 
 
+#: `Ops.ADD` is an attribute lookup through the enum's metaclass, several times a global's cost on Python 3.11
+_ADD, _MUL = Ops.ADD, Ops.MUL
+
+
 class ElementwiseMixin(TensorBase):
     __slots__ = ()
 
@@ -466,13 +470,13 @@ class ElementwiseMixin(TensorBase):
             raise DTypeError(f"bitwise_not needs an integer or bool tensor, got {self.dtype}")
         return self ^ (int(self.dtype.max) if self.dtype.is_unsigned else -1)
 
-    # operators
-    def __add__(self: Tensor, x: Tensor | Scalar) -> Tensor: return self.add(x)
-    def __radd__(self: Tensor, x: Scalar) -> Tensor: return self.add(x, reverse=True)
+    # operators (`+` and `*` call what add and mul do directly: one call less on every eager op)
+    def __add__(self: Tensor, x: Tensor | Scalar) -> Tensor: return self._binop(_ADD, x)
+    def __radd__(self: Tensor, x: Scalar) -> Tensor: return self._binop(_ADD, x, True)
     def __sub__(self: Tensor, x: Tensor | Scalar) -> Tensor: return self.sub(x)
     def __rsub__(self: Tensor, x: Scalar) -> Tensor: return self.sub(x, reverse=True)
-    def __mul__(self: Tensor, x: Tensor | Scalar) -> Tensor: return self.mul(x)
-    def __rmul__(self: Tensor, x: Scalar) -> Tensor: return self.mul(x, reverse=True)
+    def __mul__(self: Tensor, x: Tensor | Scalar) -> Tensor: return self._binop(_MUL, x)
+    def __rmul__(self: Tensor, x: Scalar) -> Tensor: return self._binop(_MUL, x, True)
     def __truediv__(self: Tensor, x: Tensor | Scalar) -> Tensor: return self.div(x)
     def __rtruediv__(self: Tensor, x: Scalar) -> Tensor: return self.div(x, reverse=True)
     def __floordiv__(self: Tensor, x: Tensor | Scalar) -> Tensor: return self.floordiv(x)

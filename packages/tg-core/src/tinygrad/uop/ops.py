@@ -9,7 +9,6 @@ The same node type describes three stages:
 from __future__ import annotations
 
 import enum
-import functools
 import math
 import struct
 import weakref
@@ -203,6 +202,14 @@ def _arg_key(arg: Any) -> Any:
     return (type(arg), arg)
 
 
+class _NodeRef(weakref.ref["UOp"]):
+    """A weak reference to a hash-consed node that carries the node's cache key, so that its death callback is one
+    plain function: a functools.partial per node would cost a second object to make and a second call to run."""
+
+    __slots__ = ("key",)
+    key: tuple
+
+
 class UOpMeta(type):
     #: structure -> a weak reference to the one live node with it. Every Tensor op passes through here, so this is a
     #: plain dict whose references remove their own entry when their node dies: a WeakValueDictionary does the same
@@ -216,15 +223,39 @@ class UOpMeta(type):
         ref = UOpMeta.cache.get(key)
         if ref is not None and (hit := ref()) is not None:
             return hit
-        node = type.__call__(cls, op, dtype, src, arg)
-        UOpMeta.cache[key] = weakref.ref(node, functools.partial(_forget_node, key))
+        # new_node's body, inline: every node of every graph is made here
+        node = object.__new__(UOp)
+        node.op, node.dtype, node.src, node.arg = op, dtype, src, arg
+        node._shape, node._toposort, node._ranges, node._realized = False, None, None, None
+        ref = _NodeRef(node, _forget_node)
+        ref.key = key
+        UOpMeta.cache[key] = ref
         return node
 
 
-def _forget_node(key: tuple, ref: weakref.ref[UOp], cache: dict[tuple, weakref.ref[UOp]] = UOpMeta.cache) -> None:
+#: UOp(...) as a plain function, for the hot paths (alu): calling the class goes through the metaclass's __call__
+#: slot, which costs more than the call itself
+_make_uop = UOpMeta.__call__
+
+
+def _forget_node(ref: _NodeRef, cache: dict[tuple, weakref.ref[UOp]] = UOpMeta.cache) -> None:
     # the entry may already belong to a newer node of the same structure: only drop our own reference
+    key = ref.key
     if cache.get(key) is ref:
         del cache[key]
+
+
+def new_node(op: Ops, dtype: DType, src: tuple[UOp, ...], arg: Any) -> UOp:
+    """A node that is not entered in the hash-consing table (UOp(...) makes and enters one). Fills the slots here
+    rather than through type.__call__ and __init__: every eager op makes two nodes. UOpMeta.__call__ repeats this
+    body inline."""
+    node = object.__new__(UOp)
+    node.op, node.dtype, node.src, node.arg = op, dtype, src, arg
+    node._shape, node._toposort, node._ranges, node._realized = False, None, None, None
+    return node
+
+
+_BOOL, _WHERE, _COMPARISON = dtypes.bool, Ops.WHERE, GroupOp.Comparison  # read by alu on every op: module globals
 
 
 class UOp(metaclass=UOpMeta):
@@ -233,6 +264,7 @@ class UOp(metaclass=UOpMeta):
     __slots__ = ("__weakref__", "_ranges", "_realized", "_shape", "_toposort", "arg", "dtype", "op", "src")
 
     def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None):
+        # UOp(...) does not run this (see UOpMeta.__call__): new_node fills the same slots, and must follow any change
         self.op, self.dtype, self.src, self.arg = op, dtype, src, arg
         self._shape: tuple[int, ...] | bool | None = False
         self._toposort: dict[UOp, None] | None = None
@@ -341,8 +373,8 @@ class UOp(metaclass=UOpMeta):
         return c
 
     def alu(self, op: Ops, *srcs: UOp) -> UOp:
-        out_dtype = dtypes.bool if op in GroupOp.Comparison else (srcs[-1].dtype if op is Ops.WHERE else self.dtype)
-        return UOp(op, out_dtype, (self, *srcs))
+        out_dtype = _BOOL if op in _COMPARISON else (srcs[-1].dtype if op is _WHERE else self.dtype)
+        return _make_uop(UOp, op, out_dtype, (self, *srcs))
 
     def cast(self, dtype: DType) -> UOp:
         return self if self.dtype == dtype else UOp(Ops.CAST, dtype, (self,))
