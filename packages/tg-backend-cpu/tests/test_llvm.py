@@ -402,3 +402,24 @@ def test_the_process_count_knob(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LLVM_COMPILE_PROCESSES", "two")
     with pytest.raises(ValueError, match="LLVM_COMPILE_PROCESSES='two' is not a number"):
         compiler.expect_batch(100)
+
+
+def test_a_worker_imports_llvmlite_and_not_tinygrad() -> None:
+    # a worker's start is paid on the cores that render the batch: it must not import tinygrad (the package's
+    # __init__ does), only the standard library and llvmlite, and it must answer as the in-process compiler does
+    from tg_backend_cpu import llvm_workers
+    from tg_backend_cpu.llvm_compiler import LLVMCompiler
+
+    probe = ("import runpy, sys; runpy.run_path(sys.argv[1]); "
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tinygrad', 'tg_backend_cpu')))")
+    proc = subprocess.run([sys.executable, "-P", "-c", probe, llvm_workers.__file__], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+    workers = llvm_workers.CompileWorkers(1)
+    try:
+        src = _some_ir(1)[0]
+        assert workers.compile(src) == (llvm_workers.OK, LLVMCompiler().compile(src))
+        status, message = workers.compile("define void @broken( {")
+        assert status == llvm_workers.ERROR and b"LLVM rejected a kernel's IR" in message
+    finally:
+        workers.close()

@@ -190,3 +190,38 @@ def test_a_cycle_is_reported() -> None:
     flip = PatternMatcher([(UPat(Ops.ADD, src=(UPat.var("x"), UPat.var("y"))), lambda x, y: UOp(Ops.ADD, I32, (y, x)))])
     with pytest.raises(RuntimeError, match="fixed point"):
         graph_rewrite(a + b, flip, max_steps=1000)
+
+
+def _first_match_reference(pm: PatternMatcher, u: UOp) -> UOp | None:
+    """PatternMatcher.rewrite spelled out: the table in order, every binding `UPat.match` enumerates."""
+    for pat, fn in pm.patterns:
+        for bound in pat.match(u, {}):
+            out = fn(**bound)
+            if out is not None and out is not u:
+                return out
+    return None
+
+
+def test_dispatch_agrees_with_matching_in_table_order() -> None:
+    # the matcher runs patterns without choices compiled and skips those whose source ops cannot fit; on the
+    # simplifier's table and every node of some index expressions it must pick what the plain walk picks
+    from tinygrad.uop.symbolic import symbolic
+
+    r = UOp(Ops.DEFINE_VAR, I32, (), ("r", 0, 15))
+    c = UOp.const
+    exprs = [(r * 4 + 3) // 4, (r + 7) % 4, (a % 8) + (a // 8) * 8, ((a + 3) + 5) * 2, c(I32, 3) + a,
+             UOp(Ops.MAX, I32, (r, r)), (r * 0) + (b * 1), UOp(Ops.WHERE, I32, (r.lt(20), a, b)),
+             UOp(Ops.ADD, I32, (c(I32, 2), c(I32, 5))), r.lt(16), (fa * 1.0) + 0.0]
+    comm = PatternMatcher([(UPat(Ops.ADD, src=[UPat.cvar("k"), UPat.var("x")]), lambda k, x: x if k.arg == 3 else None),
+                           *symbolic.patterns])
+    for pm in (symbolic, comm):
+        for e in exprs:
+            for u in e.toposort():
+                assert pm.rewrite(u) is _first_match_reference(pm, u), u
+
+
+def test_a_joined_matcher_is_built_once() -> None:
+    first = PatternMatcher([(UPat(Ops.ADD), lambda: UOp.const(I32, 1))])
+    second = PatternMatcher([(UPat(Ops.MUL), lambda: UOp.const(I32, 3))])
+    assert first + second is first + second
+    assert (first + second).rewrite(a * b).arg == 3

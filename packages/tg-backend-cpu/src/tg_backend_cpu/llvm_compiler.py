@@ -14,7 +14,15 @@ from types import ModuleType
 
 from tinygrad.codegen.compiled import COMPILE_WORKERS, CompileError, Compiler
 
-from tg_backend_cpu.llvm_workers import OK, CompileWorkers, WorkerDied
+from tg_backend_cpu.llvm_workers import (
+    OK,
+    CompileWorkers,
+    InvalidIR,
+    WorkerDied,
+    host_target_machine,
+    initialize,
+    optimized_module,
+)
 
 #: the llvmlite release this backend is written and tested against (the `llvm` extra pins it)
 LLVMLITE_VERSION = "0.50.0"
@@ -33,9 +41,7 @@ def llvmlite_binding() -> ModuleType:
 
 @functools.cache
 def _initialize(llvm: ModuleType) -> None:
-    # LLVM's core initialises itself in llvmlite 0.45 and later; the native target and its printer do not
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
+    initialize(llvm)
 
 
 def llvm_description() -> str:
@@ -44,14 +50,6 @@ def llvm_description() -> str:
     import llvmlite.binding as llvm
 
     return f"llvmlite {llvmlite.__version__}, LLVM {'.'.join(map(str, llvm.llvm_version_info))}"
-
-
-def host_target_machine(llvm: ModuleType):  # type: ignore[no-untyped-def]
-    """A target machine for this host's CPU and features. The large code model: the loader places code and
-    constants wherever it allocates them, possibly more than 2 GiB apart, which 32-bit offsets cannot reach."""
-    target = llvm.Target.from_triple(llvm.get_process_triple())
-    return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-                                        opt=2, reloc="default", codemodel="jitdefault", jit=True)
 
 
 #: kernels in a batch from which `expect_batch` starts worker processes (their start costs a fraction of a second)
@@ -87,20 +85,10 @@ class LLVMCompiler(Compiler):
 
     def _optimized(self, src: str):  # type: ignore[no-untyped-def]
         """The IR parsed, checked and through the O2 pipeline for this host (call with the lock held)."""
-        llvm = self.llvm
         try:
-            module = llvm.parse_assembly(src)
-            module.verify()
-        except RuntimeError as e:
-            raise CompileError(f"LLVM rejected a kernel's IR:\n{e}\n--- source ---\n{src}") from e
-        module.triple = self.target_machine.triple
-        module.data_layout = str(self.target_machine.target_data)
-        tuning = llvm.create_pipeline_tuning_options(speed_level=2)
-        tuning.loop_vectorization = True
-        tuning.slp_vectorization = True  # off at O2 by default in llvmlite; clang -O2 runs it
-        builder = llvm.create_pass_builder(self.target_machine, tuning)
-        builder.getModulePassManager().run(module, builder)
-        return module
+            return optimized_module(self.llvm, self.target_machine, src)
+        except InvalidIR as e:
+            raise CompileError(str(e)) from e
 
     def expect_batch(self, kernels: int) -> None:
         workers = min(kernels, COMPILE_WORKERS, _process_limit())

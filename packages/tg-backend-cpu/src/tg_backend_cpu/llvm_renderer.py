@@ -21,6 +21,7 @@ infinity are tested.
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable
 
@@ -188,6 +189,7 @@ def helper_name(d: DType, what: str) -> str:
     return {"decode": f"tg_{n}_to_f32", "encode": f"tg_f32_to_{n}", "round": f"tg_round_{n}"}[what]
 
 
+@functools.cache  # asked for every operand of every instruction; dtypes are few and interned
 def value_type(d: DType) -> str:
     """The LLVM type values of `d` are computed in (bfloat16 in float)."""
     d = d.scalar
@@ -202,6 +204,7 @@ def value_type(d: DType) -> str:
     return f"i{d.bits}"
 
 
+@functools.cache
 def memory_type(d: DType) -> str:
     """The LLVM type of `d` in a buffer: bool is a byte, bfloat16 its bit pattern."""
     if d.scalar.is_bool:

@@ -2,9 +2,12 @@
 
 llvmlite guards every call into LLVM with one process-wide lock, so threads compile one kernel at a time. For a
 batch, `Compiled.precompile` asks the compiler to expect it (`LLVMCompiler.expect_batch`), which starts these
-workers: `python -m tg_backend_cpu.llvm_workers`, each a loop that reads LLVM IR on stdin and writes the object
-file (or LLVM's complaint) on stdout, compiled by the same `LLVMCompiler` code as in process. They are plain
-subprocesses rather than `multiprocessing` ones, which would import the user's main module again in each worker.
+workers: this file run as a script, each a loop that reads LLVM IR on stdin and writes the object file (or LLVM's
+complaint) on stdout, compiled by the same code as in process (`optimized_module`, which `LLVMCompiler` calls too).
+They are plain subprocesses rather than `multiprocessing` ones, which would import the user's main module again in
+each worker. The file imports nothing but the standard library and llvmlite, and runs by its path, not as
+`-m tg_backend_cpu.llvm_workers`: importing the package would import tinygrad, several times the cost of the
+worker's own start, paid on the same cores that are rendering the batch's first kernels.
 A worker that cannot start or dies leaves the kernel to the in-process compiler; the workers exit when this
 process closes their stdin (at exit) or dies.
 
@@ -21,6 +24,7 @@ import struct
 import subprocess
 import sys
 import threading
+from types import ModuleType
 from typing import IO
 
 OK, ERROR = 0, 1
@@ -42,13 +46,51 @@ def _read_exact(stream: IO[bytes], n: int) -> bytes:
     return data
 
 
+class InvalidIR(RuntimeError):
+    """LLVM refused a kernel's IR; the message has LLVM's complaint and the source."""
+
+
+def initialize(llvm: ModuleType) -> None:
+    # LLVM's core initialises itself in llvmlite 0.45 and later; the native target and its printer do not
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+
+
+def host_target_machine(llvm: ModuleType):  # type: ignore[no-untyped-def]
+    """A target machine for this host's CPU and features. The large code model: the loader places code and
+    constants wherever it allocates them, possibly more than 2 GiB apart, which 32-bit offsets cannot reach."""
+    target = llvm.Target.from_triple(llvm.get_process_triple())
+    return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
+                                        opt=2, reloc="default", codemodel="jitdefault", jit=True)
+
+
+def optimized_module(llvm: ModuleType, target_machine, src: str):  # type: ignore[no-untyped-def]
+    """The IR parsed, checked and through the O2 pipeline for `target_machine` (one thread at a time: llvmlite is
+    not safe to call concurrently). Raises InvalidIR."""
+    try:
+        module = llvm.parse_assembly(src)
+        module.verify()
+    except RuntimeError as e:
+        raise InvalidIR(f"LLVM rejected a kernel's IR:\n{e}\n--- source ---\n{src}") from e
+    module.triple = target_machine.triple
+    module.data_layout = str(target_machine.target_data)
+    tuning = llvm.create_pipeline_tuning_options(speed_level=2)
+    tuning.loop_vectorization = True
+    tuning.slp_vectorization = True  # off at O2 by default in llvmlite; clang -O2 runs it
+    builder = llvm.create_pass_builder(target_machine, tuning)
+    builder.getModulePassManager().run(module, builder)
+    return module
+
+
 class WorkerDied(RuntimeError):
     """A worker process ended or broke the protocol: the caller compiles the kernel in process."""
 
 
 class _Worker:
     def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "tg_backend_cpu.llvm_workers"], stdin=subprocess.PIPE,
+        # -P: the script's folder (this package's) does not go first on sys.path, where its modules could shadow
+        # the standard library's
+        self.proc = subprocess.Popen([sys.executable, "-P", os.path.abspath(__file__)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
 
     def compile(self, src: str) -> tuple[int, bytes]:
@@ -121,11 +163,10 @@ def main() -> None:
     # replies go to the original stdout; anything else printed (an import's warning) goes to stderr instead
     stdout = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    from tinygrad.codegen.compiled import CompileError
+    import llvmlite.binding as llvm
 
-    from tg_backend_cpu.llvm_compiler import LLVMCompiler
-
-    compiler = LLVMCompiler()
+    initialize(llvm)
+    target_machine = host_target_machine(llvm)
     stdin = sys.stdin.buffer
     while True:
         try:
@@ -134,8 +175,8 @@ def main() -> None:
         except EOFError:
             return
         try:
-            _write(stdout, compiler.compile(src), OK)
-        except CompileError as e:
+            _write(stdout, bytes(target_machine.emit_object(optimized_module(llvm, target_machine, src))), OK)
+        except InvalidIR as e:
             _write(stdout, str(e).encode(), ERROR)
 
 

@@ -24,6 +24,8 @@ from tinygrad.dtype import DType, dtypes
 from tinygrad.uop.ops import GroupOp, Ops, UOp
 
 NARROW = dtypes.int32
+# DType.min/max are computed properties; this pass asks them for every index node
+_NARROW_MIN, _NARROW_MAX = NARROW.min, NARROW.max
 
 
 class IndexRangeError(ValueError):
@@ -31,15 +33,21 @@ class IndexRangeError(ValueError):
 
 
 def fits_narrow(u: UOp) -> bool:
-    return NARROW.min <= u.vmin and u.vmax <= NARROW.max
+    return _NARROW_MIN <= u.vmin and u.vmax <= _NARROW_MAX
 
 
 def type_indices(sink: UOp, wide: DType | None, device: str = "this device") -> UOp:
     """`sink` with every `dtypes.index` node made int32 or `wide` (see the module docstring)."""
     typed: dict[UOp, UOp] = {}
-    typer = _IndexTyper(wide, device)
+    retype, typed_of = _IndexTyper(wide, device).retype, typed.__getitem__
+    index, comparisons = dtypes.index, GroupOp.Comparison
     for u in sink.toposort():
-        typed[u] = typer.retype(u, tuple(typed[s] for s in u.src))
+        src = u.src
+        new_src = tuple(map(typed_of, src))
+        if u.dtype is index or (u.op in comparisons and src[0].dtype is index):
+            typed[u] = retype(u, new_src)
+        else:  # not index arithmetic: only its sources may have changed
+            typed[u] = u if new_src == src else UOp(u.op, u.dtype, new_src, u.arg)
     return typed[sink]
 
 

@@ -30,6 +30,32 @@ class _Linearizer:
         #: REDUCEs of the nest being emitted, by the ranges they close (candidates to share a loop)
         self.siblings: dict[tuple[UOp, ...], list[UOp]] = {}
         self.open: set[UOp] = set()
+        #: per node, the RANGEs and REDUCEs of its toposort, in toposort order (see `index`)
+        self.marks: dict[UOp, tuple[UOp, ...]] = {}
+        self._marks_set: dict[UOp, frozenset[UOp]] = {}
+
+    def index(self, roots: tuple[UOp, ...]) -> None:
+        """Fill `marks` for everything under roots, sources first: a toposort per store or per pair of reductions
+        (what they answer) copies the whole graph each time, and kernels have many of both after an UPCAST. A node's
+        toposort lists its first source's toposort, then what the next source's adds, then the node, so its marks
+        are its sources' marks in that order without repeats, then itself if it is one."""
+        marks = self.marks
+        for node in post_order(roots, skip=marks.__contains__):
+            src = node.src
+            out: tuple[UOp, ...] = marks[src[0]] if src else ()
+            for s in src[1:]:
+                more = marks[s]
+                if more and more is not out:
+                    out = more if not out else tuple(dict.fromkeys(out + more))
+            if node.op is Ops.REDUCE or node.op is Ops.RANGE:
+                out = (*out, node)
+            marks[node] = out
+
+    def reduces_in(self, u: UOp) -> frozenset[UOp]:
+        """The REDUCEs of u's toposort (u included)."""
+        if (hit := self._marks_set.get(u)) is None:
+            hit = self._marks_set[u] = frozenset(m for m in self.marks[u] if m.op is Ops.REDUCE)
+        return hit
 
     def range_deps(self, u: UOp) -> frozenset[UOp]:
         """The loop ranges u's value depends on (a REDUCE does not depend on the ranges it closes)."""
@@ -53,6 +79,8 @@ class _Linearizer:
     def emit(self, u: UOp) -> UOp:
         """Emit u after its sources. A REDUCE is emitted whole where the walk meets it (its loop nest opens there), so
         the walk does not enter it."""
+        if (done := self.emitted.get(u)) is not None:
+            return done
         for node in post_order((u,), children=lambda n: () if n.op in (Ops.REDUCE, Ops.RANGE) else n.src,
                                skip=self.emitted.__contains__):
             if node in self.emitted:  # emitted by a REDUCE's nest met earlier in this walk
@@ -67,25 +95,32 @@ class _Linearizer:
                 self.emitted[node] = self.push(node if new_src == node.src else node.replace(src=new_src))
         return self.emitted[u]
 
-    def hoist(self, u: UOp, ranges: frozenset[UOp]) -> None:
-        """Emit every maximal subexpression of u that does not depend on `ranges`."""
+    def hoist(self, u: UOp, ranges: frozenset[UOp], walked: dict[UOp, None]) -> None:
+        """Emit every maximal subexpression of u that does not depend on `ranges`. `walked` collects the nodes below
+        that do depend on them: the reductions of one loop share most of their index arithmetic, and what lies under
+        a node walked for an earlier one is emitted already, so their hoists skip it."""
 
         def depends(node: UOp) -> Sequence[UOp]:
             # below a node that depends on none of the ranges there is nothing left to look for; the last source
             # first, so that hoisted values come in the order the kernels have always listed them
             return node.src[::-1] if node.op is not Ops.RANGE and self.range_deps(node) & ranges else ()
 
-        for node in post_order((u,), children=depends, skip=self.emitted.__contains__):
-            if node.op not in (Ops.RANGE, Ops.CONST) and not (self.range_deps(node) & ranges):
-                self.emit(node)
+        emitted = self.emitted
+        for node in post_order((u,), children=depends, skip=lambda n: n in emitted or n in walked):
+            if not (self.range_deps(node) & ranges):
+                if node.op not in (Ops.RANGE, Ops.CONST):
+                    self.emit(node)
+            else:
+                walked[node] = None
 
     def emit_reduce(self, u: UOp) -> UOp:
         ranges = u.src[1:]
         group = [u] + [x for x in self.siblings.get(ranges, []) if x is not u and x not in self.emitted and
-                       self.range_deps(x) <= self.open and x not in u.src[0].toposort() and
-                       u not in x.src[0].toposort()]
+                       self.range_deps(x) <= self.open and x not in self.reduces_in(u.src[0]) and
+                       u not in self.reduces_in(x.src[0])]
+        walked: dict[UOp, None] = {}
         for x in group:
-            self.hoist(x.src[0], frozenset(ranges))
+            self.hoist(x.src[0], frozenset(ranges), walked)
         accs = []
         for x in group:
             accs.append(self.push(UOp(Ops.DEFINE_ACC, x.dtype, (self.emit(reduce_identity(x.arg, x.dtype)),),
@@ -100,7 +135,8 @@ class _Linearizer:
         for r in reversed(ranges):
             self.push(UOp(Ops.END, dtypes.void, (self.emitted[r],)))
             # values computed inside the loop are gone once it closes
-            for k in [k for k, e in self.emitted.items() if r in self.range_deps(k) and k is not r]:
+            deps, range_deps = self.deps, self.range_deps
+            for k in [k for k in self.emitted if r in (deps.get(k) or range_deps(k)) and k is not r]:
                 del self.emitted[k]
             del self.emitted[r]
             self.open.discard(r)
@@ -113,18 +149,18 @@ def linearize(sink: UOp) -> list[UOp]:
     lin = _Linearizer()
     # stores over the same output loops share one loop nest; stores of another shape get their own, in order
     nests: dict[tuple[UOp, ...], list[UOp]] = {}
+    lin.index(sink.src)
     for store in sink.src:
         nest_kinds = (AxisKind.GLOBAL, AxisKind.GROUP)
-        loops = tuple(sorted((r for r in store.toposort() if r.op is Ops.RANGE and r.arg.kind in nest_kinds),
+        loops = tuple(sorted((r for r in lin.marks[store] if r.op is Ops.RANGE and r.arg.kind in nest_kinds),
                              key=lambda r: r.arg.axis))
         nests.setdefault(loops, []).append(store)
     for loops, stores in nests.items():
         start = len(lin.program)
         lin.siblings = {}
         for store in stores:
-            for u in store.toposort():
-                if u.op is Ops.REDUCE:
-                    lin.siblings.setdefault(u.src[1:], []).append(u)
+            for u in (m for m in lin.marks[store] if m.op is Ops.REDUCE):
+                lin.siblings.setdefault(u.src[1:], []).append(u)
         for r in loops:
             lin.emitted[r] = lin.push(r.replace(src=(lin.emit(r.src[0]),)))
             lin.open.add(r)

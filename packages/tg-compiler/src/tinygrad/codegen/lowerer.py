@@ -239,9 +239,13 @@ def lower_kernel(ast: UOp) -> UOp:
         stores.append(UOp(Ops.STORE, dtypes.void, (index, state.lower(value, idxs, None))))
     lowered = graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(stores)), symbolic)
     # integer-tensor indexing lowers to a one-hot compare-and-sum; fold it into a direct load, then simplify the
-    # index arithmetic that puts in
-    lowered = graph_rewrite(lowered, gather_fold + symbolic)
+    # index arithmetic that puts in. Every node of `lowered` is a fixed point of symbolic, so that pass changes
+    # nothing unless the fold applies to one of its REDUCEs as they are: most kernels skip it
+    nodes = lowered.toposort()
+    if any(u.op is Ops.REDUCE and gather_fold.rewrite(u) is not None for u in nodes):
+        lowered = graph_rewrite(lowered, gather_fold + symbolic)
+        nodes = lowered.toposort()
     # a buffer seen through a symbolic shape has a symbolic size; below the AST only its largest value matters
-    sized = {u: u.replace(arg=u.arg._replace(size=int(u.arg.size.vmax))) for u in lowered.toposort()
+    sized = {u: u.replace(arg=u.arg._replace(size=int(u.arg.size.vmax))) for u in nodes
              if u.op is Ops.PARAM and isinstance(u.arg.size, UOp)}
     return lowered.substitute(sized) if sized else lowered

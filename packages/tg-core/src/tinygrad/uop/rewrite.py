@@ -9,6 +9,7 @@ A `src` tuple matches sources in order; a `src` list also tries the swapped orde
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -79,6 +80,63 @@ def _match_all(pats: tuple[UPat, ...], srcs: tuple[UOp, ...], bound: Bindings) -
 
 
 Rewrite = Callable[..., UOp | None]
+#: a compiled pattern: checks u against it, adding what it names to `bound`; False leaves `bound` half-filled
+Matcher = Callable[[UOp, Bindings], bool]
+
+
+def _has_choices(p: UPat) -> bool:
+    """Whether p can match one node in more than one way (a commutative source list of two or more)."""
+    if p.src is None:
+        return False
+    if isinstance(p.src, UPat):
+        return _has_choices(p.src)
+    return (p.commutative and len(p.src) > 1) or any(_has_choices(s) for s in p.src)
+
+
+def _compile(p: UPat) -> Matcher:
+    """p as one function that matches without generators or copies of the bindings: for a pattern without choices
+    there is at most one match, so a failed check needs no backtracking and one dict can collect the names. The
+    checks run in the order `UPat.match` runs them, so both agree on every node."""
+    ops, dts, arg, name = p.ops, p.dtypes, p.arg, p.name
+    arg_type = type(arg)
+    sub: Matcher | None = None
+    subs: tuple[Matcher, ...] | None = None
+    if isinstance(p.src, UPat):
+        sub = _compile(p.src)
+    elif p.src is not None:
+        subs = tuple(_compile(s) for s in p.src)
+    n_src = -1 if subs is None else len(subs)
+
+    def match(u: UOp, bound: Bindings) -> bool:
+        if ops is not None and u.op not in ops:
+            return False
+        if dts is not None and u.dtype not in dts and u.dtype.scalar not in dts:
+            return False
+        if arg is not None and not (u.arg == arg and type(u.arg) is arg_type):
+            return False
+        if name is not None:
+            if (prev := bound.get(name)) is None:
+                bound[name] = u
+            elif prev is not u:
+                return False
+        if subs is not None:
+            src = u.src
+            if len(src) != n_src:
+                return False
+            for m, s in zip(subs, src):
+                if not m(s, bound):
+                    return False
+        elif sub is not None:
+            for s in u.src:
+                if not sub(s, bound):
+                    return False
+        return True
+
+    return match
+
+
+#: a pattern entry as the matcher runs it: (pattern, function, compiled pattern or None, whether fn takes ctx)
+_Entry = tuple[UPat, Rewrite, Matcher | None, bool]
 
 
 class PatternMatcher:
@@ -86,24 +144,67 @@ class PatternMatcher:
 
     def __init__(self, patterns: list[tuple[UPat, Rewrite]]):
         self.patterns = patterns
+        # patterns that match at most one way run compiled; the others (commutative source lists) enumerate
+        entries: list[_Entry] = [(p, f, None if _has_choices(p) else _compile(p), _wants_ctx(f)) for p, f in patterns]
         # per op, the patterns that can match it in table order; patterns without an op sit in every list at
         # their own position, so an earlier op-less pattern still wins over a later op-specific one
-        self.any_op: list[tuple[UPat, Rewrite]] = [(p, f) for p, f in patterns if p.ops is None]
-        self.by_op: dict[Ops, list[tuple[UPat, Rewrite]]] = {}
+        self.any_op: list[_Entry] = [e for e in entries if e[0].ops is None]
+        self.by_op: dict[Ops, list[_Entry]] = {}
         for op in {op for p, _ in patterns if p.ops is not None for op in p.ops}:
-            self.by_op[op] = [(p, f) for p, f in patterns if p.ops is None or op in p.ops]
+            self.by_op[op] = [e for e in entries if e[0].ops is None or op in e[0].ops]
+        #: (op, ops of the sources) -> the entries whose pattern allows those, filled as shapes of nodes come: most
+        #: patterns fail on the ops of the sources, and one lookup rules them out for every node of that shape
+        self._by_shape: dict[tuple[Ops, tuple[Ops, ...]], list[_Entry]] = {}
 
     def __add__(self, other: PatternMatcher) -> PatternMatcher:
-        return PatternMatcher(self.patterns + other.patterns)
+        return _joined(self, other)
+
+    def _entries(self, shape: tuple[Ops, tuple[Ops, ...]]) -> list[_Entry]:
+        op, src_ops = shape
+        out = self._by_shape[shape] = [e for e in self.by_op.get(op, self.any_op) if _allows(e[0], src_ops)]
+        return out
 
     def rewrite(self, u: UOp, ctx: Any = None) -> UOp | None:
-        for pat, fn in self.by_op.get(u.op, self.any_op):
+        if not self.by_op.get(u.op, self.any_op):  # no pattern for this op (loads and stores, for symbolic)
+            return None
+        shape = (u.op, tuple([s.op for s in u.src]))
+        entries = self._by_shape.get(shape)
+        if entries is None:
+            entries = self._entries(shape)
+        for pat, fn, compiled, wants_ctx in entries:
+            if compiled is not None:
+                bound: Bindings = {}
+                if not compiled(u, bound):
+                    continue
+                out = fn(ctx, **bound) if wants_ctx else fn(**bound)
+                if out is not None and out is not u:
+                    return out
+                continue
             for bound in pat.match(u, {}):
-                kwargs = {k: v for k, v in bound.items()}
-                out = fn(ctx, **kwargs) if _wants_ctx(fn) else fn(**kwargs)
+                out = fn(ctx, **bound) if wants_ctx else fn(**bound)
                 if out is not None and out is not u:
                     return out
         return None
+
+
+def _allows(p: UPat, src_ops: tuple[Ops, ...]) -> bool:
+    """Whether p's checks of the sources' ops (one level down) can pass for sources with these ops."""
+    if p.src is None:
+        return True
+    if isinstance(p.src, UPat):
+        one = p.src.ops
+        return one is None or all(o in one for o in src_ops)
+    if len(p.src) != len(src_ops):
+        return False
+    orders = itertools.permutations(p.src) if p.commutative else (p.src,)
+    return any(all(q.ops is None or o in q.ops for q, o in zip(order, src_ops)) for order in orders)
+
+
+@functools.lru_cache(maxsize=256)
+def _joined(first: PatternMatcher, second: PatternMatcher) -> PatternMatcher:
+    # passes join module-level tables per call (`symbolic + extra`): building the op index once per pair, not per
+    # call, and returning the same matcher each time. A table is never changed after it is built, so this is safe.
+    return PatternMatcher(first.patterns + second.patterns)
 
 
 def _wants_ctx(fn: Rewrite) -> bool:
@@ -125,33 +226,43 @@ def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, max_steps: int
     """
     done: dict[UOp, UOp] = {}
     steps = 0
-    # stage 0: queue the sources; stage 1: rebuild from rewritten sources and rewrite; stage 2: u becomes done[target]
-    stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
+    # a node on the stack: visit it (rewrite it now if its sources are done, else queue them first); (u, None): its
+    # sources are done, rewrite it; (u, target): u rewrote to target, and becomes what target becomes
+    stack: list[UOp | tuple[UOp, UOp | None]] = [root]
+    pop, push, rewrite, finished = stack.pop, stack.append, pm.rewrite, done.__getitem__
     while stack:
-        u, stage, target = stack.pop()
-        if stage == 2:
-            assert target is not None
-            done[u] = done[target]
-            continue
-        if u in done:
-            continue
-        if stage == 0:
-            stack.append((u, 1, None))
-            stack.extend((s, 0, None) for s in reversed(u.src) if s not in done)
-            continue
-        new_src = tuple(done[s] for s in u.src)
-        node = u if new_src == u.src else u.replace(src=new_src)
+        item = pop()
+        if type(item) is tuple:
+            u, target = item
+            if target is not None:
+                done[u] = done[target]
+                continue
+            if u in done:
+                continue
+        else:
+            u = item  # type: ignore[assignment]
+            if u in done:
+                continue
+            pending = [s for s in u.src if s not in done]
+            if pending:
+                push((u, None))
+                for s in reversed(pending):
+                    push(s)
+                continue
+        src = u.src
+        new_src = tuple(map(finished, src))
+        node = u if new_src == src else UOp(u.op, u.dtype, new_src, u.arg)
         steps += 1
         if steps > max_steps:
             raise RuntimeError(f"graph_rewrite did not reach a fixed point in {max_steps} steps; a pattern cycles")
-        out = pm.rewrite(node, ctx)
+        out = rewrite(node, ctx)
         if out is None:
             done[u] = done[node] = node
         elif out in done:
             done[u] = done[out]
         else:
-            stack.append((u, 2, out))
-            stack.append((out, 0, None))
+            push((u, out))
+            push(out)
     if VIZ.value:  # tinygrad/viz counts the rewrites run for the kernel or schedule it is recording
         from tinygrad.viz.record import record_rewrite
         record_rewrite(root, done[root], steps)
