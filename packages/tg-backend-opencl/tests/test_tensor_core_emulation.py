@@ -12,6 +12,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+
+pytest.importorskip("tg_backend_opencl", reason="tg-backend-opencl is not installed")
+
 from tg_backend_opencl.renderer import OpenCLRenderer
 from tinygrad import Tensor, dtypes
 from tinygrad.codegen import get_program
