@@ -67,6 +67,13 @@ _float_bits = struct.Struct("<d").pack
 #: full.
 _scalar_operands: dict[tuple, UOp] = {}
 
+
+def _scalar_key(dtype: DType, y: Scalar, shape: tuple) -> tuple:
+    """A `_scalar_operands` key. The scalar's type is in it (1, 1.0 and True are equal in Python), and a float goes in
+    by its bits (0.0 and -0.0 are equal, NaN is not equal to itself)."""
+    t = type(y)
+    return (dtype, t, _float_bits(y) if t is float else y, shape)
+
 #: Every live floating-point tensor that may take a gradient (requires_grad None or True): backward() fills the
 #: .grad of each one whose node is in the loss's graph, intermediates included, as tinygrad does. A dict keyed by
 #: weak references whose callback is the dict's own pop: registering costs one weakref and one insert, with no
@@ -688,8 +695,7 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         if self._requires_grad is True or (t is not int and t is not float and t is not bool):
             return None
         uop = self.uop
-        # _binop builds this key inline: keep the two equal
-        hit = _scalar_operands.get((uop.dtype, t, _float_bits(y) if t is float else y, uop.shape))
+        hit = _scalar_operands.get(_scalar_key(uop.dtype, y, uop.shape))  # type: ignore[arg-type]
         return hit if hit is not None else self._new_scalar_operand(y)  # type: ignore[arg-type]
 
     def _new_scalar_operand(self, y: Scalar) -> UOp | None:
@@ -703,10 +709,7 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         out = c.reshape((1,) * len(shape)).expand(shape) if shape else c
         if len(_scalar_operands) >= 1024:
             _scalar_operands.clear()
-        # the scalar's type is in the key (1, 1.0 and True are equal in Python), and a float by its bits (0.0 and
-        # -0.0 are equal, NaN is not equal to itself)
-        t = type(y)
-        _scalar_operands[(d, t, _float_bits(y) if t is float else y, shape)] = out
+        _scalar_operands[_scalar_key(d, y, shape)] = out
         return out
 
     def _broadcasted(self, y: Tensor | Scalar, reverse: bool = False) -> tuple[Tensor, Tensor]:
@@ -741,6 +744,7 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
             shape = uop._shape  # the shape property's cached value, without its call
             if type(shape) is not tuple:
                 shape = uop.shape
+            # _scalar_key written out (a call less on every eager op): keep the two equal
             c = _scalar_operands.get((uop.dtype, t, _float_bits(y) if t is float else y, shape))
             if c is not None or (c := self._new_scalar_operand(y)) is not None:  # type: ignore[arg-type]
                 return self._derive(c.alu(op, uop) if reverse else uop.alu(op, c))

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tinygrad.codegen.lowerer import IDX
-from tinygrad.codegen.opt.actions import Opt, OptError, OptState, simplify_kernel, work_item_ranges
+from tinygrad.codegen.opt.actions import Opt, OptError, OptState, _const_size, simplify_kernel, work_item_ranges
 from tinygrad.renderer import Renderer
 from tinygrad.renderer.tensor_core import TensorCore
 from tinygrad.uop.ops import AxisKind, Ops, RangeArg, UOp
@@ -44,8 +44,10 @@ def _operand(x: UOp, tc: TensorCore) -> UOp | None:
     return x if x.dtype == tc.dtype_in == tc.dtype_acc else None
 
 
-def _size(r: UOp) -> int | None:
-    return int(r.src[0].arg) if r.src[0].op is Ops.CONST else None
+def _splits(r: UOp, tile: int) -> bool:
+    """Whether r has a constant size that whole tiles of `tile` cover."""
+    size = _const_size(r)
+    return size is not None and size % tile == 0
 
 
 def tc_choices(state: OptState, tc: TensorCore) -> list[tuple[UOp, UOp, UOp, UOp, UOp]]:
@@ -66,9 +68,9 @@ def tc_choices(state: OptState, tc: TensorCore) -> list[tuple[UOp, UOp, UOp, UOp
     out = []
     for a, b in ((operands[0], operands[1]), (operands[1], operands[0])):
         in_a, in_b = _ranges_in(a), _ranges_in(b)
-        ks = [k for k in red.src[1:] if k in in_a and k in in_b and (_size(k) or 1) % tk == 0 and _size(k)]
-        ms = [m for m in globals_ if m in in_a and m not in in_b and (_size(m) or 1) % tm == 0 and _size(m)]
-        ns = [n for n in globals_ if n in in_b and n not in in_a and (_size(n) or 1) % tn == 0 and _size(n)]
+        ks = [k for k in red.src[1:] if k in in_a and k in in_b and _splits(k, tk)]
+        ms = [m for m in globals_ if m in in_a and m not in in_b and _splits(m, tm)]
+        ns = [n for n in globals_ if n in in_b and n not in in_a and _splits(n, tn)]
         out += [(m, n, k, a, b) for m in reversed(ms) for n in reversed(ns) for k in reversed(ks)]
     return out
 
@@ -96,7 +98,7 @@ def apply_tensor_core(state: OptState, opt: Opt, renderer: Renderer) -> OptState
     lane = UOp(Ops.RANGE, IDX, (UOp.const(IDX, tc.threads),), RangeArg(state.next_id, AxisKind.GLOBAL))
 
     def outer(r: UOp, tile: int) -> UOp | None:  # the loop over tiles, None when one tile covers the axis
-        size = _size(r)
+        size = _const_size(r)
         assert size is not None
         return r.replace(src=(UOp.const(IDX, size // tile),)) if size > tile else None
 
