@@ -119,14 +119,13 @@ def _cpu_signature() -> str:
 
 
 def _accepted(path: str, flags: list[str]) -> list[str]:
-    """The flags this compiler accepts (older clangs and gcc reject feature names they do not know)."""
-    ok = []
-    for flag in flags:
-        proc = subprocess.run([path, flag, "-Werror", "-x", "c", "-fsyntax-only", "-"], input="", capture_output=True,
-                              text=True)
-        if proc.returncode == 0:
-            ok.append(flag)
-    return ok
+    """The flags this compiler accepts (older clangs and gcc reject feature names they do not know): one run of the
+    compiler when it takes them all, else one per flag."""
+    def takes(tried: list[str]) -> bool:
+        proc = subprocess.run([path, *tried, "-Werror", "-x", "c", "-fsyntax-only", "-"], input="",
+                              capture_output=True, text=True)
+        return proc.returncode == 0
+    return flags if takes(flags) else [flag for flag in flags if takes([flag])]
 
 
 def _runtime_library(path: str) -> str | None:
@@ -163,7 +162,11 @@ class CCompiler(Compiler):
         # (the measurement is in the CHANGELOG); CPUs without AVX-512 ignore it
         # clang 18+ also turns on AVX10.1 with -march=native on such CPUs, which implies AVX512-FP16 again: the
         # AVX10.1 feature goes off too, where the compiler knows it
-        x86 = ["-mno-avx512fp16", *_accepted(path, ["-mno-avx10.1-256"]), "-mprefer-vector-width=512"] \
+        # -mno-gather/-mno-scatter: vectorised strided loads (a padded convolution's window) are built from loads and
+        # shuffles instead of gather instructions, which AMD's Zen cores and Intel's with the Downfall microcode fix
+        # run slowly (the LLVM path sets the same tuning: llvm_workers.X86_TUNING)
+        x86 = ["-mno-avx512fp16", *_accepted(path, ["-mno-avx10.1-256", "-mno-gather", "-mno-scatter"]),
+               "-mprefer-vector-width=512"] \
             if platform.machine() in ("x86_64", "AMD64") else []
         self.flags = [opt, *workaround, "-march=native", *x86, "-fPIC", "-shared", "-pthread", "-fwrapv",
                       "-fno-math-errno", "-ffp-contract=fast", "-x", "c", "-std=gnu11", "-w"]

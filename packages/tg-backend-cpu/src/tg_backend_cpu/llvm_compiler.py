@@ -15,10 +15,12 @@ from types import ModuleType
 from tinygrad.codegen.compiled import COMPILE_WORKERS, CompileError, Compiler
 
 from tg_backend_cpu.llvm_workers import (
+    LLVM_OPTIONS,
     OK,
     CompileWorkers,
     InvalidIR,
     WorkerDied,
+    host_features,
     host_target_machine,
     initialize,
     optimized_module,
@@ -81,7 +83,7 @@ class LLVMCompiler(Compiler):
         #: why there are no workers (for tests and DEBUG): a start that failed, or none wanted
         self.workers_note = "no batch yet"
         self.cache_key = (f"cpu-llvm|{llvm_description()}|{llvm.get_process_triple()}|{llvm.get_host_cpu_name()}|"
-                          f"{llvm.get_host_cpu_features().flatten()}|O2")
+                          f"{host_features(llvm)}|O2|{' '.join(LLVM_OPTIONS)}")
 
     def _optimized(self, src: str):  # type: ignore[no-untyped-def]
         """The IR parsed, checked and through the O2 pipeline for this host (call with the lock held)."""

@@ -50,17 +50,47 @@ class InvalidIR(RuntimeError):
     """LLVM refused a kernel's IR; the message has LLVM's complaint and the source."""
 
 
+#: LLVM options set once per process (they are process-wide: another llvmlite user in this process, numba for
+#: one, sees them too). `-slp-max-vf=128`: LLVM 20 and later let the SLP vectoriser make one vector of a whole
+#: register tile when its size is a whole number of registers, and a tile of 160 accumulators (32 channels times
+#: a 5-wide kernel row: the MNIST example's first weight gradient) became one <160 x float> that x86 code generation
+#: spilled and rebuilt lane by lane on every iteration, ten times slower than vectors of 128 and 32, which is what
+#: the cap gives (CHANGELOG).
+LLVM_OPTIONS = ("-slp-max-vf=128",)
+_options_set = False
+
+
 def initialize(llvm: ModuleType) -> None:
+    global _options_set
     # LLVM's core initialises itself in llvmlite 0.45 and later; the native target and its printer do not
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
+    if not _options_set:
+        for option in LLVM_OPTIONS:
+            llvm.set_option("tinygrad", option)
+        _options_set = True
+
+
+#: x86 tuning added to the host's features: vectorisers that find strided loads (a 2x2 pool's stride-2 rows, a padded
+#: convolution's window) build them from gather instructions, which AMD's Zen cores and Intel's with the Downfall
+#: microcode fix run many times slower than the loads and shuffles LLVM uses instead (CHANGELOG); clang's
+#: -mno-gather/-mno-scatter, which the C path passes, set the same two
+X86_TUNING = ("+prefer-no-gather", "+prefer-no-scatter")
+
+
+def host_features(llvm: ModuleType) -> str:
+    """The host CPU's features as LLVM spells them, with `X86_TUNING` on x86."""
+    features = llvm.get_host_cpu_features().flatten()
+    if llvm.get_process_triple().startswith(("x86_64", "i386", "i686")):
+        features = ",".join(filter(None, [features, *X86_TUNING]))
+    return features
 
 
 def host_target_machine(llvm: ModuleType):  # type: ignore[no-untyped-def]
     """A target machine for this host's CPU and features. The large code model: the loader places code and
     constants wherever it allocates them, possibly more than 2 GiB apart, which 32-bit offsets cannot reach."""
     target = llvm.Target.from_triple(llvm.get_process_triple())
-    return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
+    return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=host_features(llvm),
                                         opt=2, reloc="default", codemodel="jitdefault", jit=True)
 
 
