@@ -242,8 +242,9 @@ def test_cpu_heuristics_tile_convolutions_by_whole_rows_and_a_second_reuse_axis(
     x, w = Tensor.empty(8, 32, 24, 24, requires_grad=True), Tensor.empty(32, 32, 5, 5, requires_grad=True)
     out = x.conv2d(w)
     fwd = optimize(lower_kernel(out.schedule()[-1].ast), CStyleRenderer())
-    # a whole output row (20, not a multiple of a vector) as the SIMD axis, 8 output channels reusing each load
-    assert fwd.applied == (Opt(OptOps.UPCAST, 3, 20), Opt(OptOps.UPCAST, 1, 8))
+    # a whole output row (20, not a multiple of a vector: 2 registers) as the SIMD axis, 4 output channels reusing
+    # each load, and 4 output rows (axis 2), whose input rows the kernel rows share: 32 registers of accumulators
+    assert fwd.applied == (Opt(OptOps.UPCAST, 3, 20), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 2, 4))
     (grad_w,) = (out * Tensor.empty(8, 32, 20, 20)).sum().gradient(w)
     wgrad = optimize(lower_kernel(_heaviest_kernel(grad_w)), CStyleRenderer())  # type: ignore[arg-type]
     # partial sums over chunks of 4 images (axis 0) of windows read from a channels-last copy: the 32 input
@@ -264,6 +265,23 @@ def test_cpu_heuristics_grow_a_small_convolutions_tile_along_its_output_rows() -
     ast = Tensor.empty(8, 64, 8, 8).conv2d(Tensor.empty(64, 64, 3, 3)).schedule()[-1].ast
     assert optimize(lower_kernel(ast), CStyleRenderer()).applied == (
         Opt(OptOps.UPCAST, 3, 6), Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 2, 3))
+
+
+def test_cpu_heuristics_plan_an_uneven_rows_tile_in_registers() -> None:
+    from tinygrad import Tensor
+    # 10-wide rows (one register of 16 lanes each): 4 channels times 5 of the 10 output rows, 20 registers; the
+    # whole 10 rows would be 40, past the 32 registers
+    ast = Tensor.empty(8, 64, 12, 12).conv2d(Tensor.empty(32, 64, 3, 3)).schedule()[-1].ast
+    assert optimize(lower_kernel(ast), CStyleRenderer()).applied == (
+        Opt(OptOps.UPCAST, 3, 10), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 2, 5))
+    # little work (3 input channels of 3x3): the even rows' tile of 8 channels, no rows
+    ast = Tensor.empty(8, 3, 32, 32).conv2d(Tensor.empty(16, 3, 3, 3)).schedule()[-1].ast
+    assert optimize(lower_kernel(ast), CStyleRenderer()).applied == (
+        Opt(OptOps.UPCAST, 3, 30), Opt(OptOps.UPCAST, 1, 8))
+    # no sliding axis (a matmul 20 columns wide): 8 rows, as for even rows
+    ast = (Tensor.empty(256, 512) @ Tensor.empty(512, 20)).schedule()[-1].ast
+    assert optimize(lower_kernel(ast), CStyleRenderer()).applied == (
+        Opt(OptOps.UPCAST, 1, 20), Opt(OptOps.UPCAST, 0, 8))
 
 
 def test_gpu_heuristics_give_a_flat_launch_big_work_groups() -> None:
