@@ -269,12 +269,22 @@ def _cpu_opts(state: OptState, renderer: Renderer, globals_: list[UOp], reduces:
     return unrolled
 
 
+def _window_strides(state: OptState) -> list[set[int]]:
+    """Per access, its strides along the reduce axes: a load that moves along an output axis exactly as along a
+    reduce axis is a sliding window (a convolution's input along the output rows and the kernel rows)."""
+    return [set(col) - {0, None} for col in zip(*(access_strides(state, r) for r in state.ranges(AxisKind.REDUCE)))]
+
+
+def _gated_ranges(state: OptState) -> set[UOp]:
+    """The axes that some access's gate depends on: a padded convolution's output rows and columns, where the edge
+    rows read zeros instead of memory."""
+    return {r for u in _accesses(state) if len(u.src) > 2 for r in u.src[2].toposort() if r.op is Ops.RANGE}
+
+
 def _sliding_axes(state: OptState, skip: tuple[int | None, ...]) -> list[int]:
     """The ids of the global axes (not in `skip`, not tested by a gate) along which some load slides as along a reduce
     axis: a convolution's output rows, whose input rows the kernel rows share."""
-    window_strides = [set(col) - {0, None}
-                      for col in zip(*(access_strides(state, r) for r in state.ranges(AxisKind.REDUCE)))]
-    gated = {r for u in _accesses(state) if len(u.src) > 2 for r in u.src[2].toposort() if r.op is Ops.RANGE}
+    window_strides, gated = _window_strides(state), _gated_ranges(state)
     return [g.arg.axis for g in state.ranges(AxisKind.GLOBAL)
             if g.arg.axis not in skip and g not in gated and (_const(g) or 1) >= 2
             and any(st in ws for st, ws in zip(access_strides(state, g), window_strides))]
@@ -306,14 +316,7 @@ def _grow_tile(state: OptState, renderer: Renderer, max_tile: int, outer_id: int
     first = next((g for g in globals_ if g.arg.axis == reuse_id), None)
     not_reused = [s != 0 for s in access_strides(state, first)] if first is not None else None
 
-    # per access, the strides along the reduce axes: a load that moves along an output axis exactly as along a
-    # reduce axis is a sliding window (a convolution's input along the output rows and the kernel rows)
-    window_strides = [set(col) - {0, None}
-                      for col in zip(*(access_strides(state, r) for r in state.ranges(AxisKind.REDUCE)))]
-
-    # the axes that some access's gate depends on: a padded convolution's output rows and columns, where the edge
-    # rows read zeros instead of memory
-    gated = {r for u in _accesses(state) if len(u.src) > 2 for r in u.src[2].toposort() if r.op is Ops.RANGE}
+    window_strides, gated = _window_strides(state), _gated_ranges(state)
 
     best: tuple[tuple[bool, int, bool, int], int, UOp] | None = None
     for g in globals_:
