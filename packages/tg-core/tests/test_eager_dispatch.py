@@ -296,3 +296,23 @@ def test_realizing_a_realized_tensor_launches_nothing():
     assert x.realize() is x and x.uop is node and GlobalCounters.kernel_count == 0
     view = x.reshape(2, 1)  # a view realizes through the scheduler (it may write through to its base): same value
     assert view.realize().tolist() == [[1.0], [2.0]]
+
+
+@pytest.mark.parametrize("shape", [(2, 3), (1, 3, 32, 32), (0, 4), (5, 1)])
+def test_an_uploaded_array_is_realized_already(shape, monkeypatch):
+    # Tensor(ndarray) of more than one dimension is a reshaped buffer: realize must not schedule anything for it
+    import tinygrad.tensor as tensor_module
+
+    arr = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    t = Tensor(arr)
+    monkeypatch.setattr(tensor_module, "create_schedule", lambda *a, **k: pytest.fail("scheduled an upload"))
+    assert t.realize() is t
+    monkeypatch.undo()
+    np.testing.assert_array_equal(t.numpy(), arr)
+    if shape[0] > 1:  # writing through a slice of it still works, and the upload is not changed behind its back
+        t[1:2].assign(Tensor.full((1, *shape[1:]), -1.0)).realize()
+        want = arr.copy()
+        want[1:2] = -1.0
+        np.testing.assert_array_equal(t.numpy(), want)
+        np.testing.assert_array_equal(arr, np.arange(arr.size, dtype=np.float32).reshape(shape))
+    assert (t + 1).numpy().shape == shape

@@ -280,11 +280,19 @@ def to_numpy(d: DType) -> np.dtype:
     return _NP_BY_NAME[d.name]
 
 
+#: from_numpy's answers by numpy dtype: a numpy dtype's name is computed in Python each time it is read, a cost
+#: every Tensor made from an array paid
+_FROM_NUMPY: dict[np.dtype, DType] = {}
+
+
 def from_numpy(nd: np.dtype) -> DType:
+    if (known := _FROM_NUMPY.get(nd)) is not None:
+        return known
     name = np.dtype(nd).name
     if name not in _BY_NAME or _BY_NAME[name] in EMULATED_FLOATS:
         raise TypeError(f"numpy dtype {name} has no tinygrad equivalent; cast it to one of "
                         f"{[d.name for d in ALL_DTYPES if d not in EMULATED_FLOATS]} first")
+    _FROM_NUMPY[np.dtype(nd)] = _BY_NAME[name]
     return _BY_NAME[name]
 
 

@@ -57,7 +57,7 @@ from tinygrad.uop.ops import Ops, UOp, post_order, resolve_size
 
 #: read by every realize: `Ops.BUFFER` is an attribute lookup through the enum's metaclass, several times a global's
 #: cost on Python 3.11
-_BUFFER = Ops.BUFFER
+_BUFFER, _RESHAPE = Ops.BUFFER, Ops.RESHAPE
 
 #: a float's bits: the scalar's part of a `_scalar_operands` key
 _float_bits = struct.Struct("<d").pack
@@ -498,8 +498,8 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         keyed = None
         if not others and self._view is None:  # one tensor that is not a view, as in every eager step
             root, device = self.uop, self.device
-            if root.op is _BUFFER:
-                return self  # realized already, and not a view that writes through to a base
+            if root.op is _BUFFER or (root.op is _RESHAPE and root.src[0].op is _BUFFER):
+                return self  # realized already (an uploaded array is a reshaped buffer), and not a view of a base
             if type(device) is str and (keyed := dispatch.eager_key(root, device)) is not None \
                     and (entry := dispatch.entries.get(keyed[0])) is not None:
                 view = dispatch.launch(entry, keyed[1])

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -56,6 +57,30 @@ _NUMPY_NATIVE = {"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", 
                  "float32", "float64"}
 
 
+@dataclass(frozen=True)
+class _TensorInput:
+    """What a tensor input must be, read from its ONNX type: the element type, its tinygrad and numpy dtypes, the
+    rank when the model gives a shape, and the sizes it fixes as (dimension, size)."""
+    elem_type: int
+    want: DType
+    np_type: np.dtype
+    rank: int | None
+    fixed: tuple[tuple[int, int], ...]
+
+    @staticmethod
+    def of(tt: Any) -> _TensorInput | None:
+        """None for strings, which stay numpy arrays on the host."""
+        et = int(tt.elem_type)
+        if et == STRING:
+            return None
+        np_type = np.dtype(import_onnx().helper.tensor_dtype_to_np_dtype(et))
+        if not tt.HasField("shape"):
+            return _TensorInput(et, tg_dtype(et), np_type, None, ())
+        dims = tt.shape.dim
+        fixed = tuple((i, int(d.dim_value)) for i, d in enumerate(dims) if d.HasField("dim_value") and d.dim_value > 0)
+        return _TensorInput(et, tg_dtype(et), np_type, len(dims), fixed)
+
+
 class _Graph:
     """A GraphProto compiled once: constants, nodes with their operators resolved, inputs and outputs."""
 
@@ -82,6 +107,8 @@ class _Graph:
             if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
                 self.types.setdefault(vi.name, int(vi.type.tensor_type.elem_type))
         self.inputs = list(self.input_info)
+        self.tensor_inputs = {k: spec for k, tp in self.input_info.items() if tp.WhichOneof("value") == "tensor_type"
+                              and (spec := _TensorInput.of(tp.tensor_type)) is not None}
         self.outputs = [o.name for o in g.output]
         # names defined so far (subgraphs compiled while this graph is compiled may read those of their parents)
         self.known = known = set(self.consts) | set(self.inputs)
@@ -435,7 +462,10 @@ class OnnxRunner:
             spec = self.input_spec()
             raise OnnxError("missing input(s): " + ", ".join(f"{k!r} ({spec[k][0]} {list(spec[k][1])})"
                                                                 for k in missing))
-        return {k: self._convert_input(k, inputs[k], self.graph.input_info[k]) for k in expected}
+        # tensor inputs (the usual kind) by the spec read from their type once, not from the protobuf each call
+        specs = self.graph.tensor_inputs
+        return {k: self._convert_tensor(k, inputs[k], specs[k]) if k in specs else
+                self._convert_input(k, inputs[k], self.graph.input_info[k]) for k in expected}
 
     def _convert_input(self, name: str, v: Any, tp: Any) -> Value:
         kind = tp.WhichOneof("value")
@@ -449,37 +479,34 @@ class OnnxRunner:
             return [self._convert_input(name, x, tp.sequence_type.elem_type) for x in v]
         if kind != "tensor_type":
             raise NotImplementedError(f"input {name!r} has type {kind}, which is not supported")
-        tt = tp.tensor_type
-        et = int(tt.elem_type)
-        if et == STRING:
-            return np.asarray(v, dtype=object)
-        want: DType = tg_dtype(et)
+        spec = _TensorInput.of(tp.tensor_type)
+        return np.asarray(v, dtype=object) if spec is None else self._convert_tensor(name, v, spec)
+
+    def _convert_tensor(self, name: str, v: Any, spec: _TensorInput) -> Value:
         if isinstance(v, Tensor):
             t = v if v.device == self.device else v.to(self.device)
-            if t.dtype != want:
-                raise OnnxError(f"input {name!r} must be {type_name(et)} ({want}), got a {t.dtype} tensor")
+            if t.dtype != spec.want:
+                raise OnnxError(f"input {name!r} must be {type_name(spec.elem_type)} ({spec.want}), got a {t.dtype} "
+                                f"tensor")
         else:
-            np_type = np.dtype(import_onnx().helper.tensor_dtype_to_np_dtype(et))
+            np_type, native = spec.np_type, spec.np_type.name in _NUMPY_NATIVE
             if isinstance(v, (list, tuple, int, float, bool)):
                 # Python data takes the declared type (through float32 for the types numpy lacks)
-                arr = np.asarray(v, dtype=np_type if np_type.name in _NUMPY_NATIVE else np.float32)
+                arr = np.asarray(v, dtype=np_type if native else np.float32)
             else:
                 arr = np.asarray(v)
-                exotic_ok = np_type.name not in _NUMPY_NATIVE and arr.dtype == np.float32 and want.is_float
-                if arr.dtype != np_type and not exotic_ok:
-                    raise OnnxError(f"input {name!r} must be {type_name(et)} ({np_type.name}), got an array of "
-                                    f"{arr.dtype}")
+                if arr.dtype != np_type and not (not native and arr.dtype == np.float32 and spec.want.is_float):
+                    raise OnnxError(f"input {name!r} must be {type_name(spec.elem_type)} ({np_type.name}), got an "
+                                    f"array of {arr.dtype}")
             t = Tensor(host_array(arr), device=self.device)
-            if t.dtype != want:
-                t = t.cast(want)
-        if tt.HasField("shape"):
-            dims = tt.shape.dim
-            if len(dims) != t.ndim:
-                raise OnnxError(f"input {name!r} must have rank {len(dims)}, got shape {t.shape}")
-            for i, (d, s) in enumerate(zip(dims, t.shape)):
-                if d.HasField("dim_value") and d.dim_value > 0 and d.dim_value != s:
-                    raise OnnxError(f"input {name!r} must have size {d.dim_value} in dimension {i}, got shape "
-                                    f"{t.shape}")
+            if t.dtype != spec.want:
+                t = t.cast(spec.want)
+        if spec.rank is not None:
+            if spec.rank != t.ndim:
+                raise OnnxError(f"input {name!r} must have rank {spec.rank}, got shape {t.shape}")
+            for i, size in spec.fixed:
+                if t.shape[i] != size:
+                    raise OnnxError(f"input {name!r} must have size {size} in dimension {i}, got shape {t.shape}")
         return t
 
     def _execute(self, values: dict[str, Value]) -> dict[str, Value]:
