@@ -261,10 +261,25 @@ def test_cpu_heuristics_grow_a_small_convolutions_tile_along_its_output_rows() -
     ast = Tensor.empty(8, 64, 10, 10).conv2d(Tensor.empty(64, 64, 3, 3)).schedule()[-1].ast
     assert optimize(lower_kernel(ast), CStyleRenderer()).applied == (
         Opt(OptOps.UPCAST, 3, 8), Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 2, 4))
-    # 6-wide rows: the 6 rows whole would make 288 accumulators, past the tile limit; 3 of them fit
-    ast = Tensor.empty(8, 64, 8, 8).conv2d(Tensor.empty(64, 64, 3, 3)).schedule()[-1].ast
-    assert optimize(lower_kernel(ast), CStyleRenderer()).applied == (
-        Opt(OptOps.UPCAST, 3, 6), Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 2, 3))
+    # a 6-wide row fills under half a register: the weight is read channels-last instead (next test)
+
+
+def test_cpu_heuristics_tile_short_rows_by_output_channels_and_images() -> None:
+    from tinygrad import Tensor
+    # output rows under half a register (ResNet's 4x4 layers, the MNIST example's 6x6 one): the weight is read
+    # from a copy with the output channels innermost, which become the SIMD axis (32: two registers), and the
+    # images the reuse axis, not the padded output rows, which would test the border in every lane
+    items = Tensor.empty(32, 64, 4, 4).conv2d(Tensor.empty(64, 64, 3, 3), padding=1).schedule()
+    assert len(items) == 2, "the weight's copy, then the convolution"
+    assert optimize(lower_kernel(items[-1].ast), CStyleRenderer()).applied == (
+        Opt(OptOps.UPCAST, 1, 32), Opt(OptOps.UPCAST, 0, 8))
+    # a batch of 8 stays a loop of several iterations (threads split it): the channels grow the tile instead
+    items = Tensor.empty(8, 64, 8, 8).conv2d(Tensor.empty(64, 64, 3, 3)).schedule()
+    applied = optimize(lower_kernel(items[-1].ast), CStyleRenderer()).applied
+    assert len(items) == 2 and applied[0] == Opt(OptOps.UPCAST, 1, 32) and all(o.axis < 2 for o in applied)
+    # rows of 8 or more, a batch under 4, output channels that are not whole registers: the usual layout
+    for x, w in [((8, 64, 10, 10), (64, 64, 3, 3)), ((2, 64, 6, 6), (64, 64, 3, 3)), ((8, 64, 6, 6), (48, 64, 3, 3))]:
+        assert len(Tensor.empty(*x).conv2d(Tensor.empty(*w)).schedule()) == 1
 
 
 def test_cpu_heuristics_plan_an_uneven_rows_tile_in_registers() -> None:

@@ -79,6 +79,11 @@ CONV_CASES = [
          [((1, 4, 5, 5), (4, 2, 2, 3)), ((2, 2, 5, 4), (2, 1, 2, 2)), (F(1, 4, 5, 5), M(4, 2, 2, 2))]),
     case("conv2d_depthwise", lambda x, w: x.conv2d(w, groups=3, padding=1),
          lambda x, w: _fn("conv2d")(x, w, groups=3, padding=1), [((1, 3, 4, 4), (6, 1, 3, 3))]),
+    # output rows shorter than half a SIMD register, a batch and whole registers of output channels: on the CPU
+    # the weight is read from a copy with the output channels innermost (an odd batch, a strided input)
+    case("conv2d_short_rows", lambda x, w, b: x.conv2d(w, b, padding=1),
+         lambda x, w, b: _fn("conv2d")(x, w, b, padding=1),
+         [((5, 3, 4, 4), (32, 3, 3, 3), (32,)), (S(4, 2, 6, 3), (64, 2, 3, 3), (64,))], (F32, F16)),
     case("conv2d_padding_per_dim", lambda x, w: x.conv2d(w, padding=(2, 0)),
          lambda x, w: _fn("conv2d")(x, w, padding=(2, 0)), [(X4, W4)]),
     # tinygrad's 2*ndim form lists (before, after) pairs from the last dim, as F.pad does
@@ -94,7 +99,8 @@ CONV_CASES = [
          lambda x, w, b: _fn("conv1d")(x, w, b, stride=2, padding=1, dilation=2),
          [((2, 3, 9), (4, 3, 3), (4,)), ((1, 1, 3), (2, 1, 1), (2,)), (P(1, 3, 8), F(4, 3, 2), (4,))]),
     case("conv3d", lambda x, w: x.conv2d(w, padding=(1, 0, 1)), lambda x, w: _fn("conv3d")(x, w, padding=(1, 0, 1)),
-         [((1, 2, 3, 4, 3), (2, 2, 2, 3, 2)), (S(1, 1, 3, 3, 2), (1, 1, 2, 2, 2))]),
+         [((1, 2, 3, 4, 3), (2, 2, 2, 3, 2)), (S(1, 1, 3, 3, 2), (1, 1, 2, 2, 2)),
+          ((4, 2, 3, 4, 2), (32, 2, 2, 3, 1))]),  # short rows (see conv2d_short_rows)
     case("image_conv2d", lambda x, w, b: x.image_conv2d(w, b, padding=1),
          lambda x, w, b: _fn("conv2d")(x, w, b, padding=1), [(X4, W4, (3,))]),
     case("conv_transpose2d", lambda x, w: x.conv_transpose2d(w), lambda x, w: _fn("conv_transpose2d")(x, w),

@@ -184,13 +184,21 @@ def _tile_axes(state: OptState, globals_: list[UOp], simd_amounts: tuple[int, ..
     simd = max((g for g in globals_ if sum(contiguous(g)) > 0 and simd_fits(g)),
                key=lambda g: (contiguous(g)[0], fills_vectors(g), contiguous(g)[1], g.arg.axis), default=None)
 
-    def reuse_score(g: UOp) -> tuple[int, int, int]:
+    window_strides, gated = _window_strides(state), _gated_ranges(state)
+
+    def independent_rows(g: UOp) -> bool:
+        # an axis no gate tests and along which no load slides like a window (the batch, not an output row of a
+        # convolution): each tile row reads rows of its own, without per-lane padding tests (with the output
+        # channels as the SIMD axis, a padded row as the reuse axis ran several times slower than the batch)
+        return g not in gated and not any(st in ws for st, ws in zip(strides[g], window_strides))
+
+    def reuse_score(g: UOp) -> tuple[int, bool, int, int]:
         # the accesses that move along the SIMD axis, at any stride: a strided convolution's input moves by 2 there
         # (its lanes are gathered, not loaded as one vector), and still wants the output channels as the reuse axis,
         # along which it stays put, rather than an output row, along which only the weights do
         vector_reuse = sum(1 for s, v in zip(strides[g], strides[simd]) if s == 0 and v not in (0, None)) \
             if simd is not None else 0
-        return vector_reuse, sum(1 for s in strides[g] if s == 0), g.arg.axis
+        return vector_reuse, independent_rows(g), sum(1 for s in strides[g] if s == 0), g.arg.axis
 
     reuse = max((g for g in globals_ if g is not simd and any(s == 0 for s in strides[g]) and
                  fits(g, reuse_amounts)), key=reuse_score, default=None)
