@@ -72,6 +72,8 @@ def test_float32_exp2_within_one_ulp_everywhere(device: CPUDevice) -> None:
     assert np.array_equal(np.isnan(got), nan), xs[np.isnan(got) != nan][:10]
     dist = _ulps(got[~nan], want[~nan], np.int32)
     assert dist.max() <= 1, (xs[~nan][dist > 1][:10], got[~nan][dist > 1][:10], want[~nan][dist > 1][:10])
+    # and nearly always the correctly rounded result, as libm's (a float32 polynomial missed one in ten)
+    assert (dist == 0).mean() > 0.999, (dist == 0).mean()
     # the special values exactly: overflow to inf, underflow to +0.0 (not -0.0), the smallest subnormal
     special = dict(zip(SPECIAL, _run_exp2(device, np.array(SPECIAL, np.float32), dtypes.float32).tolist(), strict=True))
     assert special[np.inf] == np.inf and special[128.0] == np.inf and special[1e30] == np.inf
@@ -118,11 +120,11 @@ def test_the_llvm_path_vectorises_exp2() -> None:
         pytest.skip("no disassembler for the LLVM path's objects here")
     assert "exp2f" not in asm
     if "xmm" in asm:  # x86: the helper's rounding to an integer is a packed instruction
-        assert any(ins in asm for ins in ("vrndscaleps", "vroundps", "roundps")), asm[:3000]
+        assert any(ins in asm for ins in ("vrndscalepd", "vroundpd", "roundpd")), asm[:3000]
 
 
 def test_the_taylor_polynomial_is_the_series() -> None:
     # the coefficients are (ln 2)**k / k!, and the degree leaves the series' remainder far below a float32 ulp
     assert exp2.COEFFICIENTS[0] == 1.0 and abs(exp2.COEFFICIENTS[1] - np.log(2)) < 1e-15
     remainder = (np.log(2) / 2) ** (exp2.TAYLOR_DEGREE + 1) / np.prod(np.arange(1, exp2.TAYLOR_DEGREE + 2))
-    assert remainder < 2.0 ** -26
+    assert remainder < 2.0 ** -31

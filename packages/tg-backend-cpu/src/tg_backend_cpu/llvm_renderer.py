@@ -367,7 +367,8 @@ class _Kernel:
                for u in self.program):
             helpers += F64_TO_F32_ODD
         if self.uses_exp2:
-            helpers += exp2.llvm_helper(functools.partial(literal, d=dtypes.float32))
+            helpers += exp2.llvm_helper(functools.partial(literal, d=dtypes.float32),
+                                        functools.partial(literal, d=dtypes.float64))
         # the kernel is called by both entry points: noinline keeps one copy of its loops
         kernel = (f'define void @"{self.name}"({signature}) noinline nounwind "prefer-vector-width"="512" {{\n'
                   "entry:\n" + "".join(a + "\n" for a in self.allocas) + "  br label %start\nstart:\n" +
