@@ -4,21 +4,26 @@
     python bench/onnx_bench.py --quick      # a few rounds: checks that the bench works, its numbers mean nothing
     python bench/onnx_bench.py --rounds 30 --batches 1,8,32
 
-Standalone (bench/harness.py runs each framework in a worker process of its own venv; here both run in this
+Standalone (bench/harness.py runs each framework in a worker process of its own venv; here both come from this
 Python, which needs torch to export the models, onnx, and onnxruntime). The models are exported once with
-torch.onnx.export (dynamo=False, opset 17, dynamic batch) into a temporary folder. Each row checks that both
-answers agree (1e-4) before timing; a timed call is numpy in -> numpy out for both (upload, run, download), and
-the frameworks take turns by blocks of `BLOCK` calls (each after an untimed one) so that load from other processes
-hits both alike. The table shows medians; `ours / ort` above 1 means this project is slower. DEV picks this
-project's device (default: tinygrad's default device); the CPU figures are `DEV=CPU`.
+torch.onnx.export (dynamo=False, opset 17, dynamic batch) into a temporary folder. Each framework runs in a
+process of its own (this file with `--worker`): onnxruntime's threads busy-wait for more work after a run, and in a
+shared process they slowed our next calls up to 2.5x for tens of milliseconds. Each row checks that both answers
+agree (1e-4) before timing; a timed call is numpy in -> numpy out for both (upload, run, download). The frameworks
+take turns by blocks of `BLOCK` calls, each after `WARM_SECONDS` of untimed ones, so that load from other
+processes hits both alike. The table shows medians; `ours / ort` above 1 means this project is slower. DEV picks
+this project's device (default: tinygrad's default device); the CPU figures are `DEV=CPU`.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import warnings
@@ -60,10 +65,15 @@ def _models(torch: Any) -> dict[str, tuple[Any, tuple[int, ...]]]:
     return {"resnet (3x32x32)": (resnet, (3, 32, 32)), "encoder (seq 32, d 64)": (encoder, (32, 64))}
 
 
-#: timed calls in a row per framework: the frameworks take turns by blocks, each block after one untimed call.
+#: timed calls in a row per framework: the frameworks take turns by blocks, each block after untimed ones.
 #: Turns of single calls timed each framework while the other's worker threads were still busy-waiting for more
 #: work (onnxruntime's spin by default), on a 2-core machine up to 2.7x the time the same calls took in a row.
 BLOCK = 5
+#: seconds of untimed calls (3 at least) before each block: onnxruntime's threads spin for more work for
+#: milliseconds after a run, taking cores from the other process; and a framework whose process idled while the
+#: other ran had its first calls run with its threads crowded onto one core until the OS spread them again (our
+#: calls after 50 ms or more of idling took twice as long for several calls, on 2 cores)
+WARM_SECONDS = 0.1
 
 
 def _export(torch: Any, model: Any, sample: tuple[int, ...], path: Path) -> None:
@@ -83,48 +93,117 @@ def _cpu_name() -> str:
     return platform.processor() or "unknown CPU"
 
 
+def _input(batch: int, sample: list[int]) -> np.ndarray:
+    return np.random.default_rng(batch).standard_normal((batch, *sample)).astype(np.float32)
+
+
+def worker(framework: str, path: str) -> None:
+    """One framework's side, in a process of its own: JSON requests on stdin, one JSON reply line each on stdout.
+    {"batch", "sample", "save"}: run three times (compile, capture, first replay) and save the output there;
+    {"batch", "sample", "calls"}: `WARM_SECONDS` of untimed calls, then the seconds of each of `calls` timed ones."""
+    if framework == "ort":
+        import onnxruntime as ort
+        sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+
+        def call(x: np.ndarray) -> np.ndarray:
+            return sess.run(None, {"x": x})[0]
+        print(json.dumps({"version": f"onnxruntime {ort.__version__} (CPUExecutionProvider)"}), flush=True)
+    else:
+        from tinygrad import Device
+        from tinygrad.onnx import OnnxRunner
+        runner = OnnxRunner(path, jit=True)
+
+        def call(x: np.ndarray) -> np.ndarray:
+            return runner({"x": x})["y"].numpy()
+        print(json.dumps({"version": f"tinygrad device {Device.DEFAULT}"}), flush=True)
+    for line in sys.stdin:
+        req = json.loads(line)
+        x = _input(req["batch"], req["sample"])
+        if "save" in req:
+            for _ in range(3):
+                out = call(x)
+            np.save(req["save"], out)
+            reply: dict[str, Any] = {}
+        else:
+            warm_until = time.perf_counter() + WARM_SECONDS
+            for i in range(1_000_000):  # untimed (see WARM_SECONDS)
+                call(x)
+                if i >= 2 and time.perf_counter() > warm_until:
+                    break
+            times = []
+            for _ in range(req["calls"]):
+                t0 = time.perf_counter()
+                call(x)
+                times.append(time.perf_counter() - t0)
+            reply = {"times": times}
+        print(json.dumps(reply), flush=True)
+
+
+class _Worker:
+    def __init__(self, framework: str, path: Path):
+        self.proc = subprocess.Popen([sys.executable, __file__, "--worker", framework, str(path)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.version = self._reply()["version"]
+
+    def _reply(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the benchmark's worker {self.proc.args} stopped (exit status {self.proc.wait()})")
+        reply: dict[str, Any] = json.loads(line)
+        return reply
+
+    def ask(self, **req: Any) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        return self._reply()
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=20, help="timed calls per row and framework (default 20)")
     ap.add_argument("--batches", default="1,32", help="batch sizes (default 1,32)")
     ap.add_argument("--quick", action="store_true", help="3 rounds")
+    ap.add_argument("--worker", nargs=2, metavar=("FRAMEWORK", "MODEL"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.worker:
+        return worker(*args.worker)
     rounds = 3 if args.quick else args.rounds
     batches = [int(b) for b in args.batches.split(",")]
-
-    import onnxruntime as ort
     import torch
-    from tinygrad import Device
-    from tinygrad.onnx import OnnxRunner
 
-    print(f"machine: {_cpu_name()}, {os.cpu_count()} logical CPUs, Python {platform.python_version()}; "
-          f"tinygrad device {Device.DEFAULT}; onnxruntime {ort.__version__} (CPUExecutionProvider); "
-          f"{rounds} rounds, medians\n")
-    rows = []
+    rows, versions = [], ""
     with tempfile.TemporaryDirectory() as tmp:
         for name, (model, sample) in _models(torch).items():
-            path = Path(tmp) / "model.onnx"
+            path = Path(tmp) / f"model{len(rows)}.onnx"
             _export(torch, model, sample, path)
-            sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-            runner = OnnxRunner(path, jit=True)
-            for batch in batches:
-                x = np.random.default_rng(batch).standard_normal((batch, *sample)).astype(np.float32)
-                want = sess.run(None, {"x": x})[0]
-                for _ in range(3):  # compile, capture, first replay
-                    got = runner({"x": x})["y"].numpy()
-                np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"{name} batch {batch}")
-                ours, theirs = [], []
-                calls = ((lambda runner=runner, x=x: runner({"x": x})["y"].numpy(), ours),
-                         (lambda sess=sess, x=x: sess.run(None, {"x": x}), theirs))
-                for block in range(0, rounds, BLOCK):
-                    for call, times in calls:
-                        call()  # untimed: the other framework's threads may still be spinning down
-                        for _ in range(min(BLOCK, rounds - block)):
-                            t0 = time.perf_counter()
-                            call()
-                            times.append(time.perf_counter() - t0)
-                a, b = statistics.median(ours) * 1e3, statistics.median(theirs) * 1e3
-                rows.append((name, batch, a, b))
+            ours, ort = _Worker("ours", path), _Worker("ort", path)
+            versions = f"{ours.version}; {ort.version}"
+            try:
+                for batch in batches:
+                    outs = [Path(tmp) / f"{w}.npy" for w in ("ours", "ort")]
+                    for w, out in zip((ours, ort), outs):
+                        w.ask(batch=batch, sample=list(sample), save=str(out))
+                    np.testing.assert_allclose(np.load(outs[0]), np.load(outs[1]), rtol=1e-4, atol=1e-4,
+                                               err_msg=f"{name} batch {batch}")
+                    times: dict[str, list[float]] = {"ours": [], "ort": []}
+                    for block in range(0, rounds, BLOCK):
+                        for key, w in (("ours", ours), ("ort", ort)):
+                            times[key] += w.ask(batch=batch, sample=list(sample),
+                                                calls=min(BLOCK, rounds - block))["times"]
+                    rows.append((name, batch, statistics.median(times["ours"]) * 1e3,
+                                 statistics.median(times["ort"]) * 1e3))
+            finally:
+                ours.close()
+                ort.close()
+    print(f"machine: {_cpu_name()}, {os.cpu_count()} logical CPUs, Python {platform.python_version()}; {versions}; "
+          f"{rounds} rounds, medians\n")
     print("| model | batch | tinygrad.onnx (ms) | onnxruntime (ms) | ours / ort |")
     print("|---|---:|---:|---:|---:|")
     for name, batch, a, b in rows:
