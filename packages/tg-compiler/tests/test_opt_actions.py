@@ -277,6 +277,15 @@ def test_cpu_heuristics_tile_short_rows_by_output_channels_and_images() -> None:
     items = Tensor.empty(8, 64, 8, 8).conv2d(Tensor.empty(64, 64, 3, 3)).schedule()
     applied = optimize(lower_kernel(items[-1].ast), CStyleRenderer()).applied
     assert len(items) == 2 and applied[0] == Opt(OptOps.UPCAST, 1, 32) and all(o.axis < 2 for o in applied)
+    # a padded row of 8 (half a register, and a border test in every lane) reads the channels-last weight too; its
+    # 32 output channels, a whole axis that the input is broadcast to, are tiled by 16 (the whole 32 ran slower)
+    items = Tensor.empty(32, 32, 8, 8).conv2d(Tensor.empty(32, 32, 3, 3), padding=1).schedule()
+    assert len(items) == 2 and optimize(lower_kernel(items[-1].ast), CStyleRenderer()).applied == (
+        Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 8))
+    # strided, the input does not slide along the output row as along the kernel row: all 32 channels
+    items = Tensor.empty(32, 16, 16, 16).conv2d(Tensor.empty(32, 16, 3, 3), padding=1, stride=2).schedule()
+    assert len(items) == 2 and optimize(lower_kernel(items[-1].ast), CStyleRenderer()).applied == (
+        Opt(OptOps.UPCAST, 1, 32), Opt(OptOps.UPCAST, 0, 8))
     # rows of 8 or more, a batch under 4, output channels that are not whole registers: the usual layout
     for x, w in [((8, 64, 10, 10), (64, 64, 3, 3)), ((2, 64, 6, 6), (64, 64, 3, 3)), ((8, 64, 6, 6), (48, 64, 3, 3))]:
         assert len(Tensor.empty(*x).conv2d(Tensor.empty(*w)).schedule()) == 1

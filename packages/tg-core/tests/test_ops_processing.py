@@ -83,7 +83,8 @@ CONV_CASES = [
     # the weight is read from a copy with the output channels innermost (an odd batch, a strided input)
     case("conv2d_short_rows", lambda x, w, b: x.conv2d(w, b, padding=1),
          lambda x, w, b: _fn("conv2d")(x, w, b, padding=1),
-         [((5, 3, 4, 4), (32, 3, 3, 3), (32,)), (S(4, 2, 6, 3), (64, 2, 3, 3), (64,))], (F32, F16)),
+         [((5, 3, 4, 4), (32, 3, 3, 3), (32,)), (S(4, 2, 6, 3), (64, 2, 3, 3), (64,)),
+          ((4, 3, 9, 8), (32, 3, 3, 3), (32,))], (F32, F16)),  # the last: a padded row of 8
     case("conv2d_padding_per_dim", lambda x, w: x.conv2d(w, padding=(2, 0)),
          lambda x, w: _fn("conv2d")(x, w, padding=(2, 0)), [(X4, W4)]),
     # tinygrad's 2*ndim form lists (before, after) pairs from the last dim, as F.pad does

@@ -72,10 +72,11 @@ def conv(ctx: NodeCtx, a: Value, w_in: Value, b_in: Value = None) -> Tensor:
     x, w = ctx.t(a), ctx.t(w_in)
     kernel = tuple(ctx.attr("kernel_shape") or w.shape[2:])
     strides, dil, pads = _conv_geometry(ctx, x.shape[2:], kernel)
-    if any(p for pair in pads for p in pair):
-        x = x.pad(_spatial_pads(pads))
     b = ctx.t(b_in) if b_in is not None else None
-    return x.conv2d(w, b, groups=int(ctx.attr("group", 1)), stride=strides, dilation=dil, padding=0).cast(x.dtype)
+    # the pads go to conv2d (tinygrad's form: (before, after) pairs from the last dimension), which chooses the
+    # kernel's layout knowing the border (a short padded row reads a channels-last weight on the CPU)
+    padding = [p for pair in reversed(pads) for p in pair]
+    return x.conv2d(w, b, groups=int(ctx.attr("group", 1)), stride=strides, dilation=dil, padding=padding).cast(x.dtype)
 
 
 @op("ConvTranspose")

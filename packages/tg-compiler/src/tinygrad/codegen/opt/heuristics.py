@@ -181,10 +181,12 @@ def _tile_axes(state: OptState, globals_: list[UOp], simd_amounts: tuple[int, ..
         amount = simd_amount(n) if simd_amount is not None else _largest_divisor(n, simd_amounts)
         return amount is not None and amount >= min(simd_amounts)
 
-    simd = max((g for g in globals_ if sum(contiguous(g)) > 0 and simd_fits(g)),
-               key=lambda g: (contiguous(g)[0], fills_vectors(g), contiguous(g)[1], g.arg.axis), default=None)
-
+    # among axes contiguous in as many loads, one whose lanes no gate tests (a padded row tests the border in every
+    # lane, the output channels of a convolution read from a channels-last weight do not)
     window_strides, gated = _window_strides(state), _gated_ranges(state)
+    simd = max((g for g in globals_ if sum(contiguous(g)) > 0 and simd_fits(g)),
+               key=lambda g: (contiguous(g)[0], fills_vectors(g), g not in gated, contiguous(g)[1], g.arg.axis),
+               default=None)
 
     def independent_rows(g: UOp) -> bool:
         # an axis no gate tests and along which no load slides like a window (the batch, not an output row of a
@@ -236,6 +238,10 @@ def _cpu_opts(state: OptState, renderer: Renderer, globals_: list[UOp], reduces:
             # keep the outermost global axis a loop of more than one iteration: a threaded backend splits it
             n = _const(r) or 1
             amt = cpu.simd_amount(n) if r is not globals_[0] or n >= 64 else None
+            if amt == n and n >= 2 * cpu.lanes and _broadcasts_a_window(state, r):
+                # output channels of a convolution read from a channels-last weight: the whole axis in registers ran
+                # slower than half of it (CHANGELOG)
+                amt = _largest_divisor(n, tuple(a for a in cpu.simd if a <= n // 2))
             if amt is not None:
                 state, simd_amt = _try(state, Opt(OptOps.UPCAST, simd, amt), renderer), amt
         # an uneven row in a big convolution: 4 channels, then output rows (`_row_tile`)
@@ -275,6 +281,18 @@ def _cpu_opts(state: OptState, renderer: Renderer, globals_: list[UOp], reduces:
         if (_const(unrolled.axes[nxt]) or 1) % 2 == 0:
             unrolled = _try(unrolled, Opt(OptOps.UNROLL, nxt, 2), renderer)
     return unrolled
+
+
+def _broadcasts_a_window(state: OptState, r: UOp) -> bool:
+    """Whether `r` is the output channels of a convolution whose weight has them innermost: the loads contiguous
+    along r do not slide (`_window_strides`), and a load that stays put along r (the input, broadcast to the
+    channels) does. (A weight gradient read channels-last is the other way round: its contiguous load slides.)"""
+    window_strides = _window_strides(state)
+    per_global = [access_strides(state, g) for g in state.ranges(AxisKind.GLOBAL)]
+    sliding = [any(col[i] in ws for col in per_global) for i, ws in enumerate(window_strides)]
+    strides = access_strides(state, r)
+    return any(s == 1 for s in strides) and not any(sl for s, sl in zip(strides, sliding) if s == 1) \
+        and any(sl for s, sl in zip(strides, sliding) if s == 0)
 
 
 def _window_strides(state: OptState) -> list[set[int]]:
