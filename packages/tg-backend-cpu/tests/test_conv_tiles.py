@@ -19,16 +19,18 @@ def _conv_opts(cin: int, cout: int, size: int, stride: int) -> list[str]:
 
 
 def test_a_strided_convolution_tiles_output_channels() -> None:
-    # axes: batch, output channels, output rows, output columns; the columns are the SIMD axis
-    opts = _conv_opts(16, 32, 16, 2)
-    assert opts[0] == "UPCAST(3,8)"
-    assert all(not o.startswith("UPCAST(2,") for o in opts), opts  # no tile along output rows
-    assert opts[1] == "UPCAST(1,8)"
+    # axes: batch, output channels, output rows, output columns. Rows of 16: the columns are the SIMD axis and 8
+    # output channels the reuse axis, no tile along output rows
+    assert _conv_opts(16, 32, 32, 2) == ["UPCAST(3,16)", "UPCAST(1,8)"]
+    # padded rows of 8: the weight is read channels-last, its 32 output channels are the SIMD axis and 8 images
+    # the reuse axis (tg-core's `_short_rows_conv`)
+    assert _conv_opts(16, 32, 16, 2) == ["UPCAST(1,32)", "UPCAST(0,8)"]
 
 
 def test_a_padded_convolution_takes_its_rows_whole_or_not_at_all() -> None:
-    assert all(not o.startswith("UPCAST(2,") for o in _conv_opts(32, 32, 8, 1))  # 8 rows: not cut into 2 parts of 4
-    assert "UPCAST(2,4)" in _conv_opts(64, 64, 4, 1)  # 4 rows: whole
+    for cin, cout, size in [(32, 32, 8), (64, 64, 4), (16, 16, 8), (16, 16, 16)]:
+        opts = _conv_opts(cin, cout, size, 1)
+        assert all(not o.startswith("UPCAST(2,") for o in opts) or f"UPCAST(2,{size})" in opts, opts
 
 
 @pytest.mark.parametrize("size, stride", [(8, 1), (16, 2), (4, 1)])

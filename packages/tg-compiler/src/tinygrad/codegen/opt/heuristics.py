@@ -285,13 +285,16 @@ def _cpu_opts(state: OptState, renderer: Renderer, globals_: list[UOp], reduces:
 
 def _broadcasts_a_window(state: OptState, r: UOp) -> bool:
     """Whether `r` is the output channels of a convolution whose weight has them innermost: the loads contiguous
-    along r do not slide (`_window_strides`), and a load that stays put along r (the input, broadcast to the
-    channels) does. (A weight gradient read channels-last is the other way round: its contiguous load slides.)"""
+    along r are a weight (they move along no other output axis, and do not slide), and a load that stays put along
+    r (the input, broadcast to the channels) slides along a reduce axis (`_window_strides`). A weight gradient read
+    channels-last is not: its contiguous load moves along the batch chunks."""
     window_strides = _window_strides(state)
-    per_global = [access_strides(state, g) for g in state.ranges(AxisKind.GLOBAL)]
-    sliding = [any(col[i] in ws for col in per_global) for i, ws in enumerate(window_strides)]
+    others = [access_strides(state, g) for g in state.ranges(AxisKind.GLOBAL) if g is not r]
+    sliding = [any(col[i] in ws for col in others) for i, ws in enumerate(window_strides)]
     strides = access_strides(state, r)
-    return any(s == 1 for s in strides) and not any(sl for s, sl in zip(strides, sliding) if s == 1) \
+    weights = [s == 1 and all(col[i] == 0 for col in others) for i, s in enumerate(strides)]
+    contiguous = [i for i, s in enumerate(strides) if s == 1]
+    return bool(contiguous) and all(weights[i] and not sliding[i] for i in contiguous) \
         and any(sl for s, sl in zip(strides, sliding) if s == 0)
 
 
