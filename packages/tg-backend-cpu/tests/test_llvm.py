@@ -423,3 +423,20 @@ def test_a_worker_imports_llvmlite_and_not_tinygrad() -> None:
         assert status == llvm_workers.ERROR and b"LLVM rejected a kernel's IR" in message
     finally:
         workers.close()
+
+
+@pytest.mark.parametrize("d", [dtypes.float16, dtypes.bfloat16, F32, dtypes.float64])
+def test_bools_become_floats_by_a_select(llvm_device: CPUDevice, d: DType) -> None:
+    # uitofp of an i1 kept the MNIST example's mask-times-gradient kernels scalar; a select of 1 and 0 vectorises
+    from tg_backend_cpu.llvm_renderer import LLVMRenderer
+
+    n = 37
+    pa, pb = param(1, n, F32), param(2, n, F32)
+    mask = UOp(Ops.CMPEQ, dtypes.bool, (pa, pb)).cast(d)
+    a = np.arange(n, dtype=np.float32)
+    b = np.where(np.arange(n) % 3 == 0, a, -1).astype(np.float32)
+    got = launch(llvm_device, [(param(0, n, F32), (mask * pa.cast(d)).cast(F32))], {1: a, 2: b})[0]
+    np.testing.assert_array_equal(got, np.where(a == b, a, 0).astype(np.float32))
+    sink = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (param(0, n, d), mask)),))
+    src = get_program(sink, LLVMRenderer()).src
+    assert "uitofp i1" not in src and "select i1" in src

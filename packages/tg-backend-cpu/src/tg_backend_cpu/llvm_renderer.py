@@ -606,8 +606,13 @@ class _Kernel:
             return self.ins(f"fcmp une {ft} {x}, {literal(0, frm)}" if frm.is_float else f"icmp ne {ft} {x}, 0")
         if not frm.is_float and not to.is_float:
             return self.int_resize(x, ft, tt, frm)
-        if not frm.is_float:  # int or bool -> float
-            convert = "uitofp" if frm.is_unsigned or frm.scalar.is_bool else "sitofp"
+        if frm.scalar.is_bool:
+            # a select of 1 and 0 rather than uitofp i1: LLVM's vectorisers left the latter scalar in the MNIST
+            # example's fused max-pool and BatchNorm backward kernels (a mask of equal maxima times the gradient),
+            # which then ran 2-3x slower than the C path's (CHANGELOG)
+            return self.round_emulated(self.ins(f"select i1 {x}, {tt} {literal(1, to)}, {tt} {literal(0, to)}"), to)
+        if not frm.is_float:  # int -> float
+            convert = "uitofp" if frm.is_unsigned else "sitofp"
             return self.round_emulated(self.ins(f"{convert} {ft} {x} to {tt}"), to)
         if not to.is_float:
             # saturating: LLVM's plain conversion is poison out of range; narrow ints wrap from the 64-bit value
