@@ -29,11 +29,12 @@ from tinygrad.dtype import EMULATED_FLOATS, FP8_FORMATS, DType, dtypes, is_emula
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import GroupOp, Ops, UOp, post_order
 
-from tg_backend_cpu import exp2
+from tg_backend_cpu import vector_math
 from tg_backend_cpu.renderer import CPURenderer, SplitPlan, plan_split
 
-#: LLVM intrinsics of the unary math ops (llvm.<name>.f16/f32/f64); sin, log2 and float64's exp2 become libm calls,
-#: which the loader resolves in this process (exp2 of float32 and float16 is arithmetic: `tg_backend_cpu.exp2`)
+#: LLVM intrinsics of the unary math ops (llvm.<name>.f16/f32/f64); sin and float64's exp2 and log2 become libm
+#: calls, which the loader resolves in this process (exp2 and log2 of float32 and float16 are arithmetic:
+#: `tg_backend_cpu.vector_math`)
 MATH_INTRINSICS = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.TRUNC: "trunc"}
 
 #: the bfloat16 helpers (the C path's BF16_PRELUDE): decode a pattern, encode a float to nearest even (NaN stays a
@@ -272,7 +273,7 @@ class _Kernel:
         # an upcast stay scalar
         self.wide = {u for u in self.no_wrap if u.op in (Ops.ADD, Ops.SUB, Ops.MUL)}
         self.loops: list[tuple[str, str, str, str, str]] = []
-        self.uses_exp2 = False
+        self.helper_ops: set[Ops] = set()
 
     # ---- emitting ----
     def fresh(self, prefix: str = "t") -> str:
@@ -366,9 +367,9 @@ class _Kernel:
         if any(u.op is Ops.CAST and u.src[0].dtype.scalar == dtypes.float64 and u.dtype.scalar.itemsize <= 2
                for u in self.program):
             helpers += F64_TO_F32_ODD
-        if self.uses_exp2:
-            helpers += exp2.llvm_helper(functools.partial(literal, d=dtypes.float32),
-                                        functools.partial(literal, d=dtypes.float64))
+        f32, f64 = functools.partial(literal, d=dtypes.float32), functools.partial(literal, d=dtypes.float64)
+        helpers += "".join(vector_math.HELPERS[op].llvm_source(f32, f64)
+                           for op in sorted(self.helper_ops, key=lambda o: o.value))
         # the kernel is called by both entry points: noinline keeps one copy of its loops
         kernel = (f'define void @"{self.name}"({signature}) noinline nounwind "prefer-vector-width"="512" {{\n'
                   "entry:\n" + "".join(a + "\n" for a in self.allocas) + "  br label %start\nstart:\n" +
@@ -526,11 +527,12 @@ class _Kernel:
         # contract: float32/float64 only, as -ffp-contract=fast does in the C path (a fused half or bfloat16
         # multiply-add would skip the rounding after the multiply)
         flag = " contract" if d.scalar in (dtypes.float32, dtypes.float64) else ""
-        if op is Ops.EXP2 and t in ("float", "half"):  # float16 through float: its one rounding keeps 1 ulp
-            self.declarations.update(exp2.LLVM_DECLARATIONS)
-            self.uses_exp2 = True
+        if op in vector_math.HELPERS and t in ("float", "half"):  # float16 through float: one more rounding
+            helper = vector_math.HELPERS[op]
+            self.declarations.update(helper.llvm_declarations)
+            self.helper_ops.add(op)
             x = srcs[0] if t == "float" else self.ins(f"fpext half {srcs[0]} to float")
-            y = self.ins(f"call float @tg_exp2_f32(float {x})")
+            y = self.ins(f"call float @{helper.llvm_name}(float {x})")
             return y if t == "float" else self.ins(f"fptrunc float {y} to half")
         if op in MATH_INTRINSICS:
             return self.intrinsic(f"llvm.{MATH_INTRINSICS[op]}.{float_suffix(t)}", t, [(t, srcs[0])])

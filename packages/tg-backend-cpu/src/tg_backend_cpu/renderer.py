@@ -24,7 +24,7 @@ from tinygrad.dtype import DType, dtypes
 from tinygrad.renderer.cstyle import CStyleRenderer
 from tinygrad.uop.ops import AxisKind, Ops, UOp
 
-from tg_backend_cpu import exp2
+from tg_backend_cpu import vector_math
 
 SLICE_PARAMS = ("tg_start", "tg_end", "tg_total")
 
@@ -116,13 +116,15 @@ class CPURenderer(CStyleRenderer):
     def render_kernel(self, name: str, params: list[str], body: list[str], uses_bf16: bool = False,
                       helpers: str = "") -> str:
         slice_params = [f"const long long {p}" for p in SLICE_PARAMS]
-        if getattr(self._state, "uses_exp2", False):
-            helpers = exp2.c_helper() + helpers
+        helpers = vector_math.c_helpers(getattr(self._state, "helper_ops", set())) + helpers
         return super().render_kernel(name, [*params, *slice_params], body, uses_bf16, helpers)
 
     def math_fn(self, op: Ops, d: DType) -> str:
-        # exp2 of float32 (and of float16 and the emulated floats, computed in float) as arithmetic that vectorises
-        return "tg_exp2f" if op is Ops.EXP2 and d.scalar != dtypes.float64 else super().math_fn(op, d)
+        # exp2 and log2 of float32 (and of float16 and the emulated floats, computed in float) as arithmetic that
+        # vectorises (`vector_math`)
+        if op in vector_math.HELPERS and d.scalar != dtypes.float64:
+            return vector_math.HELPERS[op].c_name
+        return super().math_fn(op, d)
 
     def render(self, name: str, program: list[UOp]) -> str:
         plan = plan_split(program)
@@ -135,7 +137,8 @@ class CPURenderer(CStyleRenderer):
 
     def _render_with(self, name: str, program: list[UOp], plan: SplitPlan) -> str:
         self._state.plan, self._state.opened = plan, 0
-        self._state.uses_exp2 = any(u.op is Ops.EXP2 and u.dtype.scalar != dtypes.float64 for u in program)
+        self._state.helper_ops = {u.op for u in program
+                                  if u.op in vector_math.HELPERS and u.dtype.scalar != dtypes.float64}
         try:
             return super().render(name, program)
         finally:
