@@ -527,7 +527,7 @@ class _Kernel:
         # contract: float32/float64 only, as -ffp-contract=fast does in the C path (a fused half or bfloat16
         # multiply-add would skip the rounding after the multiply)
         flag = " contract" if d.scalar in (dtypes.float32, dtypes.float64) else ""
-        if op in vector_math.HELPERS and t in ("float", "half"):  # float16 through float: one more rounding
+        if vector_math.computes(op, d):  # float16 through float: one more rounding
             helper = vector_math.HELPERS[op]
             self.declarations.update(helper.llvm_declarations)
             self.helper_ops.add(op)

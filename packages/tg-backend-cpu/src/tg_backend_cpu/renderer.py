@@ -122,7 +122,7 @@ class CPURenderer(CStyleRenderer):
     def math_fn(self, op: Ops, d: DType) -> str:
         # exp2 and log2 of float32 (and of float16 and the emulated floats, computed in float) as arithmetic that
         # vectorises (`vector_math`)
-        if op in vector_math.HELPERS and d.scalar != dtypes.float64:
+        if vector_math.computes(op, d):
             return vector_math.HELPERS[op].c_name
         return super().math_fn(op, d)
 
@@ -137,8 +137,7 @@ class CPURenderer(CStyleRenderer):
 
     def _render_with(self, name: str, program: list[UOp], plan: SplitPlan) -> str:
         self._state.plan, self._state.opened = plan, 0
-        self._state.helper_ops = {u.op for u in program
-                                  if u.op in vector_math.HELPERS and u.dtype.scalar != dtypes.float64}
+        self._state.helper_ops = {u.op for u in program if vector_math.computes(u.op, u.dtype)}
         try:
             return super().render(name, program)
         finally:

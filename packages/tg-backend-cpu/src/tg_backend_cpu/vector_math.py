@@ -27,6 +27,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tinygrad.dtype import DType, dtypes
 from tinygrad.uop.ops import Ops
 
 EXP2_DEGREE = 8
@@ -167,9 +168,14 @@ HELPERS: dict[Ops, Helper] = {
 }
 
 
+def computes(op: Ops, d: DType) -> bool:
+    """Whether `op` of dtype `d` is one of these functions' (every float but float64, which keeps libm's)."""
+    return op in HELPERS and d.scalar != dtypes.float64
+
+
 def c_helpers(ops: set[Ops]) -> str:
     """The C definitions of the functions of `ops`, for clang; under gcc each name stands for libm's function."""
-    used = [HELPERS[op] for op in sorted(ops, key=lambda o: o.value) if op in HELPERS]
+    used = [HELPERS[op] for op in sorted(ops, key=lambda o: o.value)]
     if not used:
         return ""
     libm = "".join(f"#define {h.c_name} {h.c_name[3:]}\n" for h in used)
