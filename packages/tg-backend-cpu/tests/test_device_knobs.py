@@ -74,3 +74,48 @@ def test_the_conv_gradient_reads_the_device_knobs(monkeypatch: pytest.MonkeyPatc
     assert chunked == (l2 < 1 << 20)
     # a kernel that sums the chunks' partial sums; none for the channels-last copies of the input and g
     assert kernels == default_kernels + chunked - (2 if channels_last_min == 0 else 0)
+
+
+@pytest.mark.parametrize("kw", [{"padding": 1}, {"padding": 2, "stride": 2}, {"padding": (1, 2), "dilation": 2},
+                                {"padding": 1, "groups": 2}], ids=str)
+def test_a_padded_convolution_reads_a_bordered_copy_where_the_knob_asks(monkeypatch: pytest.MonkeyPatch,
+                                                                         kw: dict) -> None:
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 4, 9, 7)).astype(np.float32)
+    w = rng.standard_normal((6, 4 // kw.get("groups", 1), 3, 3)).astype(np.float32)
+
+    def run() -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+        tx, tw = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+        out = tx.conv2d(tw, **kw)
+        kernels = len(out.schedule())
+        (out * out).sum().backward()
+        assert tx.grad is not None and tw.grad is not None
+        return kernels, out.numpy(), tx.grad.numpy(), tw.grad.numpy()
+
+    renderer = Device["CPU"].renderer
+    monkeypatch.setattr(renderer, "conv_border_copy", False)
+    tested_kernels, *tested = run()
+    monkeypatch.setattr(renderer, "conv_border_copy", True)
+    copied_kernels, *copied = run()
+    # one more kernel (the copy), the same forward and backward results
+    assert copied_kernels == tested_kernels + 1
+    for a, b in zip(copied, tested):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    torch = pytest.importorskip("torch")
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    ref = torch.nn.functional.conv2d(tx, tw, **kw)
+    (ref * ref).sum().backward()
+    assert tx.grad is not None and tw.grad is not None
+    for got, want in zip(copied, (ref.detach(), tx.grad, tw.grad)):
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-3)
+
+
+def test_the_bordered_copy_leaves_short_rows_and_transposed_convolutions_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Device["CPU"].renderer, "conv_border_copy", True)
+    # 4x4 rows (shorter than half a register) keep the channels-last weight and test their border in the kernel:
+    # the weight's copy and the convolution
+    x, w = Tensor.randn(4, 8, 4, 4).realize(), Tensor.randn(32, 8, 3, 3).realize()
+    assert len(x.conv2d(w, padding=1).schedule()) == 2
+    # conv_transpose2d's input, spread out with zeros, stays a view: one kernel
+    assert len(Tensor.randn(1, 2, 5, 5).realize().conv_transpose2d(Tensor.randn(2, 3, 3, 3).realize(),
+                                                                      stride=2, padding=1).schedule()) == 1

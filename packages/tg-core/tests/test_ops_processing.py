@@ -26,7 +26,7 @@ from opinfo import (
     table_tests,
     torch_module,
 )
-from tinygrad import Tensor, dtypes
+from tinygrad import Device, Tensor, dtypes
 from tinygrad.dtype import DType
 from tinygrad.helpers import prod
 
@@ -320,10 +320,11 @@ def _realized(*shape: int) -> Tensor:
 @pytest.mark.parametrize("kw", [{}, {"stride": 2, "padding": 1}, {"dilation": 2, "groups": 2}], ids=str)
 def test_conv2d_bias_relu_is_one_kernel(kw: dict[str, Any]) -> None:
     x, w, b = _realized(1, 2, 6, 6), _realized(4, 2 // kw.get("groups", 1), 3, 3), _realized(4)
-    assert len(x.conv2d(w, **kw).schedule()) == 1
+    # a device that reads padded inputs from a copy with the border written out makes that copy first
+    copies = int(bool(kw.get("padding")) and Device[x.device].knobs.conv_border_copy)
+    assert len(x.conv2d(w, **kw).schedule()) == 1 + copies
     out = x.conv2d(w, b, **kw).relu()
-    assert len(out.schedule()) <= 2
-    assert len(out.schedule()) == 1  # the bias and relu ride in the reduce kernel's epilogue
+    assert len(out.schedule()) == 1 + copies  # the bias and relu ride in the reduce kernel's epilogue
 
 
 def test_pools_are_one_kernel_each() -> None:

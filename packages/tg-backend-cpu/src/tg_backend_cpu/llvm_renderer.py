@@ -249,6 +249,12 @@ class LLVMRenderer(Renderer):
     simd_bytes = CPURenderer.simd_bytes
     vector_registers = CPURenderer.vector_registers
     channels_last_min = CPURenderer.channels_last_min
+    # a padded convolution tests the border in every lane of its rows, and LLVM 22 builds each such row from scalar
+    # loads and shuffles (the ResNet's padded 16x16 layers three times slower than over a copy with the border
+    # written out); the copy's own border tests it vectorises with masked loads. The C path keeps the tests in the
+    # convolution: clang 19 and gcc 12 leave the copy's loop scalar, which costs more than the convolution saves
+    # (the measurements are in the CHANGELOG)
+    conv_border_copy = True
 
     def render(self, name: str, program: list[UOp]) -> str:
         return _Kernel(name, program, plan_split(program)).render()

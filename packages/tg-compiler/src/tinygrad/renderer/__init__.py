@@ -57,13 +57,17 @@ class Renderer:
     vector_registers: int = 32
     #: input channels from which a convolution's weight gradient makes channels-last copies; 0: never
     channels_last_min: int = 8
+    #: whether a padded convolution reads a copy of its input with its zero border written out
+    #: (`DeviceKnobs.conv_border_copy`); off by default
+    conv_border_copy: bool = False
     #: the matrix instructions the renderer can write (`render_wmma`), which the TC opt may use
     #: (`tinygrad.renderer.tensor_core`); none by default
     tensor_cores: tuple[TensorCore, ...] = ()
 
     @property
     def knobs(self) -> DeviceKnobs:
-        return DeviceKnobs(self.l2_cache_bytes, self.simd_bytes, self.vector_registers, self.channels_last_min)
+        return DeviceKnobs(self.l2_cache_bytes, self.simd_bytes, self.vector_registers, self.channels_last_min,
+                           self.conv_border_copy)
 
     def supports_dtype(self, dtype: DType) -> bool:
         return dtype.scalar in self.supported_dtypes

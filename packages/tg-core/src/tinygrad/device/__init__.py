@@ -102,6 +102,10 @@ class DeviceKnobs:
     #: input channels from which a convolution's weight gradient reads a channels-last copy of its input and of
     #: the output gradient (which gives the compiler a SIMD direction); 0: the copies never pay on this device
     channels_last_min: int
+    #: whether a padded convolution reads a copy of its input with the zero border written out (one small kernel)
+    #: instead of testing the border in its inner loop; pays where the compiler vectorises the copy's own border
+    #: tests (False for targets that were not measured)
+    conv_border_copy: bool = False
 
     def simd_lanes(self, dtype: DType) -> int:
         """Elements of `dtype` in one SIMD register."""

@@ -253,7 +253,7 @@ class ProcessingMixin(TensorBase):
             pads = _pads(padding, n)
             if any(b < 0 or a < 0 for b, a in pads):
                 raise ValueError(f"conv2d: negative padding {padding!r}")
-        return _conv(self, weight, bias, groups, st, dil, pads, dtype, "conv2d")
+        return _conv(self, weight, bias, groups, st, dil, pads, dtype, "conv2d", border_copy=True)
 
     def image_conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
                      stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1,
@@ -580,7 +580,11 @@ def _define_conv_gradient(out: Tensor, xp: Tensor, w: Tensor) -> None:
 
 
 def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, stride: tuple[int, ...],
-          dilation: tuple[int, ...], pads: Pads, dtype: DTypeLike | None, name: str) -> Tensor:
+          dilation: tuple[int, ...], pads: Pads, dtype: DTypeLike | None, name: str,
+          border_copy: bool = False) -> Tensor:
+    """The convolution of x by weight as windows times weights summed. `border_copy`: the padded input may be a copy
+    with its border written out, where the device asks for one (`DeviceKnobs.conv_border_copy`); conv_transpose2d's
+    input, spread out with zeros, is left as a view."""
     n = weight.ndim - 2
     unbatched = x.ndim == n + 1
     if unbatched:
@@ -605,8 +609,13 @@ def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, stride: t
     outs = tuple((p - d * (k - 1) - 1) // s + 1 for p, d, k, s in zip(padded, dilation, kernel, stride))
     acc, out_dtype = acc_dtype(least_upper_dtype(x.dtype, weight.dtype), dtype)
     xp, wa = _pad_spatial(x.cast(acc), pads), weight.cast(acc)
+    bordered = border_copy and any(b or a for b, a in pads) and Device[first_device(x.device)].knobs.conv_border_copy
+    short = _short_rows_conv(x.device, acc, bs, cout, outs,
+                             padded=not bordered and any(b or a for b, a in pads[-1:]))
+    if bordered and not short:
+        # the device's compiler prefers the border written out to tested in the inner loop (`conv_border_copy`)
+        xp = xp.contiguous()
     win = _windows(xp, kernel, stride, dilation, outs).reshape((bs, groups, 1, cin_g) + outs + kernel)
-    short = _short_rows_conv(x.device, acc, bs, cout, outs, padded=any(b or a for b, a in pads[-1:]))
     read = _output_channels_last(wa) if groups == 1 and short else wa
     w = read.reshape((1, groups, cout // groups, cin_g) + (1,) * n + kernel)
     out = (win * w).sum((3,) + tuple(range(4 + n, 4 + 2 * n)), dtype=acc).reshape((bs, cout) + outs)
