@@ -1,14 +1,21 @@
 """The register tiles the CPU heuristics choose for convolutions whose input is a realized buffer: a strided one
 tiles output channels (not output rows) against its gathered input lanes, and a padded one does not cut its
-output rows into parts (each part would test the padding gates of its rows at run time). Results stay exact."""
+output rows into parts (each part would test the padding gates of its rows at run time). Results stay exact.
+These are the kernels that test their border themselves: the device's `conv_border_copy` knob is off here (with it,
+a padded convolution reads a copy with the border written out, test_device_knobs.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from tg_backend_cpu.renderer import CPURenderer
-from tinygrad import Tensor
+from tinygrad import Device, Tensor
 from tinygrad.codegen import get_program
+
+
+@pytest.fixture(autouse=True)
+def _border_tests_in_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Device["CPU"].renderer, "conv_border_copy", False)
 
 
 def _conv_opts(cin: int, cout: int, size: int, stride: int) -> list[str]:

@@ -145,7 +145,7 @@ class CCompiler(Compiler):
         self.path = path
         version = subprocess.run([path, "--version"], capture_output=True, text=True).stdout.splitlines()
         self.version = version[0] if version else "unknown"
-        is_clang = "clang" in self.version.lower()
+        self.is_clang = is_clang = "clang" in self.version.lower()
         # gcc needs -O3 to vectorise loops; clang already does at -O2
         opt = "-O2" if is_clang else "-O3"
         # gcc 12.2 at -O3 (with -march=native or x86-64-v3) vectorizes a reduction whose body holds a select on

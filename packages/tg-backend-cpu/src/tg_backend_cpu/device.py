@@ -129,7 +129,11 @@ class CPUDevice(Compiled):
 
             renderer, compiler, self._entry_points = LLVMRenderer(), LLVMCompiler(), entry_points
         else:
-            renderer, compiler, self._entry_points = CPURenderer(), CCompiler(), None
+            c_compiler = CCompiler()
+            renderer, compiler, self._entry_points = CPURenderer(), c_compiler, None
+            # a padded convolution over a copy with the border written out pays where the compiler vectorises the
+            # copy's border tests: clang does; gcc, whose loop if-conversion is off here, leaves the copy scalar
+            renderer.conv_border_copy = c_compiler.is_clang
         self.threads = thread_count() if threads is None else _checked_threads(threads)
         self.pool = _make_pool(self.threads)
         self._programs: weakref.WeakSet[CPUProgram] = weakref.WeakSet()

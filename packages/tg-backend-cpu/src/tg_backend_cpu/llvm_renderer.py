@@ -251,9 +251,8 @@ class LLVMRenderer(Renderer):
     channels_last_min = CPURenderer.channels_last_min
     # a padded convolution tests the border in every lane of its rows, and LLVM 22 builds each such row from scalar
     # loads and shuffles (the ResNet's padded 16x16 layers three times slower than over a copy with the border
-    # written out); the copy's own border tests it vectorises with masked loads. The C path keeps the tests in the
-    # convolution: clang 19 and gcc 12 leave the copy's loop scalar, which costs more than the convolution saves
-    # (the measurements are in the CHANGELOG)
+    # written out); the copy's own border tests it vectorises with masked loads (the measurements are in the
+    # CHANGELOG; the C path decides by its compiler, in device.py)
     conv_border_copy = True
 
     def render(self, name: str, program: list[UOp]) -> str:

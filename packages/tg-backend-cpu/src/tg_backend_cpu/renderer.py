@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from tinygrad.dtype import DType, dtypes
 from tinygrad.renderer.cstyle import CStyleRenderer
 from tinygrad.uop.ops import AxisKind, Ops, UOp
+from tinygrad.uop.rewrite import PatternMatcher, UPat
 
 from tg_backend_cpu import vector_math
 
@@ -77,6 +78,80 @@ def plan_split(program: list[UOp]) -> SplitPlan:
     return SplitPlan(tuple(sliced), max(outer_max, 0))
 
 
+def _lower_bound(u: UOp) -> tuple[UOp, int] | None:
+    """(x, a) when u is `(x < a) != True`, that is a <= x, for an integer x and a constant a."""
+    if u.op is not Ops.CMPNE or u.src[1].op is not Ops.CONST or u.src[1].arg is not True:
+        return None
+    lt = u.src[0]
+    if lt.op is not Ops.CMPLT or lt.src[1].op is not Ops.CONST or lt.src[0].dtype not in _UNSIGNED_OF:
+        return None
+    return lt.src[0], int(lt.src[1].arg)
+
+
+def _upper_bound(u: UOp) -> tuple[UOp, int] | None:
+    """(x, b) when u is `x < b` for an integer x and a constant b."""
+    if u.op is not Ops.CMPLT or u.src[1].op is not Ops.CONST or u.src[0].dtype not in _UNSIGNED_OF:
+        return None
+    return u.src[0], int(u.src[1].arg)
+
+
+_UNSIGNED_OF = {dtypes.int32: dtypes.uint32, dtypes.int64: dtypes.uint64}
+
+
+def _one_range_check(x: UOp) -> UOp | None:
+    """`a <= i & i < b` for a loop counter i as `(unsigned)i - a < b - a`, which is the same for every i (unsigned
+    arithmetic wraps in C): a padding gate's two tests of one loop's counter. From the two, clang 19's CFG
+    simplification makes a switch over the counter of a short loop (i != 0 and i != 17 for a loop of 18), and its
+    loop vectoriser leaves a loop with a switch scalar: a padded copy ran ten times slower than the LLVM path's
+    (CHANGELOG). Only loop counters: where the index is a sum (an upcast lane of a convolution's window), the two
+    tests fold per lane and the unsigned form made the convolution twice as slow."""
+    for lo_side, hi_side in ((x.src[0], x.src[1]), (x.src[1], x.src[0])):
+        lo, hi = _lower_bound(lo_side), _upper_bound(hi_side)
+        if lo is None or hi is None or lo[0] is not hi[0] or lo[0].op is not Ops.RANGE or lo[1] >= hi[1]:
+            continue
+        (index, a), b = lo, hi[1]
+        unsigned = _UNSIGNED_OF[index.dtype]
+        bits = unsigned.itemsize * 8
+        shifted = index.cast(unsigned) - UOp.const(unsigned, a % (1 << bits))
+        return shifted.lt(UOp.const(unsigned, b - a))
+    return None
+
+
+def _ungated_in_bounds(x: UOp) -> UOp | None:
+    """A gated load whose address is inside its buffer for every value of the index, as an ordinary load under a
+    select: `gate ? buf[i] : 0` either way, but the load no longer waits on the gate. A bias read per channel inside a
+    padded copy's gate was such a load, and clang's loop vectoriser, which would have had to mask it, left the copy
+    scalar (CHANGELOG)."""
+    index = x.src[0]
+    if len(index.src) < 3 or index.src[0].op is not Ops.PARAM or not isinstance(index.src[0].arg.size, int):
+        return None
+    i = index.src[1]
+    if not (isinstance(i.vmin, int) and isinstance(i.vmax, int) and 0 <= i.vmin and i.vmax < index.src[0].arg.size):
+        return None
+    load = x.replace(src=(index.replace(src=index.src[:2]), *x.src[1:]))
+    return index.src[2].where(load, UOp.const(x.dtype, 0))
+
+
+def _inner_selects_decided(x: UOp) -> UOp | None:
+    """`g ? f(g ? a : b) : c` as `g ? f(a) : c`: the value of the inner select matters only where g holds. A padded
+    copy of a sum tests its padding once per operand (the bias of a convolution, padded, is `g ? bias : 0`) and once
+    around the whole, and the inner selects cost clang's loop vectoriser the copy (CHANGELOG). Addresses are left as
+    they are: a load that runs whether or not g holds must keep the address its select gave it."""
+    g, value, other = x.src
+    addresses = {u for idx in value.toposort() if idx.op is Ops.INDEX for u in idx.src[1].toposort()}
+    decided = {u: u.src[1] for u in value.toposort()
+               if u.op is Ops.WHERE and u.src[0] is g and u not in addresses}
+    return g.where(value.substitute(decided), other) if decided else None
+
+
+#: the C path's rewrites of the kernel graph (`Renderer.target_rewrites`)
+C_TARGET_REWRITES = PatternMatcher([
+    (UPat(Ops.AND, dtypes.bool, name="x"), lambda ctx, x: _one_range_check(x)),
+    (UPat(Ops.LOAD, name="x"), lambda ctx, x: _ungated_in_bounds(x)),
+    (UPat(Ops.WHERE, name="x"), lambda ctx, x: _inner_selects_decided(x)),
+])
+
+
 #: what kernels use of <math.h>, as the compiler builtins gcc and clang both have: parsing math.h is a large part of
 #: a small kernel's compile, which the first step of a training loop pays a hundred times over (CHANGELOG)
 BUILTIN_MATH = ("sqrt", "sqrtf", "exp2", "exp2f", "log2", "log2f", "sin", "sinf", "trunc", "truncf", "fmod", "fmodf",
@@ -95,6 +170,7 @@ class CPURenderer(CStyleRenderer):
     simd_bytes = 64  # AVX-512
     vector_registers = 32
     channels_last_min = 8
+    target_rewrites = C_TARGET_REWRITES
 
     def __init__(self) -> None:
         # the plan of the kernel being rendered (render_range is called once per RANGE, in program order); per

@@ -21,6 +21,7 @@ from tinygrad.codegen.work_items import global_size, map_work_items
 from tinygrad.helpers import DEBUG, VIZ, prod
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import AxisKind, GroupOp, Ops, UOp, sint
+from tinygrad.uop.rewrite import graph_rewrite
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,8 @@ def get_program(ast: UOp, renderer: Renderer, opts: tuple[Opt, ...] | None = Non
     expanded = expand_kernel(state)
     typed = type_indices(expanded, renderer.index_wide_dtype, renderer.device or type(renderer).__name__)
     decomposed = decompose(typed, renderer)
+    if renderer.target_rewrites is not None:
+        decomposed = graph_rewrite(decomposed, renderer.target_rewrites, ctx=renderer)
     linear = linearize(decomposed)
     program = linear_program = decompose_program(linear, renderer)
     # (global size, work-group size) per launch dimension; (None, None) for a target that loops

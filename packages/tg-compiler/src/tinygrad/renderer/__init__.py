@@ -8,11 +8,15 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
 from tinygrad.device import DeviceKnobs
 from tinygrad.dtype import DType, dtypes
 from tinygrad.renderer.tensor_core import TensorCore
 from tinygrad.uop.ops import AxisKind, GroupOp, Ops, UOp
+
+if TYPE_CHECKING:
+    from tinygrad.uop.rewrite import PatternMatcher
 
 
 class Renderer:
@@ -60,6 +64,9 @@ class Renderer:
     #: whether a padded convolution reads a copy of its input with its zero border written out
     #: (`DeviceKnobs.conv_border_copy`); off by default
     conv_border_copy: bool = False
+    #: rewrites of the kernel graph that this target's compiler prefers, run (with the renderer as ctx) after the
+    #: decomposition and before linearizing; each must keep the reference semantics exactly. None: no such pass
+    target_rewrites: PatternMatcher | None = None
     #: the matrix instructions the renderer can write (`render_wmma`), which the TC opt may use
     #: (`tinygrad.renderer.tensor_core`); none by default
     tensor_cores: tuple[TensorCore, ...] = ()

@@ -457,6 +457,10 @@ class CStyleRenderer(Renderer):
             loads = u.op is Ops.LOAD or any(s in reads_memory for s in u.src)
             if loads and us[0].op is Ops.WHERE and u is not us[0].src[0]:
                 return False
+            if u.op is Ops.LOAD and any(s is not u and _gated_load(s) for s in us[0].src):
+                # next to a gated load (a branch in C): read first, so that the load does not follow the branch's
+                # merge, which kept clang 19 from vectorising a padded copy of a sum (CHANGELOG)
+                return False
             if loads:
                 reads_memory.add(u)
             return True
@@ -589,6 +593,10 @@ class CStyleRenderer(Renderer):
         variables = sorted({u.arg.name: u for u in program if u.op is Ops.DEFINE_VAR}.items())
         var_decls = [self.render_var_param(name, u.dtype) for name, u in variables]
         return self.render_source(name, program, param_decls, var_decls, local_decls, body)
+
+
+def _gated_load(u: UOp) -> bool:
+    return u.op is Ops.LOAD and len(u.src[0].src) > 2
 
 
 def _address_math(program: list[UOp]) -> set[UOp]:
