@@ -119,3 +119,17 @@ def test_the_bordered_copy_leaves_short_rows_and_transposed_convolutions_alone(m
     # conv_transpose2d's input, spread out with zeros, stays a view: one kernel
     assert len(Tensor.randn(1, 2, 5, 5).realize().conv_transpose2d(Tensor.randn(2, 3, 3, 3).realize(),
                                                                       stride=2, padding=1).schedule()) == 1
+
+
+def test_a_broadcast_input_is_not_copied_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 64 values viewed as 64 x 64 x 512 x 512 (4 GiB of float32 if written out) through a 1-channel convolution: the
+    # copy would hold 64 times the output's elements, so the convolution tests its border instead, and a slice of
+    # the result is computed from the 64 values
+    monkeypatch.setattr(Device["CPU"].renderer, "conv_border_copy", True)
+    x = Tensor.arange(64, dtype=dtypes.float32).reshape(1, 64, 1, 1).expand(64, 64, 512, 512)
+    out = x.conv2d(Tensor.ones(1, 64, 3, 3), padding=1)
+    assert len(out.schedule()) == 1
+    corner, middle = out[0, 0, 0, 0].item(), out[3, 0, 100, 200].item()
+    assert corner == 4 * sum(range(64)) and middle == 9 * sum(range(64))
+    # the usual ratio of channels: copied
+    assert len(Tensor.empty(2, 16, 8, 8).conv2d(Tensor.empty(16, 16, 3, 3), padding=1).schedule()) == 2

@@ -518,6 +518,22 @@ def _short_rows_conv(device: Any, acc: DType, bs: int, cout: int, outs: tuple[in
     return bool(knobs.channels_last_min) and bs >= 4 and cout % (2 * lanes) == 0 and short
 
 
+#: a padded convolution's bordered copy of its input (`DeviceKnobs.conv_border_copy`) may hold at most this many times
+#: the elements of the convolution's output: a ResNet-style layer's copy holds 1-3 times as many, while an input
+#: broadcast by an expand (a few values viewed as gigabytes) would be made real by the copy
+BORDER_COPY_MAX_RATIO = 8
+
+
+def _copies_border(device: Any, padded_shape: tuple[Any, ...], out_shape: tuple[Any, ...], pads: Pads) -> bool:
+    """Whether a padded convolution reads a copy of its input with the border written out: where the device asks
+    (`conv_border_copy`) and the copy stays within `BORDER_COPY_MAX_RATIO` of the output."""
+    if not any(b or a for b, a in pads) or not Device[first_device(device)].knobs.conv_border_copy:
+        return False
+    if not all(isinstance(s, int) for s in (*padded_shape, *out_shape)):
+        return False  # a symbolic size: the copy's size is not known here
+    return prod(padded_shape) <= BORDER_COPY_MAX_RATIO * prod(out_shape)
+
+
 def _define_conv_gradient(out: Tensor, xp: Tensor, w: Tensor) -> None:
     """Backpropagate through a stride-1 convolution `out` of the padded input `xp` (bs, cin, i...) with `w`
     (cout, cin, k...) by convolutions, as PyTorch does, instead of by the chain rule through the window view:
@@ -609,7 +625,7 @@ def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, stride: t
     outs = tuple((p - d * (k - 1) - 1) // s + 1 for p, d, k, s in zip(padded, dilation, kernel, stride))
     acc, out_dtype = acc_dtype(least_upper_dtype(x.dtype, weight.dtype), dtype)
     xp, wa = _pad_spatial(x.cast(acc), pads), weight.cast(acc)
-    bordered = border_copy and any(b or a for b, a in pads) and Device[first_device(x.device)].knobs.conv_border_copy
+    bordered = border_copy and _copies_border(x.device, xp.shape, (bs, cout) + outs, pads)
     short = _short_rows_conv(x.device, acc, bs, cout, outs,
                              padded=not bordered and any(b or a for b, a in pads[-1:]))
     if bordered and not short:
