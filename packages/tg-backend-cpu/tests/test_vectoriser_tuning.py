@@ -152,10 +152,14 @@ def test_an_inner_select_on_the_outer_gate_is_decided_but_not_in_an_address() ->
     # the address i (gate) or 0 (not): the load runs either way, so its select must stay
     safe = gate.where(i, 0)
     read = UOp(Ops.LOAD, dtypes.float32, (UOp(Ops.INDEX, dtypes.float32, (buf, safe)),))
-    out = _rewritten(gate.where(gate.where(a, b) + read, UOp.const(dtypes.float32, 0.0)))
+    # and a load whose own gate is a select on the outer gate: the gate stays as it is
+    other_gate = gate.where(i.lt(3), UOp.const(dtypes.bool, False))
+    gated = UOp(Ops.LOAD, dtypes.float32, (UOp(Ops.INDEX, dtypes.float32, (buf, i, other_gate)),))
+    out = _rewritten(gate.where(gate.where(a, b) + read + gated, UOp.const(dtypes.float32, 0.0)))
     nodes = out.src[1].toposort()
     assert gate.where(a, b) not in nodes and a in nodes  # decided: the value where the gate holds
     assert safe in nodes  # the address kept its select
+    assert other_gate in nodes  # and the load its gate
 
 
 def test_a_padded_copy_of_a_sum_matches_numpy_and_has_one_select_per_gate() -> None:

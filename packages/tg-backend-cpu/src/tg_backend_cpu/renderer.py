@@ -135,10 +135,11 @@ def _ungated_in_bounds(x: UOp) -> UOp | None:
 def _inner_selects_decided(x: UOp) -> UOp | None:
     """`g ? f(g ? a : b) : c` as `g ? f(a) : c`: the value of the inner select matters only where g holds. A padded
     copy of a sum tests its padding once per operand (the bias of a convolution, padded, is `g ? bias : 0`) and once
-    around the whole, and the inner selects cost clang's loop vectoriser the copy (CHANGELOG). Addresses are left as
-    they are: a load that runs whether or not g holds must keep the address its select gave it."""
+    around the whole, and the inner selects cost clang's loop vectoriser the copy (CHANGELOG). Addresses and load
+    gates are left as they are: a load that runs whether or not g holds must keep the address (and a gated one the
+    gate) its select gave it."""
     g, value, other = x.src
-    addresses = {u for idx in value.toposort() if idx.op is Ops.INDEX for u in idx.src[1].toposort()}
+    addresses = {u for idx in value.toposort() if idx.op is Ops.INDEX for s in idx.src[1:] for u in s.toposort()}
     decided = {u: u.src[1] for u in value.toposort()
                if u.op is Ops.WHERE and u.src[0] is g and u not in addresses}
     return g.where(value.substitute(decided), other) if decided else None
