@@ -16,6 +16,7 @@ import sys
 
 from envs import Framework, frameworks
 from harness import (
+    SETTLE_S,
     Row,
     describe,
     latency,
@@ -38,7 +39,8 @@ def _labelled(fws: list[Framework], workload: str, n: int, device: str) -> list[
     return rows
 
 
-def device_tables(device: str, fws: list[Framework], n: int, first_n: int, rounds: int) -> list[str]:
+def device_tables(device: str, fws: list[Framework], n: int, first_n: int, rounds: int,
+                  settle_s: float = SETTLE_S) -> list[str]:
     on_device = [fw for fw in fws if fw.key != "numpy"]
     workers = open_workers(fws, MODULE, {fw.key: {"DEV": device} for fw in on_device})
     ours = next((fw for fw in fws if fw.key == "ours"), None)
@@ -56,7 +58,7 @@ def device_tables(device: str, fws: list[Framework], n: int, first_n: int, round
                                                     ("reduce", "reduction sum()", 4)):
             rows = _labelled(fws, workload, n, device)
             copy = Row(copy_label, ours, "devcopy", {"n": n}, work=8 * n / 1e9)
-            run_rows(rows + [copy], workers, rounds)
+            run_rows(rows + [copy], workers, rounds, settle_s)
             tables.append(render_table(f"{device}: {title} over {n:,} float32 ({bytes_per_element} bytes per "
                                        "element; the copy row 8)", rows + [copy],
                                        throughput("GB/s", bytes_per_element * n / 1e9), ref_names))
@@ -89,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         if fw.python is None:
             print(f"- {fw.label}: {fw.why_missing}")
     for device in devices:
-        for table in device_tables(device, fws, n, first_n, rounds):
+        for table in device_tables(device, fws, n, first_n, rounds, 0.0 if args.quick else SETTLE_S):
             print(table, flush=True)
     return 0
 

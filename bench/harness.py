@@ -15,6 +15,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,10 @@ from envs import Framework
 
 WORKER = Path(__file__).resolve().parent / "worker.py"
 CALL_TIMEOUT_S = 1800  # one setup or measurement; a worker that takes longer is taken to hang
+#: a pause before every measurement: BLAS and OpenMP thread pools keep spinning on a core for a while after their
+#: last call (OpenBLAS about 0.1 s, Intel's OpenMP 0.2 s), in their own worker or in the next framework's (numpy's
+#: reference check in setup), and a measurement started then shares that core with them
+SETTLE_S = 0.3
 
 
 class Worker:
@@ -106,8 +111,9 @@ def _failed(reply: dict[str, Any]) -> str | None:
     return None
 
 
-def run_rows(rows: list[Row], workers: dict[str, Worker], rounds: int) -> None:
-    """Set every row up in its framework's worker, then measure all rows round-robin `rounds` times."""
+def run_rows(rows: list[Row], workers: dict[str, Worker], rounds: int, settle_s: float = SETTLE_S) -> None:
+    """Set every row up in its framework's worker, then measure all rows round-robin `rounds` times, each
+    measurement `settle_s` after the previous one."""
     live: list[tuple[int, Row]] = []
     for index, row in enumerate(rows):
         if row.note:
@@ -123,6 +129,7 @@ def run_rows(rows: list[Row], workers: dict[str, Worker], rounds: int) -> None:
             live.append((index, row))
     for _ in range(rounds):
         for index, row in list(live):
+            time.sleep(settle_s)
             reply = workers[row.framework.key].call(op="measure", id=str(index))
             if (failed := _failed(reply)) is not None:
                 row.note = failed

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from envs import Framework, frameworks
 from harness import (
+    SETTLE_S,
     Row,
     Worker,
     describe,
@@ -47,12 +48,13 @@ class Sizes:
     rounds: int
     cold_rounds: int
     mnist: tuple[int, int, int] = (60000, 512, 3)  # dataset rows, batch, steps per measurement
+    settle_s: float = SETTLE_S  # idle time before each measurement (harness.SETTLE_S says why)
 
 
 FULL = Sizes(matmul=(256, 1024, 2048), elementwise=16 * 2**20, dispatch_seconds=0.1, jit_kernels=100,
              firstcall=1024, rounds=7, cold_rounds=3)
 QUICK = Sizes(matmul=(64,), elementwise=2**16, dispatch_seconds=0.005, jit_kernels=10, firstcall=64,
-              rounds=2, cold_rounds=1, mnist=(2048, 32, 1))
+              rounds=2, cold_rounds=1, mnist=(2048, 32, 1), settle_s=0.0)
 REFERENCES = ["numpy", "PyTorch 2.13.0", "tinygrad 0.14.0"]
 
 
@@ -66,7 +68,7 @@ def matmul_tables(fws: list[Framework], workers: dict[str, Worker], sizes: Sizes
         flops = 2 * n**3
         inner = max(1, min(50, int(2e9 // flops)))  # ~ tens of ms per measurement at BLAS speed
         rows = _rows(fws, "matmul", n=n, inner=inner)
-        run_rows(rows, workers, sizes.rounds)
+        run_rows(rows, workers, sizes.rounds, sizes.settle_s)
         tables.append(render_table(f"fp32 matmul N={n}", rows, throughput("GFLOP/s", flops / 1e9), REFERENCES))
     return tables
 
@@ -77,21 +79,21 @@ def elementwise_table(fws: list[Framework], workers: dict[str, Worker], sizes: S
     rows = _rows(fws, "elementwise", n=n)
     copies = [Row(f"{fw.label} copy", fw, "copy", {"n": n}, work=8 * n / 1e9) for fw in fws
               if fw.key in ("numpy", "torch")]
-    run_rows(rows + copies, workers, sizes.rounds)
+    run_rows(rows + copies, workers, sizes.rounds, sizes.settle_s)
     return render_table(f"fused elementwise a*b+c over {n:,} float32 (16 bytes per element; copy rows 8)",
                         rows + copies, throughput("GB/s", 16 * n / 1e9), ["numpy copy", *REFERENCES])
 
 
 def dispatch_table(fws: list[Framework], workers: dict[str, Worker], sizes: Sizes) -> str:
     rows = _rows(fws, "dispatch", seconds=sizes.dispatch_seconds)
-    run_rows(rows, workers, sizes.rounds)
+    run_rows(rows, workers, sizes.rounds, sizes.settle_s)
     return render_table(f"eager dispatch: x = x + 1 on {16} floats, realized each time", rows,
                         latency("µs per op", 1e6), REFERENCES)
 
 
 def jit_table(fws: list[Framework], workers: dict[str, Worker], sizes: Sizes) -> str:
     rows = _rows(fws, "jit", kernels=sizes.jit_kernels)
-    run_rows(rows, workers, sizes.rounds)
+    run_rows(rows, workers, sizes.rounds, sizes.settle_s)
     return render_table(f"TinyJit replay of {sizes.jit_kernels} separately realized x + 1 kernels "
                         "(PyTorch: the same chain in plain eager, no torch.compile)", rows,
                         latency("µs per kernel", 1e6), REFERENCES)
@@ -103,7 +105,7 @@ def mnist_sample_table(fws: list[Framework], workers: dict[str, Worker], sizes: 
                 {"sampling": sampling, "rows": rows_n, "batch": batch, "steps": steps})
             for fw in fws if fw.key in ("tinygrad", "ours")
             for sampling, how in (("device", "X_train[samples]"), ("host", "host batch"))]
-    run_rows(rows, workers, sizes.rounds)
+    run_rows(rows, workers, sizes.rounds, sizes.settle_s)
     refs = [r.label for r in rows if r.params["sampling"] == "host"]
     return render_table(f"beautiful_mnist TinyJit step, batch {batch} from {rows_n:,} images: sampled in the step "
                         "(samples = Tensor.randint(...); X_train[samples]) or on the host (numpy, copied in)",

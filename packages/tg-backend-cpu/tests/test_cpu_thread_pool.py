@@ -15,6 +15,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -331,7 +332,8 @@ def test_the_pool_and_sliced_kernels_build_with_each_compiler(name: str, fresh_c
     lib.tg_pool_create.restype = ctypes.c_void_p
     lib.tg_pool_run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int]
     lib.tg_pool_destroy.argtypes = [ctypes.c_void_p]
-    handle = lib.tg_pool_create(3, ctypes.c_longlong(0))
+    lib.tg_pool_create.argtypes = [ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p, ctypes.c_int]
+    handle = lib.tg_pool_create(3, 0, None, 0)
     try:
         task = CountTask(50)
         task.lib = load_library(compiler.compile(COUNT_TASK))  # the task too, from this compiler
@@ -344,11 +346,14 @@ def test_the_pool_and_sliced_kernels_build_with_each_compiler(name: str, fresh_c
 
 
 TSAN_DRIVER = """
+#define _GNU_SOURCE
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 typedef struct tg_pool tg_pool;
-tg_pool *tg_pool_create(int n_threads, long long spin_ns);
+tg_pool *tg_pool_create(int n_threads, long long spin_ns, const int *cpus, int n_cpus);
+int tg_pool_pinned(const tg_pool *p);
 int tg_pool_run(tg_pool *p, void (*fn)(const long long *, long long, long long, long long), const long long *args,
                 long long total, int n_parts);
 void tg_pool_destroy(tg_pool *p);
@@ -363,9 +368,14 @@ static void *call(void *arg) {
   for (int i = 0; i < 3000; i++) tg_pool_run(c->p, task, args, 64, 1 + i % 5);
   return NULL;
 }
-int main(int argc, char **argv) {  /* argv: spin_ns, callers (1-3) */
+int main(int argc, char **argv) {  /* argv: spin_ns, callers (1-3), pin (1: one worker bound to each CPU) */
   int n = atoi(argv[2]);
-  tg_pool *p = tg_pool_create(4, atoll(argv[1]));
+  int cpus[CPU_SETSIZE], n_cpus = 0;
+  cpu_set_t mask;
+  if (atoi(argv[3]) && sched_getaffinity(0, sizeof(mask), &mask) == 0)
+    for (int c = 0; c < CPU_SETSIZE; c++) if (CPU_ISSET(c, &mask)) cpus[n_cpus++] = c;
+  tg_pool *p = tg_pool_create(n_cpus > 1 ? n_cpus : 4, atoll(argv[1]), cpus, n_cpus > 1 ? n_cpus : 0);
+  if (n_cpus > 1 && !tg_pool_pinned(p)) { puts("not pinned"); return 1; }
   struct caller cs[3] = {{p, {0}}, {p, {0}}, {p, {0}}};
   pthread_t th[3];
   for (int k = 0; k < n; k++) pthread_create(&th[k], NULL, call, &cs[k]);
@@ -391,8 +401,9 @@ def test_the_pool_has_no_data_races_under_thread_sanitizer(tmp_path: Path) -> No
                             str(tmp_path / "driver.c"), "-o", str(exe), "-lm"], capture_output=True, text=True)
     if build.returncode != 0:
         pytest.skip(f"gcc cannot build with -fsanitize=thread here (libtsan missing?): {build.stderr[-300:]}")
-    for spin_ns, callers in (("0", "1"), ("50000", "1"), ("0", "3"), ("2000", "2")):
-        run = subprocess.run([str(exe), spin_ns, callers], capture_output=True, text=True, timeout=300)
+    for spin_ns, callers, pin in (("0", "1", "0"), ("50000", "1", "0"), ("0", "3", "0"), ("2000", "2", "0"),
+                                  ("0", "1", "1"), ("0", "3", "1"), ("2000", "2", "1")):
+        run = subprocess.run([str(exe), spin_ns, callers, pin], capture_output=True, text=True, timeout=300)
         assert "ThreadSanitizer" not in run.stderr, run.stderr[-3000:]
         assert run.returncode == 0 and run.stdout.strip() == "ok", (run.stdout, run.stderr[-1000:])
 
@@ -406,3 +417,118 @@ def test_the_pool_library_is_a_background_build_until_it_is_loaded() -> None:
     pool_library()
     assert dev.background_builds() == []  # loaded: nothing left to build
     assert CPUDevice(threads=1).background_builds() == []  # one thread: no pool at all
+
+
+CPU_TASK = """
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
+/* args: [cpu each index ran on (long long*), who ran it (unsigned long*), microseconds the slice at 0 sleeps] */
+void where(const long long *args, long long start, long long end, long long total) {
+  long long *cpu = (long long *)(__INTPTR_TYPE__)args[0];
+  unsigned long *who = (unsigned long *)(__INTPTR_TYPE__)args[1];
+  if (start == 0 && args[2] > 0) usleep((useconds_t)args[2]);
+  for (long long i = start; i < end; i++) { cpu[i] = sched_getcpu(); who[i] = (unsigned long)pthread_self(); }
+}
+"""
+
+
+def _usable_cpus() -> list[int]:
+    if not hasattr(os, "sched_getaffinity") or not sys.platform.startswith("linux"):
+        pytest.skip("binding threads to CPUs is done on Linux only")
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip(f"this process may run on {len(cpus)} CPU: nothing to bind workers apart")
+    return cpus
+
+
+def _bound_threads() -> dict[int, set[int]]:
+    """This process's threads that may run on one CPU only: thread id -> that CPU."""
+    bound = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            allowed = os.sched_getaffinity(int(tid))
+        except OSError:  # the thread ended meanwhile
+            continue
+        if len(allowed) == 1:
+            bound[int(tid)] = allowed
+    return bound
+
+
+@pytest.mark.parametrize("kind", [ThreadPool, PythonThreadPool], ids=["native", "python"])
+def test_a_pinned_pool_binds_one_worker_to_each_cpu_and_leaves_out_the_callers(kind: type) -> None:
+    # An unbound worker woken after a sleep is often put on the caller's core, and both then share it for the
+    # whole kernel (a 1024 matmul after 50 ms idle: 1.7x slower on a 2-core machine). Bound, each worker has
+    # its core, and the caller's core's worker sits the launch out.
+    cpus = _usable_cpus()
+    before = _bound_threads()
+    pool = kind(len(cpus), cpus=cpus)
+    lib = load_library(CCompiler().compile_cached(CPU_TASK))
+    fn = ctypes.cast(lib.where, ctypes.c_void_p).value
+    total = 8 * len(cpus)
+    ran_on, who = np.full(total, -1, np.int64), np.zeros(total, np.uint64)
+    args = (ctypes.c_longlong * 3)(ran_on.ctypes.data, who.ctypes.data, 20_000)
+    results: list[Any] = []
+
+    def caller(cpu: int) -> None:
+        os.sched_setaffinity(0, {cpu})  # this test thread only: the caller sits on a known CPU
+        try:
+            for _ in range(3):
+                used = pool.run(fn, args, total, len(cpus))
+                me = threading.get_ident()
+                results.append((used, {int(c) for c, w in zip(ran_on, who, strict=True) if int(w) != me}))
+        except BaseException as e:
+            results.append(e)
+
+    try:
+        pool.run(fn, args, total, len(cpus))  # starts the workers
+        assert pool.pinned and pool.size() == len(cpus)
+        new = {tid: c for tid, c in _bound_threads().items() if tid not in before}
+        assert sorted(c for allowed in new.values() for c in allowed) == cpus, new
+        for cpu in cpus[:2]:
+            t = threading.Thread(target=caller, args=(cpu,))
+            t.start()
+            t.join()
+            for result in results:
+                assert not isinstance(result, BaseException), result
+                used, worker_cpus = result
+                assert used == len(cpus)
+                assert cpu not in worker_cpus, f"a worker ran on the caller's CPU {cpu}: {worker_cpus}"
+            results.clear()
+    finally:
+        pool.close()
+
+
+@pytest.mark.parametrize("kind", [ThreadPool, PythonThreadPool], ids=["native", "python"])
+def test_a_pool_the_system_will_not_bind_runs_unbound(kind: type) -> None:
+    _usable_cpus()
+    pool = kind(2, cpus=[0, 1 << 20])  # no machine has that CPU: binding fails, the pool must still work
+    try:
+        task = CountTask(50)
+        for _ in range(10):
+            assert task.run(pool, 2) == 2
+        np.testing.assert_array_equal(task.hits, np.full(50, 10, np.int64))
+        assert not pool.pinned and pool.size() == 2
+    finally:
+        pool.close()
+
+
+def test_a_pinned_pool_needs_one_cpu_per_thread() -> None:
+    with pytest.raises(ValueError, match="needs 3 CPUs"):
+        ThreadPool(3, cpus=[0, 1])
+    with pytest.raises(ValueError, match="needs 3 CPUs"):
+        PythonThreadPool(3, cpus=[0])
+
+
+def test_workers_are_bound_only_when_the_pool_uses_every_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tg_backend_cpu.thread_count import PIN_ENV, pinned_cpus
+
+    cpus = _usable_cpus()
+    monkeypatch.delenv(PIN_ENV, raising=False)
+    assert pinned_cpus(len(cpus)) == cpus
+    assert pinned_cpus(len(cpus) - 1) == []  # CPU_THREADS below the CPUs, or a quota: the scheduler places them
+    assert pinned_cpus(len(cpus) + 1) == []
+    assert pinned_cpus(1) == []
+    monkeypatch.setenv(PIN_ENV, "0")
+    assert pinned_cpus(len(cpus)) == []

@@ -38,7 +38,7 @@ def _note() -> str | None:
     """What `python -m tinygrad.device` says of a usable CPU: the compiler, the vector width, the threads, and how to
     get a faster path where this machine is not on its best one."""
     from tg_backend_cpu import compiler as cc
-    from tg_backend_cpu.thread_count import THREADS_ENV, thread_count
+    from tg_backend_cpu.thread_count import THREADS_ENV, pinned_cpus, thread_count
 
     c_compiler = cc.find_c_compiler()[0]
     slower = None
@@ -57,7 +57,8 @@ def _note() -> str | None:
     n = thread_count()
     source = f" from {THREADS_ENV}" if os.environ.get(THREADS_ENV, "").strip() else ""
     kind = " (Python threads: no C compiler for the native pool)" if c_compiler is None and n > 1 else ""
-    notes.append(f"{n} thread{'s' if n != 1 else ''}{source}{kind}")
+    bound = ", one bound to each CPU" if pinned_cpus(n) else ""
+    notes.append(f"{n} thread{'s' if n != 1 else ''}{source}{kind}{bound}")
     return ", ".join(notes) + (f"; {slower}" if slower else "")
 
 

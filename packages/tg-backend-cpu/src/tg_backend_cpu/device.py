@@ -21,7 +21,7 @@ from tg_backend_cpu.compiler import CCompiler, find_c_compiler, uses_llvm
 from tg_backend_cpu.program import CPUProgram
 from tg_backend_cpu.py_thread_pool import PythonThreadPool
 from tg_backend_cpu.renderer import CPURenderer
-from tg_backend_cpu.thread_count import thread_count
+from tg_backend_cpu.thread_count import pinned_cpus, thread_count
 from tg_backend_cpu.thread_pool import ThreadPool, pool_library
 
 __all__ = ["ALIGN", "CPUDevice", "CPUProgram", "CPURenderer", "HostAllocator"]
@@ -175,7 +175,8 @@ def _make_pool(threads: int) -> ThreadPool | PythonThreadPool | None:
     none), Python threads calling the slices; None for one thread."""
     if threads <= 1:
         return None
-    return ThreadPool(threads) if find_c_compiler()[0] is not None else PythonThreadPool(threads)
+    cpus = pinned_cpus(threads)
+    return ThreadPool(threads, cpus=cpus) if find_c_compiler()[0] is not None else PythonThreadPool(threads, cpus=cpus)
 
 
 def _checked_threads(threads: int) -> int:

@@ -7,7 +7,8 @@ microseconds a launch, where the native pool (thread_pool.c) costs less. Launche
 enough for that not to matter (program.py, MIN_WORK_PER_THREAD). The interface is the native pool's: `size`,
 `run`, `close`, `started`.
 
-As in the native pool, each slice runs under the caller's floating-point environment (flush-to-zero and the
+As in the native pool, workers can be bound one to each CPU (`cpus`), and a launch then leaves out the worker on
+the caller's CPU; each slice runs under the caller's floating-point environment (flush-to-zero and the
 rounding mode, which a library such as torch may set on the calling thread), copied with libm's fegetenv and
 fesetenv; a second caller that finds the pool busy runs its whole job itself.
 """
@@ -21,6 +22,7 @@ import os
 import queue
 import threading
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 #: `void slice(const long long *args, long long start, long long end, long long total)`
@@ -52,13 +54,29 @@ class _Job:
         self.fn, self.args, self.start, self.end, self.total, self.fp_env = fn, args, start, end, total, fp_env
 
 
-class PythonThreadPool:
-    """`n_threads` threads for kernel slices: the caller of `run` and n_threads - 1 Python workers."""
+@functools.cache
+def _sched_getcpu() -> Any:
+    """glibc's sched_getcpu (the CPU the calling thread runs on), or None where the C library has none."""
+    try:
+        fn = ctypes.CDLL(None).sched_getcpu
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes, fn.restype = [], ctypes.c_int
+    return fn
 
-    def __init__(self, n_threads: int):
+
+class PythonThreadPool:
+    """`n_threads` threads for kernel slices: the caller of `run` and n_threads - 1 Python workers; with `cpus`
+    (one per thread), one worker bound to each CPU, and a launch uses the workers on the other CPUs than the
+    caller's."""
+
+    def __init__(self, n_threads: int, cpus: Sequence[int] = ()):
         if n_threads < 1:
             raise ValueError(f"a thread pool needs at least one thread, got {n_threads}")
-        self.n_threads = n_threads
+        if cpus and len(cpus) != n_threads:
+            raise ValueError(f"a pinned pool of {n_threads} threads needs {n_threads} CPUs, got {list(cpus)}")
+        self.n_threads, self.cpus = n_threads, tuple(cpus)
+        self.pinned = False  # set when the workers start and the system binds every one
         self._inboxes: list[queue.SimpleQueue[_Job | None]] = []
         self._done: queue.SimpleQueue[BaseException | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
@@ -74,13 +92,22 @@ class PythonThreadPool:
         return self.n_threads
 
     def _start(self) -> None:
-        for i in range(self.n_threads - 1):
+        pin = len(self.cpus) > 1 and _sched_getcpu() is not None
+        for i in range(len(self.cpus) if pin else self.n_threads - 1):
             inbox: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
             thread = threading.Thread(target=_work, args=(inbox, self._done), name=f"tg-cpu-{i + 1}", daemon=True)
             thread.start()
             self._inboxes.append(inbox)
             self._threads.append(thread)
         weakref.finalize(self, _stop, list(self._inboxes))
+        self.pinned = pin and _bind(self._threads, self.cpus)
+
+    def _worker_order(self) -> list[int]:
+        """The workers a launch hands slices to, in order: pinned, every one but the one on the caller's CPU."""
+        if not self.pinned:
+            return list(range(len(self._inboxes)))
+        cpu = _sched_getcpu()()
+        return [i for i, c in enumerate(self.cpus) if c != cpu][:self.n_threads - 1]
 
     def run(self, fn: int, args: ctypes.Array, total: int, n_parts: int) -> int:
         """Run the C function at address `fn` over [0, total) in up to n_parts slices; returns the slices used."""
@@ -98,9 +125,10 @@ class PythonThreadPool:
             if (libm := _libm()) is not None:
                 fp_env = ctypes.create_string_buffer(FENV_BYTES)
                 libm.fegetenv(fp_env)
+            workers = self._worker_order()
             for i in range(1, n_parts):
-                self._inboxes[i - 1].put(_Job(call, args, total * i // n_parts, total * (i + 1) // n_parts, total,
-                                              fp_env))
+                self._inboxes[workers[i - 1]].put(_Job(call, args, total * i // n_parts, total * (i + 1) // n_parts,
+                                                       total, fp_env))
             failure: BaseException | None = None
             try:
                 call(args, 0, total // n_parts, total)
@@ -118,12 +146,31 @@ class PythonThreadPool:
         _stop(self._inboxes)
         for thread in self._threads:
             thread.join()
-        self._inboxes, self._threads = [], []
+        self._inboxes, self._threads, self.pinned = [], [], False
 
     def _forget_after_fork(self) -> None:
         # the parent's workers do not exist in a forked child, and a held lock would stay held: start anew
-        self._inboxes, self._threads, self._busy = [], [], threading.Lock()
+        self._inboxes, self._threads, self._busy, self.pinned = [], [], threading.Lock(), False
         self._done = queue.SimpleQueue()
+
+
+def _bind(threads: list[threading.Thread], cpus: tuple[int, ...]) -> bool:
+    """Bind thread i to cpus[i]; if the system refuses one, every thread may run on all of `cpus` again."""
+    ids = [thread.native_id for thread in threads]  # set once a thread runs; never 0 (that would be this thread)
+    try:
+        for tid, cpu in zip(ids, cpus, strict=True):
+            if not tid:
+                raise ValueError("a worker without a thread id")
+            os.sched_setaffinity(tid, {cpu})
+        return True
+    except (OSError, ValueError):
+        for tid in ids:
+            if tid:
+                try:
+                    os.sched_setaffinity(tid, set(cpus))
+                except OSError:
+                    pass
+        return False
 
 
 def _work(inbox: queue.SimpleQueue[_Job | None], done: queue.SimpleQueue[BaseException | None]) -> None:

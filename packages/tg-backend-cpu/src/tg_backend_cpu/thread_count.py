@@ -61,3 +61,19 @@ def thread_count() -> int:
                          f"kernels may use (1 runs them on the calling thread only), or unset it to use all "
                          f"{available_cores()} cores this process may run on")
     return n
+
+
+PIN_ENV = "CPU_PIN"
+
+
+def pinned_cpus(threads: int) -> list[int]:
+    """The CPUs to bind the pool's workers to, one each; empty for a pool whose workers run anywhere.
+
+    Workers are bound only when the pool uses every CPU this process may run on (the default thread count on a
+    machine without a CPU quota): then each CPU has its worker and a launch leaves out the one on the caller's
+    CPU. With fewer threads than CPUs (a quota, `CPU_THREADS`, a shared machine) the scheduler keeps its freedom
+    to place them. `CPU_PIN=0` turns binding off."""
+    if threads < 2 or os.environ.get(PIN_ENV, "").strip() == "0" or not hasattr(os, "sched_getaffinity"):
+        return []
+    cpus = sorted(os.sched_getaffinity(0))
+    return cpus if len(cpus) == threads else []

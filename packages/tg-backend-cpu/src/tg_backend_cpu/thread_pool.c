@@ -18,9 +18,18 @@
  *
  * A second caller that finds the pool busy (two Python threads launching at once) runs its whole job itself
  * rather than waiting or corrupting the mailboxes; results are the same, only slower.
+ *
+ * Pinned pools (Linux, when the process uses every CPU it may run on): one worker per CPU, each bound to it, and a
+ * job skips the worker on the caller's CPU. An unpinned worker woken after a sleep is often placed on the waking
+ * caller's CPU, and the two then share one core for the whole kernel while another core idles (the scheduler
+ * moves one of them too late); a bound worker always runs on its own core.
  */
+#if defined(__linux__) && !defined(_GNU_SOURCE)
+#define _GNU_SOURCE /* sched_getcpu, pthread_setaffinity_np */
+#endif
 #include <fenv.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,12 +78,15 @@ struct tg_mailbox {
   const long long *args;
   long long start, end, total;
   fenv_t fp_env;          /* the caller's floating-point environment */
+  int cpu;                /* the CPU this worker is bound to, or -1 */
   struct tg_pool *pool;
   pthread_t thread;
 } __attribute__((aligned(64)));
 
 typedef struct tg_pool {
+  int n_threads;     /* the most threads a job uses */
   int n_workers;
+  int pinned;        /* one worker bound to each CPU; a job leaves out the one on the caller's CPU */
   long long spin_ns; /* how long an idle thread spins before it sleeps */
   struct tg_mailbox *boxes;
   atomic_uint remaining; /* slices of the current job, posted to mailboxes, not yet done */
@@ -121,12 +133,38 @@ static void tg_post(struct tg_mailbox *box) {
   pthread_mutex_unlock(&box->lock);
 }
 
-/* A pool with n_threads - 1 workers (the caller is the n-th thread). Returns NULL when nothing could be
- * allocated; if the system refuses some threads, the pool keeps the ones it got (tg_pool_size tells). */
-tg_pool *tg_pool_create(int n_threads, long long spin_ns) {
+/* bind a thread to the CPUs cpus[0..n); returns whether the system agreed */
+static int tg_bind(pthread_t thread, const int *cpus, int n) {
+#if defined(__linux__)
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int i = 0; i < n; i++)
+    if (cpus[i] >= 0 && cpus[i] < CPU_SETSIZE) CPU_SET(cpus[i], &set);
+  return CPU_COUNT(&set) > 0 && pthread_setaffinity_np(thread, sizeof(set), &set) == 0;
+#else
+  (void)thread, (void)cpus, (void)n;
+  return 0;
+#endif
+}
+
+static int tg_current_cpu(void) {
+#if defined(__linux__)
+  return sched_getcpu();
+#else
+  return -1;
+#endif
+}
+
+/* A pool for jobs of up to n_threads threads. Unpinned (n_cpus == 0): n_threads - 1 workers, the caller is the
+ * n-th thread. Pinned: one worker bound to each of cpus[0..n_cpus), n_cpus == n_threads; if a worker cannot be
+ * bound the pool falls back to unpinned. Returns NULL when nothing could be allocated; if the system refuses some
+ * threads, the pool keeps the ones it got (tg_pool_size tells). */
+tg_pool *tg_pool_create(int n_threads, long long spin_ns, const int *cpus, int n_cpus) {
   tg_pool *p = calloc(1, sizeof(tg_pool));
   if (p == NULL) return NULL;
-  int want = n_threads > 1 ? n_threads - 1 : 0;
+  p->n_threads = n_threads;
+  p->pinned = n_cpus > 1 && n_cpus == n_threads;
+  int want = p->pinned ? n_cpus : (n_threads > 1 ? n_threads - 1 : 0);
   if (want > 0 && posix_memalign((void **)&p->boxes, 64, sizeof(struct tg_mailbox) * (size_t)want) != 0) {
     free(p);
     return NULL;
@@ -145,22 +183,42 @@ tg_pool *tg_pool_create(int n_threads, long long spin_ns) {
     atomic_init(&box->claimed, 1);
     atomic_init(&box->quit, 0);
     box->pool = p;
+    box->cpu = -1;
     if (pthread_create(&box->thread, NULL, tg_worker, box) != 0) {
       pthread_cond_destroy(&box->wake);
       pthread_mutex_destroy(&box->lock);
       break;
     }
     p->n_workers = i + 1;
+    if (p->pinned) {
+      if (tg_bind(box->thread, &cpus[i], 1)) box->cpu = cpus[i];
+      else p->pinned = 0;
+    }
+  }
+  if (p->n_workers < n_cpus) p->pinned = 0;
+  if (!p->pinned) { /* not every CPU got its worker: the bound ones go back to running on any of the CPUs */
+    for (int i = 0; i < p->n_workers; i++)
+      if (p->boxes[i].cpu >= 0) {
+        tg_bind(p->boxes[i].thread, cpus, n_cpus);
+        p->boxes[i].cpu = -1;
+      }
   }
   return p;
 }
 
-/* threads a job can use: the workers plus the caller */
-int tg_pool_size(const tg_pool *p) { return p->n_workers + 1; }
+/* threads a job can use: the caller plus the workers (pinned: minus the one on the caller's CPU) */
+int tg_pool_size(const tg_pool *p) {
+  if (p->pinned) return p->n_workers;
+  return p->n_workers + 1 < p->n_threads ? p->n_workers + 1 : p->n_threads;
+}
+
+/* whether the workers are bound to CPUs */
+int tg_pool_pinned(const tg_pool *p) { return p->pinned; }
 
 /* Run fn over [0, total) in n_parts slices (capped at the pool's size); returns the number of slices used. */
 int tg_pool_run(tg_pool *p, tg_task_fn fn, const long long *args, long long total, int n_parts) {
-  if (n_parts > p->n_workers + 1) n_parts = p->n_workers + 1;
+  int size = tg_pool_size(p);
+  if (n_parts > size) n_parts = size;
   if (n_parts > total) n_parts = (int)total;  /* no empty slices; total may be 0 */
   if (n_parts < 1) n_parts = 1;
   if (n_parts == 1 || atomic_flag_test_and_set_explicit(&p->busy, memory_order_acquire)) {
@@ -170,8 +228,15 @@ int tg_pool_run(tg_pool *p, tg_task_fn fn, const long long *args, long long tota
   atomic_store_explicit(&p->remaining, (unsigned)(n_parts - 1), memory_order_relaxed);
   fenv_t fp_env;
   fegetenv(&fp_env);
+  /* slice i goes to worker i - 1, or to worker i when the caller's CPU is that of a worker at or before it */
+  int skip = p->n_workers; /* the worker bound to the caller's CPU, if any */
+  if (p->pinned) {
+    int cpu = tg_current_cpu();
+    for (int w = 0; w < p->n_workers; w++)
+      if (p->boxes[w].cpu == cpu) skip = w;
+  }
   for (int i = 1; i < n_parts; i++) {
-    struct tg_mailbox *box = &p->boxes[i - 1];
+    struct tg_mailbox *box = &p->boxes[i - 1 < skip ? i - 1 : i];
     box->fn = fn;
     box->args = args;
     box->start = total * i / n_parts;
@@ -184,7 +249,7 @@ int tg_pool_run(tg_pool *p, tg_task_fn fn, const long long *args, long long tota
   fn(args, 0, total / n_parts, total);
   /* slices no worker has started yet: run them here rather than wait for a thread the OS has not scheduled */
   for (int i = n_parts - 1; i >= 1; i--) {
-    struct tg_mailbox *box = &p->boxes[i - 1];
+    struct tg_mailbox *box = &p->boxes[i - 1 < skip ? i - 1 : i];
     if (atomic_exchange_explicit(&box->claimed, 1, memory_order_acq_rel) == 0) {
       fn(args, box->start, box->end, total);
       atomic_fetch_sub_explicit(&p->remaining, 1, memory_order_acq_rel);

@@ -11,6 +11,7 @@ import ctypes
 import functools
 import os
 import weakref
+from collections.abc import Sequence
 from importlib import resources
 
 from tg_backend_cpu.loader import load_library
@@ -29,10 +30,12 @@ def pool_library() -> ctypes.CDLL:
     from tg_backend_cpu.compiler import CCompiler
 
     lib = load_library(CCompiler().compile_cached(pool_source()))
-    lib.tg_pool_create.argtypes = [ctypes.c_int, ctypes.c_longlong]
+    lib.tg_pool_create.argtypes = [ctypes.c_int, ctypes.c_longlong, ctypes.POINTER(ctypes.c_int), ctypes.c_int]
     lib.tg_pool_create.restype = ctypes.c_void_p
     lib.tg_pool_size.argtypes = [ctypes.c_void_p]
     lib.tg_pool_size.restype = ctypes.c_int
+    lib.tg_pool_pinned.argtypes = [ctypes.c_void_p]
+    lib.tg_pool_pinned.restype = ctypes.c_int
     lib.tg_pool_run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_longlong),
                                 ctypes.c_longlong, ctypes.c_int]
     lib.tg_pool_run.restype = ctypes.c_int
@@ -42,12 +45,16 @@ def pool_library() -> ctypes.CDLL:
 
 
 class ThreadPool:
-    """`n_threads` threads for kernel slices: the caller of `run` and n_threads - 1 workers."""
+    """`n_threads` threads for kernel slices: the caller of `run` and n_threads - 1 workers. With `cpus` (one per
+    thread, see `thread_count.pinned_cpus`) there is one worker bound to each CPU instead, and a launch uses the
+    workers on the other CPUs than the caller's."""
 
-    def __init__(self, n_threads: int, spin_ns: int = SPIN_NS):
+    def __init__(self, n_threads: int, spin_ns: int = SPIN_NS, cpus: Sequence[int] = ()):
         if n_threads < 1:
             raise ValueError(f"a thread pool needs at least one thread, got {n_threads}")
-        self.n_threads, self.spin_ns = n_threads, spin_ns
+        if cpus and len(cpus) != n_threads:
+            raise ValueError(f"a pinned pool of {n_threads} threads needs {n_threads} CPUs, got {list(cpus)}")
+        self.n_threads, self.spin_ns, self.cpus = n_threads, spin_ns, tuple(cpus)
         self._handle: int | None = None
         self._run: ctypes._NamedFuncPointer | None = None
         self._finalizer: weakref.finalize | None = None
@@ -57,13 +64,19 @@ class ThreadPool:
     def started(self) -> bool:
         return self._handle is not None
 
+    @property
+    def pinned(self) -> bool:
+        """Whether the workers are bound to CPUs (known once the pool started; the system may refuse)."""
+        return bool(pool_library().tg_pool_pinned(self._handle)) if self._handle is not None else bool(self.cpus)
+
     def size(self) -> int:
         """Threads a job can use: the requested number, or fewer if the system refused some when they started."""
         return pool_library().tg_pool_size(self._handle) if self._handle is not None else self.n_threads
 
     def _start(self) -> int:
         lib = pool_library()
-        handle = lib.tg_pool_create(self.n_threads, self.spin_ns)
+        cpus = (ctypes.c_int * max(1, len(self.cpus)))(*self.cpus)
+        handle = lib.tg_pool_create(self.n_threads, self.spin_ns, cpus, len(self.cpus))
         if not handle:
             raise MemoryError(f"could not allocate a CPU thread pool of {self.n_threads} threads")
         self._handle, self._run = handle, lib.tg_pool_run
