@@ -8,8 +8,8 @@ stride of the index along that axis (0: the buffer is reused along the axis, 1: 
     of the reduce loop (the SIMD direction, by two of the renderer's SIMD registers of floats, 32 for AVX-512;
     the store breaks ties) and a second axis along which some input is reused (8 rows). The tile of 8x32
     accumulators stays in registers over the whole reduce loop, and each loaded value is used 8 or 32 times: a
-    register-tiled matmul. A tile
-    still small grows along one more axis, first one whose loads slide along a reduce axis (a small
+    register-tiled matmul. A tile still small grows along one more axis (in a kernel of little work only when it
+    has a window: a convolution), first one whose loads slide along a reduce axis (a small
     convolution's output rows, which share input rows with the kernel rows). A SIMD row that does not fill whole
     registers (a convolution's output row of 20) is planned in registers instead: 4 rows of the reuse axis times
     as many output rows as the vector registers hold.
@@ -41,6 +41,9 @@ CPU_REUSE = (8, 6, 4, 3, 2)
 CPU_REUSE_UNEVEN = (4, 3, 2)
 #: multiply-adds below which a kernel's register tile does not grow past its SIMD and reuse axes
 CPU_SMALL_WORK = 1 << 23
+#: the same for a kernel with a window (several reduce axes: a convolution's channels and kernel rows and columns),
+#: whose grown tile reuses each loaded input row across the window: the layers of a small ResNet at batch 1
+CPU_SMALL_WINDOW_WORK = 1 << 18
 #: a reduce axis up to this long is unrolled whole in a reduction to few outputs
 CPU_REDUCE_WHOLE = 32
 
@@ -259,8 +262,10 @@ def _cpu_opts(state: OptState, renderer: Renderer, globals_: list[UOp], reduces:
         if uneven:
             state = _row_tile(state, renderer, cpu, simd_amt, sliding)
         # grow a small tile along more reuse axes while one fits; not for little work, where the bigger unrolled body
-        # costs more compile time than it saves (as for the MNIST example's 10x576 weight gradient, CHANGELOG)
-        while state.upcast_size() < cpu.min_tile and out_size * red_size >= CPU_SMALL_WORK:
+        # costs more compile time than it saves (as for the MNIST example's 10x576 weight gradient, CHANGELOG),
+        # unless the kernel has a window: a convolution at batch 1 (4x4 and 8x8 outputs) ran up to twice as fast
+        grow_from = CPU_SMALL_WINDOW_WORK if len(reduces) > 1 else CPU_SMALL_WORK
+        while state.upcast_size() < cpu.min_tile and out_size * red_size >= grow_from:
             grown = _grow_tile(state, renderer, cpu.max_tile, globals_[0].arg.axis, reuse_id)
             if grown is state:
                 break
