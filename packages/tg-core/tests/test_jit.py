@@ -272,3 +272,47 @@ def test_class_index_loss_is_captured_without_a_host_read():
     eager = (x @ w).sparse_categorical_crossentropy(y).item()
     for _ in range(4):
         assert abs(step(x, y).item() - eager) < 1e-6
+
+
+def test_replays_with_the_same_input_buffer_reuse_the_built_launches(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a caller that passes the same input tensor again (an evaluation on fixed data, or a runner that refills a
+    # staging buffer in place) replays the launches built for it last time; another buffer, or the first one again
+    # after it, rebuilds them, and every result is right
+    f = TinyJit(lambda x: (x * 2).contiguous() + 1)
+    x = Tensor.zeros(16).contiguous().realize()
+    other = Tensor.full((16,), 100.0).contiguous().realize()
+    builds = []
+    real_prepare = TinyJit._prepare
+    monkeypatch.setattr(TinyJit, "_prepare", staticmethod(lambda *a: builds.append(1) or real_prepare(*a)))
+    for i in range(6):
+        x._buffer().copyin(memoryview(np.full(16, i, np.float32)).cast("B"))  # new contents, same memory
+        assert f(x).tolist() == [2.0 * i + 1] * 16
+    assert 0 < len(builds) <= 2 * f.captured_kernels, "replays with the same buffer rebuilt their launches"
+    before = len(builds)
+    for t, want in ((other, 201.0), (x, 11.0), (other, 201.0)):
+        assert f(t).tolist() == [want] * 16
+    assert len(builds) > before
+
+
+def test_a_constant_is_not_read_from_the_buffer_an_assign_filled() -> None:
+    # x.assign(ones) realized the constant graph `ones` into x's buffer; a capture that then read `x + 1`'s 1 from
+    # that buffer replayed `x + x` once x held other values
+    f = TinyJit(lambda x: (x * 2).contiguous() + 1)
+    x = Tensor.zeros(16).contiguous().realize()
+    for i in range(6):
+        x.assign(Tensor.full((16,), float(i))).realize()
+        assert f(x).tolist() == [2.0 * i + 1] * 16
+    y = Tensor.zeros(4).contiguous().realize()
+    y.assign(Tensor.full((4,), 3.0)).realize()
+    y.assign(Tensor.full((4,), 5.0)).realize()
+    assert (Tensor.full((4,), 3.0) + y).tolist() == [8.0] * 4
+
+
+def test_replays_with_symbolic_values_rebuild_when_the_value_changes() -> None:
+    from tinygrad import Variable
+
+    f = TinyJit(lambda x, n: (x[:n] * 2).contiguous())
+    x = Tensor.arange(8).float().contiguous().realize()
+    for k in (3, 3, 5, 5, 3, 7):
+        n = Variable("n", 1, 8).bind(k)
+        assert f(x, n).tolist()[:k] == [2.0 * i for i in range(k)]

@@ -94,6 +94,10 @@ class TinyJit(Generic[R]):
         self._recorded: list[_Recorded] = []
         self._launches: list[Callable[[], Any]] = []
         self._dynamic: list[int] = []  # launches rebuilt on every replay: they take inputs or variables
+        #: what the dynamic launches were last built for: weak references to the memory of the input buffers (their
+        #: storage: an assign gives a buffer a new name over the same memory) and the values. A replay with the same
+        #: memory and values, such as a caller that refills its inputs in place, reuses the launches
+        self._built_for: tuple[list[weakref.ref], dict[str, int]] | None = None
         self._outputs: Any = None  # the structure returned, with _OutputSlot in place of each tensor
         self._var_vals: dict[str, int] = {}
         self._state: list[_StateSlot] = []  # the tensors the function assigns
@@ -218,6 +222,15 @@ class TinyJit(Generic[R]):
             else:
                 profile.record_launch(rec.item.device, rec.runner, st, elapsed, "wall", jit=self._name)
 
+    def _built_for_these(self, inputs: list[Buffer], values: dict[str, int]) -> bool:
+        """Whether the dynamic launches were last built for the memory of these input buffers (the same storage
+        objects, alive) and these variable values."""
+        if self._built_for is None:
+            return False
+        refs, built_values = self._built_for
+        return len(refs) == len(inputs) and all(r() is b.storage for r, b in zip(refs, inputs)) \
+            and built_values == values
+
     def _replay(self, inputs: list[Buffer], var_vals: dict[str, int]) -> R:
         for held in self._state:
             if (t := held.tensor()) is not None and t.uop is not held.node:
@@ -227,12 +240,14 @@ class TinyJit(Generic[R]):
                     _copy_into(old, new, old.device)
         values = {**self._var_vals, **var_vals}
         launches = self._launches
-        for i in self._dynamic:
-            rec = self._recorded[i]
-            bufs = list(rec.item.bufs)
-            for pos, slot in rec.input_slots:
-                bufs[pos] = inputs[slot]
-            launches[i] = self._prepare(rec, bufs, {name: values[name] for name in rec.item.var_vals})
+        if self._dynamic and not self._built_for_these(inputs, values):
+            for i in self._dynamic:
+                rec = self._recorded[i]
+                bufs = list(rec.item.bufs)
+                for pos, slot in rec.input_slots:
+                    bufs[pos] = inputs[slot]
+                launches[i] = self._prepare(rec, bufs, {name: values[name] for name in rec.item.var_vals})
+            self._built_for = ([weakref.ref(b.storage) for b in inputs], values)
         if DEBUG >= 1:
             print(f"TinyJit {self._name}: replaying {len(launches)} launches", file=sys.stderr)
         if PROFILE:

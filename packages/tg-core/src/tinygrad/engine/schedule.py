@@ -77,22 +77,19 @@ def base_buffer(u: UOp) -> UOp | None:
     return u if u.op is Ops.BUFFER else None
 
 
-def _substitute_realized(roots: list[UOp], devices: list[str]) -> list[UOp]:
+def _substitute_realized(roots: list[UOp]) -> list[UOp]:
     """`roots` with every node realized before replaced by the buffer view holding its value."""
     sink = UOp(Ops.SINK, src=tuple(roots))
     on_device: dict[UOp, bool] = {}  # whether a node reads a buffer (else it is constants, computed anywhere)
     mapping: dict[UOp, UOp] = {}
-    # every device the graph computes on: the outputs', and the buffers' and copies' upstream of a transfer
-    topo = sink.toposort()
-    everywhere = set(devices) | {u.arg.device for u in topo if u.op is Ops.BUFFER} | \
-        {u.arg for u in topo if u.op is Ops.COPY and isinstance(u.arg, str)}
-    for u in topo:
+    for u in sink.toposort():
         on_device[u] = u.op in (Ops.BUFFER, Ops.COPY) or any(on_device[s] for s in u.src)
-        # leaves keep their place: a buffer is its own value, and a constant is cheaper inline than read from memory
-        if not u.src or (v := u._realized) is None:
-            continue
-        # a graph of constants is one node on every device (hash-consing): its buffer serves only its own device
-        if on_device[u] or ((base := base_buffer(v)) is not None and everywhere == {base.arg.device}):
+        # Leaves keep their place: a buffer is its own value, and a constant is cheaper inline than read from memory.
+        # So does a graph of constants, computed again wherever it is used: it is one node on every device
+        # (hash-consing) and for all time, while the buffer it was realized into belongs to one device and may be
+        # an assign's target that changes later. A TinyJit capture that read `x + 1`'s 1 from the buffer x had
+        # just been assigned ones replayed `x + x`.
+        if on_device[u] and (v := u._realized) is not None:
             mapping[u] = v
     return list(sink.substitute(mapping).src) if mapping else roots
 
@@ -322,10 +319,10 @@ def create_schedule(outputs: list[UOp], devices: list[str]) -> tuple[list[Schedu
 
 def _create_schedule(outputs: list[UOp], devices: list[str]) -> tuple[list[ScheduleItem], dict[UOp, UOp], list[UOp]]:
     if not SCHEDULE_CACHE.value:
-        return _schedule_graph(_substitute_realized(outputs, devices), devices)
+        return _schedule_graph(_substitute_realized(outputs), devices)
     walked = graph_key(outputs, devices, stop_at_realized=True)
     if walked is None:  # part of the graph was realized before: schedule the graph that reads those buffers instead
-        outputs = _substitute_realized(outputs, devices)
+        outputs = _substitute_realized(outputs)
         walked = graph_key(outputs, devices)
         assert walked is not None, "graph_key gives up only at realized nodes when asked to"
     key, topo, inputs = walked
