@@ -69,6 +69,46 @@ def test_jit_replays_shape_arithmetic_on_the_host() -> None:
     assert all(j is not None and j.cnt == 2 and j.captured_kernels > 0 for j in runner._jits.values())
 
 
+def test_numpy_calls_after_the_capture_refill_kept_buffers() -> None:
+    # after the capture, numpy inputs are copied into buffers the runner keeps for their signature, and the replay
+    # runs on those: every call must see its own data, whatever the layout of the array
+    model, w = reshape_by_shape_model()
+    runner = OnnxRunner(model, jit=True)
+    rng = np.random.default_rng(2)
+    for i in range(8):
+        x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+        if i == 5:
+            x = np.asfortranarray(x)  # not C-contiguous
+        if i == 6:
+            x = rng.standard_normal((2, 3, 8)).astype(np.float32)[:, :, ::2]  # a strided view
+        out = runner({"x": x})["y"].numpy()
+        np.testing.assert_allclose(out, x.reshape(2, 12) @ w.T, rtol=1e-5, atol=1e-5)
+    assert len(runner._staged) == 1
+    # Tensors, another dtype or another shape take the usual path; the kept buffers serve again after them
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    np.testing.assert_allclose(runner({"x": Tensor(x)})["y"].numpy(), x.reshape(2, 12) @ w.T, rtol=1e-5, atol=1e-5)
+    with pytest.raises(Exception, match=r"float64|FLOAT"):
+        runner({"x": x.astype(np.float64)})
+    y = rng.standard_normal((3, 3, 4)).astype(np.float32)
+    np.testing.assert_allclose(runner({"x": y})["y"].numpy(), y.reshape(3, 12) @ w.T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(runner({"x": x})["y"].numpy(), x.reshape(2, 12) @ w.T, rtol=1e-5, atol=1e-5)
+
+
+def test_a_model_that_returns_its_input_keeps_no_buffers() -> None:
+    # the replay would return the kept buffer itself, which the next call overwrites
+    model = make([helper.make_node("Identity", ["x"], ["y"]), helper.make_node("Neg", ["x"], ["z"])],
+                 [vi("x", TensorProto.FLOAT, [4])], [vi("y", TensorProto.FLOAT, [4]), vi("z", TensorProto.FLOAT, [4])])
+    runner = OnnxRunner(model, jit=True)
+    results = []
+    for i in range(5):
+        x = np.full(4, float(i), np.float32)
+        out = runner({"x": x})
+        results.append(out["y"])
+        assert out["z"].numpy().tolist() == [-float(i)] * 4
+    assert not runner._staged
+    assert results[-1].numpy().tolist() == [4.0] * 4
+
+
 def test_jit_falls_back_when_the_graph_reads_device_data() -> None:
     """NonZero's output size is data: such a model runs eagerly every call, still correct."""
     model = make([helper.make_node("NonZero", ["x"], ["nz"]), helper.make_node("Shape", ["nz"], ["s"])],

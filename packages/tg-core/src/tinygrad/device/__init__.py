@@ -429,7 +429,8 @@ class _DeviceRegistry:
         name = name.upper()
         if num and not num.isdigit():
             raise UnknownDeviceError(f"device {device!r}: the part after ':' must be a device number, like {name}:1")
-        if name not in self.backends:
+        self._discover()
+        if name not in self._state.backends:  # not self.backends, which copies the table: every Tensor() asks
             refused = [b.reason for b in self.broken if name in b.reason or b.entry_point.upper() == name]
             if refused:
                 raise UnknownDeviceError(f"device {device!r} was found but not loaded: {'; '.join(refused)}")

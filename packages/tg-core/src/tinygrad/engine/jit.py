@@ -108,6 +108,11 @@ class TinyJit(Generic[R]):
         """How many launches a replay makes (kernels and copies)."""
         return len(self._recorded)
 
+    @property
+    def returns_inputs(self) -> bool:
+        """Whether a replay returns one of its inputs as an output (the input's own memory, not a copy)."""
+        return _returns_inputs(self._outputs)
+
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         # as a method decorator: bind the instance like a function would
         return self if obj is None else functools.partial(self.__call__, obj)
@@ -402,6 +407,16 @@ def _template(out: Any, slot_of: dict[int, int]) -> Any:
     if isinstance(out, dict):
         return {k: _template(v, slot_of) for k, v in out.items()}
     return out
+
+
+def _returns_inputs(template: Any) -> bool:
+    if isinstance(template, _OutputSlot):
+        return any(i is not None for i in template.input_indices)
+    if isinstance(template, (tuple, list)):
+        return any(_returns_inputs(o) for o in template)
+    if isinstance(template, dict):
+        return any(_returns_inputs(o) for o in template.values())
+    return False
 
 
 def _fill(template: Any, inputs: list[Buffer], values: dict[str, int]) -> Any:
