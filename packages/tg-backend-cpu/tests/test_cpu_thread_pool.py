@@ -501,17 +501,31 @@ def test_a_pinned_pool_binds_one_worker_to_each_cpu_and_leaves_out_the_callers(k
 
 
 @pytest.mark.parametrize("kind", [ThreadPool, PythonThreadPool], ids=["native", "python"])
-def test_a_pool_the_system_will_not_bind_runs_unbound(kind: type) -> None:
-    _usable_cpus()
-    pool = kind(2, cpus=[0, 1 << 20])  # no machine has that CPU: binding fails, the pool must still work
-    try:
-        task = CountTask(50)
-        for _ in range(10):
-            assert task.run(pool, 2) == 2
-        np.testing.assert_array_equal(task.hits, np.full(50, 10, np.int64))
-        assert not pool.pinned and pool.size() == 2
-    finally:
-        pool.close()
+def test_a_pool_whose_cpus_are_not_the_callers_runs_unbound(kind: type) -> None:
+    cpus = _usable_cpus()
+    results: list[Any] = []
+
+    def start(pool: Any, narrow: bool) -> None:
+        try:
+            if narrow:  # the program narrowed its affinity after the device chose the CPUs: bind nothing outside it
+                os.sched_setaffinity(0, {cpus[0]})
+            task = CountTask(50)
+            for _ in range(10):
+                assert task.run(pool, 2) == 2
+            np.testing.assert_array_equal(task.hits, np.full(50, 10, np.int64))
+            results.append((pool.pinned, pool.size()))
+        except BaseException as e:
+            results.append(e)
+
+    for pool, narrow in ((kind(2, cpus=[cpus[0], 1 << 20]), False), (kind(len(cpus), cpus=cpus), True)):
+        try:
+            t = threading.Thread(target=start, args=(pool, narrow))  # its own thread: the narrowing stays there
+            t.start()
+            t.join()
+            assert not isinstance(results[-1], BaseException), results[-1]
+            assert results[-1] == (False, pool.n_threads)
+        finally:
+            pool.close()
 
 
 def test_a_pinned_pool_needs_one_cpu_per_thread() -> None:

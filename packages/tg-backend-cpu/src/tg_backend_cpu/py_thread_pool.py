@@ -25,6 +25,8 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
+from tg_backend_cpu.thread_count import still_usable
+
 #: `void slice(const long long *args, long long start, long long end, long long total)`
 SLICE_FN = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_longlong), ctypes.c_longlong, ctypes.c_longlong,
                             ctypes.c_longlong)
@@ -92,15 +94,16 @@ class PythonThreadPool:
         return self.n_threads
 
     def _start(self) -> None:
-        pin = len(self.cpus) > 1 and _sched_getcpu() is not None
-        for i in range(len(self.cpus) if pin else self.n_threads - 1):
+        bind = still_usable(self.cpus)
+        pin = len(bind) > 1 and _sched_getcpu() is not None
+        for i in range(len(bind) if pin else self.n_threads - 1):
             inbox: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
             thread = threading.Thread(target=_work, args=(inbox, self._done), name=f"tg-cpu-{i + 1}", daemon=True)
             thread.start()
             self._inboxes.append(inbox)
             self._threads.append(thread)
         weakref.finalize(self, _stop, list(self._inboxes))
-        self.pinned = pin and _bind(self._threads, self.cpus)
+        self.pinned = pin and _bind(self._threads, bind)
 
     def _worker_order(self) -> list[int]:
         """The workers a launch hands slices to, in order: pinned, every one but the one on the caller's CPU."""

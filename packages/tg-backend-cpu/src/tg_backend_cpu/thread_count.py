@@ -77,3 +77,11 @@ def pinned_cpus(threads: int) -> list[int]:
         return []
     cpus = sorted(os.sched_getaffinity(0))
     return cpus if len(cpus) == threads else []
+
+
+def still_usable(cpus: tuple[int, ...]) -> tuple[int, ...]:
+    """`cpus` when they are still exactly the CPUs the calling thread may run on, else none: a pool that starts
+    after the program narrowed its affinity (`os.sched_setaffinity`) must not bind a worker outside it."""
+    if not cpus or not hasattr(os, "sched_getaffinity"):
+        return ()
+    return cpus if tuple(sorted(os.sched_getaffinity(0))) == tuple(cpus) else ()

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from importlib import resources
 
 from tg_backend_cpu.loader import load_library
+from tg_backend_cpu.thread_count import still_usable
 
 #: how long an idle worker (and a caller waiting for workers) spins before sleeping: long enough to catch the next
 #: launch of a run of kernels without a sleep/wake round trip, short enough that an idle pool costs no CPU
@@ -75,8 +76,9 @@ class ThreadPool:
 
     def _start(self) -> int:
         lib = pool_library()
-        cpus = (ctypes.c_int * max(1, len(self.cpus)))(*self.cpus)
-        handle = lib.tg_pool_create(self.n_threads, self.spin_ns, cpus, len(self.cpus))
+        bind = still_usable(self.cpus)
+        cpus = (ctypes.c_int * max(1, len(bind)))(*bind)
+        handle = lib.tg_pool_create(self.n_threads, self.spin_ns, cpus, len(bind))
         if not handle:
             raise MemoryError(f"could not allocate a CPU thread pool of {self.n_threads} threads")
         self._handle, self._run = handle, lib.tg_pool_run
