@@ -316,3 +316,28 @@ def test_replays_with_symbolic_values_rebuild_when_the_value_changes() -> None:
     for k in (3, 3, 5, 5, 3, 7):
         n = Variable("n", 1, 8).bind(k)
         assert f(x, n).tolist()[:k] == [2.0 * i for i in range(k)]
+
+
+def test_the_same_tensors_again_replay_without_the_checks_and_see_an_assign() -> None:
+    from tinygrad import Context
+
+    calls = []
+
+    def fn(x: Tensor) -> Tensor:
+        calls.append(1)
+        return (x + 1).contiguous()
+
+    f = TinyJit(fn)
+    x = Tensor.zeros(8).contiguous().realize()
+    for i in range(5):
+        x._buffer().copyin(memoryview(np.full(8, i, np.float32)).cast("B"))
+        assert f(x).tolist() == [i + 1.0] * 8
+    assert len(calls) == 2  # the eager call and the capture
+    x.assign(Tensor.full((8,), 10.0)).realize()  # a new name (and buffer) for x: the next call takes the checks
+    assert f(x).tolist() == [11.0] * 8
+    with Context(JIT=0):  # turned off after the capture: the function runs
+        assert f(x).tolist() == [11.0] * 8
+    assert len(calls) == 3
+    with pytest.raises(JitError, match="captured for inputs"):
+        f(Tensor.zeros(9).contiguous().realize())
+    assert f(x).tolist() == [11.0] * 8

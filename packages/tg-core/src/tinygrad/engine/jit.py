@@ -98,6 +98,9 @@ class TinyJit(Generic[R]):
         #: storage: an assign gives a buffer a new name over the same memory) and the values. A replay with the same
         #: memory and values, such as a caller that refills its inputs in place, reuses the launches
         self._built_for: tuple[list[weakref.ref], dict[str, int]] | None = None
+        #: the last replay's arguments when they were realized tensors and nothing else: weak references to their
+        #: nodes and to their buffers. The same tensors again, unchanged, replay without the per-call checks
+        self._repeat: tuple[list[weakref.ref], list[weakref.ref]] | None = None
         self._outputs: Any = None  # the structure returned, with _OutputSlot in place of each tensor
         self._var_vals: dict[str, int] = {}
         self._state: list[_StateSlot] = []  # the tensors the function assigns
@@ -118,6 +121,8 @@ class TinyJit(Generic[R]):
         return self if obj is None else functools.partial(self.__call__, obj)
 
     def __call__(self, *args: Any, **kwargs: Any) -> R:
+        if self._repeat is not None and not running and not kwargs and (buffers := self._repeated(args)) is not None:
+            return self._replay(buffers, {})
         if running and running[-1].capturing:
             raise JitError(f"TinyJit function {self._name} was called while {running[-1].name} is being captured; a "
                            f"replay of the outer function could not repeat the inner one. Call it outside, or drop "
@@ -135,6 +140,9 @@ class TinyJit(Generic[R]):
             return self._run(args, kwargs, buffers, var_vals, capturing=False)  # eager; the count stays
         if self.cnt >= 2:
             self._check_signature(signature)
+            self._repeat = None
+            if not kwargs and not var_vals and all(type(a) is Tensor and base_buffer(a.uop) is not None for a in args):
+                self._repeat = ([weakref.ref(a.uop) for a in args], [weakref.ref(b) for b in buffers])
             return self._replay(buffers, var_vals)
         capturing = self.cnt == 1
         if capturing:
@@ -226,6 +234,16 @@ class TinyJit(Generic[R]):
                 profile.record_copy(src.device, dest.device, dest.nbytes, st, elapsed)
             else:
                 profile.record_launch(rec.item.device, rec.runner, st, elapsed, "wall", jit=self._name)
+
+    def _repeated(self, args: tuple) -> list[Buffer] | None:
+        """The input buffers when `args` are the tensors of the last replay, each still the same realized node (its
+        buffer, under the same name: no assign since); else None. Those passed the checks of a call then."""
+        assert self._repeat is not None
+        nodes, buffers = self._repeat
+        if len(args) != len(nodes) or not all(type(a) is Tensor and a.uop is r() for a, r in zip(args, nodes)):
+            return None
+        out = [b for r in buffers if (b := r()) is not None]
+        return out if JIT and len(out) == len(buffers) else None
 
     def _built_for_these(self, inputs: list[Buffer], values: dict[str, int]) -> bool:
         """Whether the dynamic launches were last built for the memory of these input buffers (the same storage
