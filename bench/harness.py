@@ -25,9 +25,11 @@ from envs import Framework
 
 WORKER = Path(__file__).resolve().parent / "worker.py"
 CALL_TIMEOUT_S = 1800  # one setup or measurement; a worker that takes longer is taken to hang
-#: a pause before every measurement: BLAS and OpenMP thread pools keep spinning on a core for a while after their
-#: last call (OpenBLAS about 0.1 s, Intel's OpenMP 0.2 s), in their own worker or in the next framework's (numpy's
-#: reference check in setup), and a measurement started then shares that core with them
+#: a pause before every measurement of multi-threaded work: BLAS and OpenMP thread pools keep spinning on a core for
+#: a while after their last call (OpenBLAS about 0.1 s, Intel's OpenMP 0.2 s), in their own worker or in the next
+#: framework's (numpy's reference check in setup), and a measurement started then shares that core with them. Not
+#: for measurements of a few microseconds on one thread (dispatch, replay): after an idle pause those time a cold
+#: core and cold caches instead (a 100-kernel replay read 2-3x slower)
 SETTLE_S = 0.3
 
 

@@ -86,14 +86,14 @@ def elementwise_table(fws: list[Framework], workers: dict[str, Worker], sizes: S
 
 def dispatch_table(fws: list[Framework], workers: dict[str, Worker], sizes: Sizes) -> str:
     rows = _rows(fws, "dispatch", seconds=sizes.dispatch_seconds)
-    run_rows(rows, workers, sizes.rounds, sizes.settle_s)
+    run_rows(rows, workers, sizes.rounds, 0.0)  # single-threaded microseconds: back to back (SETTLE_S)
     return render_table(f"eager dispatch: x = x + 1 on {16} floats, realized each time", rows,
                         latency("µs per op", 1e6), REFERENCES)
 
 
 def jit_table(fws: list[Framework], workers: dict[str, Worker], sizes: Sizes) -> str:
     rows = _rows(fws, "jit", kernels=sizes.jit_kernels)
-    run_rows(rows, workers, sizes.rounds, sizes.settle_s)
+    run_rows(rows, workers, sizes.rounds, 0.0)  # single-threaded microseconds: back to back (SETTLE_S)
     return render_table(f"TinyJit replay of {sizes.jit_kernels} separately realized x + 1 kernels "
                         "(PyTorch: the same chain in plain eager, no torch.compile)", rows,
                         latency("µs per kernel", 1e6), REFERENCES)
