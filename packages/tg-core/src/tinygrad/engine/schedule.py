@@ -89,7 +89,7 @@ def _substitute_realized(roots: list[UOp]) -> list[UOp]:
         # (hash-consing) and for all time, while the buffer it was realized into belongs to one device and may be
         # an assign's target that changes later. A TinyJit capture that read `x + 1`'s 1 from the buffer x had
         # just been assigned ones replayed `x + x`.
-        if on_device[u] and (v := u._realized) is not None:
+        if u.src and on_device[u] and (v := u._realized) is not None:
             mapping[u] = v
     return list(sink.substitute(mapping).src) if mapping else roots
 
