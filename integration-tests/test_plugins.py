@@ -158,8 +158,10 @@ def test_device_listing_shows_cpu_and_pyref(clean_venv: Venv) -> None:
     package, version, contract, status = rows["CPU"]
     assert (package, version, contract) == ("tg-backend-cpu", "0.1.0", "1.0"), text
     if _has_c_compiler():
-        # the CPU line names its compiler (with its version), the vector width and the threads
-        assert re.fullmatch(r"available \(compiler: \S+ [\d.]+(, \d+-bit vectors)?, \d+ threads?\)", status), text
+        # the CPU line names its compiler (with its version), the vector width and the threads (bound to the CPUs
+        # when the pool uses them all)
+        assert re.fullmatch(r"available \(compiler: \S+ [\d.]+(, \d+-bit vectors)?, \d+ threads?"
+                            r"(, one bound to each CPU)?\)", status), text
         # PYREF is an oracle: never the default while a real backend is usable
         assert "Device.DEFAULT = CPU" in text, text
     else:

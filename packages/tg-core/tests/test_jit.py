@@ -308,6 +308,20 @@ def test_a_constant_is_not_read_from_the_buffer_an_assign_filled() -> None:
     assert (Tensor.full((4,), 3.0) + y).tolist() == [8.0] * 4
 
 
+def test_an_eager_op_computes_its_constant_operand_instead_of_reading_where_it_was_realized() -> None:
+    # the eager dispatch path (one op over realized buffers and constants, keyed by the buffers' dtype and size)
+    # keyed a realized constant graph as the buffer it had been realized into, so `3 + z` matched the kernel learned
+    # for an addition of two such buffers and read that buffer, which holds 7s by now
+    a, b = Tensor([0.5, 0.5, 0.5, 0.5]).realize(), Tensor([1.0, 1.0, 1.0, 1.0]).realize()
+    assert (a + b).tolist() == [1.5] * 4  # learns buffer + buffer over 4 floats
+    y = Tensor.zeros(4).contiguous().realize()
+    y.assign(Tensor.full((4,), 3.0)).realize()
+    y._buffer().copyin(memoryview(np.full(4, 7.0, np.float32)).cast("B"))
+    z = Tensor([1.0, 2.0, 3.0, 4.0]).realize()
+    for _ in range(3):
+        assert (Tensor.full((4,), 3.0) + z).tolist() == [4.0, 5.0, 6.0, 7.0]
+
+
 def test_replays_with_symbolic_values_rebuild_when_the_value_changes() -> None:
     from tinygrad import Variable
 

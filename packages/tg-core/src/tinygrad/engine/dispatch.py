@@ -89,19 +89,26 @@ def eager_key(root: UOp, device: str) -> tuple[tuple, list[Buffer]] | None:
     parts: list[Any] = [root.op, root.dtype, None if arg is None else _arg_key(arg), device]
     bufs: list[Buffer] = []
     for s in root.src:
-        view = s if not s.src or s._realized is None else s._realized
+        view = s
         base = view.src[0] if view.op is _RESHAPE else view
-        if base.op is _BUFFER:
-            buf = base.arg
-            if buf in bufs:  # Buffer compares by identity: the same buffer read twice (`x * x`)
-                parts.append(bufs.index(buf))
-            else:
-                parts.append((buf.dtype, buf.size, buf.device, None if view is base else view.arg))
-                bufs.append(buf)
-        elif _constant_graphs.get(s) or _is_constant_graph(s):
-            parts.append(s)
+        if base.op is not _BUFFER:
+            # a graph of constants is computed in the kernel, never read from a buffer it was once realized into
+            # (as in the scheduler: that buffer may be an assign's target that holds something else by now)
+            if _constant_graphs.get(s) or _is_constant_graph(s):
+                parts.append(s)
+                continue
+            if (realized := s._realized) is None:
+                return None
+            view = realized
+            base = view.src[0] if view.op is _RESHAPE else view
+            if base.op is not _BUFFER:
+                return None
+        buf = base.arg
+        if buf in bufs:  # Buffer compares by identity: the same buffer read twice (`x * x`)
+            parts.append(bufs.index(buf))
         else:
-            return None
+            parts.append((buf.dtype, buf.size, buf.device, None if view is base else view.arg))
+            bufs.append(buf)
     return tuple(parts), bufs
 
 
