@@ -1,5 +1,6 @@
 """TinyJit replays on the CPU: each captured launch is prepared once (CPUProgram.prepare builds its argument array),
-so a replay is one ctypes call per kernel and no Python per buffer; the thread count may change between replays."""
+so a replay does no Python per buffer, runs its kernels from one native call (thread_pool.c's tg_run_all), and the
+thread count may change between replays."""
 
 from __future__ import annotations
 
@@ -47,3 +48,94 @@ def test_a_replay_follows_a_change_of_threads() -> None:
             np.testing.assert_allclose(big(Tensor(a).realize()).numpy(), m @ m, rtol=1e-3, atol=1e-2)
     finally:
         dev.set_threads(before)
+
+
+def _chain_of_kernels(n: int, size: int) -> TinyJit:
+    @TinyJit
+    def chain(x: Tensor, y: Tensor) -> Tensor:
+        for _ in range(n):
+            x = (x * 0.5 + y).realize()
+        return x
+    return chain
+
+
+def _chain_expected(x: np.ndarray, y: np.ndarray, n: int) -> np.ndarray:
+    for _ in range(n):
+        x = x * np.float32(0.5) + y
+    return x
+
+
+def test_a_replay_runs_its_kernels_from_one_native_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tg_backend_cpu import program as cpu_program
+
+    if cpu_program._native_run_all() is None:
+        pytest.skip("no C compiler here: the native loop (thread_pool.c) is not built, and replays call each launch")
+    chain = _chain_of_kernels(6, 33)
+    rng = np.random.default_rng(1)
+    arrays = [(rng.standard_normal(33).astype(np.float32), rng.standard_normal(33).astype(np.float32))
+              for _ in range(6)]
+    for x, y in arrays[:2]:
+        chain(Tensor(x).realize(), Tensor(y).realize())
+    assert [type(r).__name__ for r in chain._runs] == ["LaunchSequence"]
+    per_kernel = []
+    monkeypatch.setattr(cpu_program.PreparedLaunch, "__call__", lambda self: per_kernel.append(self))
+    for x, y in arrays[2:]:  # new input memory every call: the sequence takes the rebuilt launches
+        np.testing.assert_array_equal(chain(Tensor(x).realize(), Tensor(y).realize()).numpy(),
+                                      _chain_expected(x, y, 6))
+    x, y = Tensor(arrays[0][0]).realize(), Tensor(arrays[0][1]).realize()
+    for _ in range(2):  # the same inputs again
+        np.testing.assert_array_equal(chain(x, y).numpy(), _chain_expected(*arrays[0], 6))
+    assert per_kernel == [], "a replay called launches one by one from Python"
+
+
+def test_a_native_replay_follows_a_change_of_threads_and_uses_the_pool_for_big_kernels() -> None:
+    dev = Device["CPU"]
+    before = dev.threads
+
+    @TinyJit
+    def two_matmuls(a: Tensor, b: Tensor) -> Tensor:
+        c = (a @ b).realize()
+        return (c @ b + 1).realize()
+
+    rng = np.random.default_rng(2)
+    pairs = [(rng.standard_normal((256, 256)).astype(np.float32), rng.standard_normal((256, 256)).astype(np.float32))
+             for _ in range(6)]
+    try:
+        for i, (a, b) in enumerate(pairs):
+            if i == 3:
+                dev.set_threads(1 if before > 1 else 2)
+            if i == 4:
+                dev.set_threads(before)
+            np.testing.assert_allclose(two_matmuls(Tensor(a).realize(), Tensor(b).realize()).numpy(),
+                                       (a @ b) @ b + 1, rtol=1e-3, atol=1e-2)
+    finally:
+        dev.set_threads(before)
+
+
+def test_a_sequence_on_a_python_threads_pool_calls_each_launch(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a machine without a C compiler runs kernels on Python threads; a sequence built for it (or moved to it by
+    # set_threads) calls its launches one by one, with the same results
+    from tg_backend_cpu import program as cpu_program
+    from tg_backend_cpu.py_thread_pool import PythonThreadPool
+
+    chain = _chain_of_kernels(4, 70000)
+    rng = np.random.default_rng(3)
+    x, y = rng.standard_normal(70000).astype(np.float32), rng.standard_normal(70000).astype(np.float32)
+    for _ in range(2):
+        chain(Tensor(x).realize(), Tensor(y).realize())
+    programs = {launch.program for launch in chain._launches if isinstance(launch, cpu_program.PreparedLaunch)}
+    pool = PythonThreadPool(2)
+    saved = {p: p.pool for p in programs}
+    try:
+        for p in programs:
+            p.use_pool(pool)
+        calls = []
+        original = cpu_program.PreparedLaunch.__call__
+        monkeypatch.setattr(cpu_program.PreparedLaunch, "__call__", lambda self: calls.append(1) or original(self))
+        np.testing.assert_array_equal(chain(Tensor(x).realize(), Tensor(y).realize()).numpy(),
+                                      _chain_expected(x, y, 4))
+        assert len(calls) == 4
+    finally:
+        for p, old in saved.items():
+            p.use_pool(old)
+        pool.close()

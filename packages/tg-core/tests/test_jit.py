@@ -355,3 +355,32 @@ def test_the_same_tensors_again_replay_without_the_checks_and_see_an_assign() ->
     with pytest.raises(JitError, match="captured for inputs"):
         f(Tensor.zeros(9).contiguous().realize())
     assert f(x).tolist() == [11.0] * 8
+
+
+def test_consecutive_launches_of_one_backend_run_together_and_others_alone() -> None:
+    from tinygrad.engine.jit import _run_together
+
+    made: list[list[Any]] = []
+
+    class Together:
+        def __init__(self, name: str, refuse: bool = False):
+            self.name, self.refuse = name, refuse
+
+        def __call__(self) -> None:
+            pass
+
+        @staticmethod
+        def run_together(launches: list[Any]) -> Any:
+            if any(launch.refuse for launch in launches):
+                return None
+            made.append(launches)
+            return ("run", [launch.name for launch in launches])
+
+    def alone() -> None:
+        pass
+
+    a, b, c, d, e = Together("a"), Together("b"), Together("c"), Together("d"), Together("e", refuse=True)
+    runs, placed = _run_together([a, b, alone, c, alone, d, e])
+    assert runs == [("run", ["a", "b"]), alone, c, alone, d, e]
+    assert placed == [(0, 0), (0, 1), (1, None), (2, None), (3, None), (4, None), (5, None)]
+    assert _run_together([]) == ([], [])

@@ -10,11 +10,15 @@ from typing import Any
 
 from tg_backend_cpu.loader import load_library
 from tg_backend_cpu.py_thread_pool import PythonThreadPool
-from tg_backend_cpu.thread_pool import ThreadPool
+from tg_backend_cpu.thread_pool import NativeLaunch, ThreadPool, pool_library
 
 #: a launch uses another thread only for at least this much estimated work (ProgramSpec.estimated_ops) per thread:
 #: waking a worker and waiting for it costs a few microseconds, about what this much work takes on one core
 MIN_WORK_PER_THREAD = 1 << 16
+
+#: bumped whenever a program's launch plan changes (its pool, its threads per launch): a LaunchSequence built
+#: before then rebuilds its table
+_plan_generation = [0]
 
 #: `{name}_tg_run(const long long *args)` called through its address
 _RUN_FN = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_longlong))
@@ -35,7 +39,8 @@ class CPUProgram:
         self.lib: ctypes.CDLL | None = None
         if entry_points is not None:
             addresses = entry_points(name, lib)
-            self.run_fn: Any = _RUN_FN(addresses[f"{name}_tg_run"])
+            self.run_addr = addresses[f"{name}_tg_run"]
+            self.run_fn: Any = _RUN_FN(self.run_addr)
             self.slice_addr = addresses[f"{name}_tg_slice"]
             self.nargs = ctypes.c_longlong.from_address(addresses[f"{name}_tg_nargs"]).value
             self.outer_max = ctypes.c_longlong.from_address(addresses[f"{name}_tg_outer"]).value
@@ -49,6 +54,7 @@ class CPUProgram:
                 self.nargs, self.outer_max = -1, 0
             else:
                 self.run_fn.restype = None
+                self.run_addr = ctypes.cast(self.run_fn, ctypes.c_void_p).value or 0
                 slice_fn = getattr(self.lib, f"{name}_tg_slice")
                 self.slice_addr = ctypes.cast(slice_fn, ctypes.c_void_p).value or 0
                 self.nargs = ctypes.c_longlong.in_dll(self.lib, f"{name}_tg_nargs").value
@@ -68,6 +74,7 @@ class CPUProgram:
         work = estimated_ops if estimated_ops is not None else self.outer_max
         self.parts = max(1, min(threads, self.outer_max, work // MIN_WORK_PER_THREAD))
         self._launch = self._launch_on_pool if self.parts > 1 else self.run_fn
+        _plan_generation[0] += 1
         return self.parts
 
     def use_pool(self, pool: ThreadPool | PythonThreadPool | None) -> int:
@@ -105,12 +112,7 @@ class CPUProgram:
         if len(bufs) + len(vals) != self.nargs:
             raise TypeError(f"kernel {self.name} takes {self.nargs} arguments (its buffers, then its variables' "
                             f"values); got {len(bufs)} buffers and {len(vals)} values")
-        args = self._args_type(*[b[1] for b in bufs], *vals)
-
-        def launch() -> None:
-            # read at call time: set_threads may move the program to another pool after the capture
-            self._launch(args)  # type: ignore[misc]
-        return launch
+        return PreparedLaunch(self, self._args_type(*[b[1] for b in bufs], *vals))
 
     def launcher(self, global_size: tuple[int, ...] | None = None,
                  local_size: tuple[int, ...] | None = None) -> Callable[[list[Any]], Any]:
@@ -157,3 +159,82 @@ class CPUProgram:
         st = time.perf_counter()
         self.fn(*args)
         return time.perf_counter() - st if wait else None
+
+
+class PreparedLaunch:
+    """One launch with its argument array built once (TinyJit replays it): a call is one ctypes call. Launches that
+    follow one another in a replay run from one native loop instead: TinyJit hands them to `run_together`."""
+
+    __slots__ = ("args", "program")
+
+    def __init__(self, program: CPUProgram, args: ctypes.Array):
+        self.program, self.args = program, args
+
+    def __call__(self) -> None:
+        # read at call time: set_threads may move the program to another pool after the capture
+        self.program._launch(self.args)  # type: ignore[misc]
+
+    @staticmethod
+    def run_together(launches: list[PreparedLaunch]) -> LaunchSequence | None:
+        """One callable running these launches in order with one ctypes call (None: this machine has no native
+        loop, as without a C compiler, where each launch is called on its own)."""
+        return LaunchSequence(launches) if _native_run_all() is not None else None
+
+
+@functools.cache
+def _native_run_all() -> Callable[..., None] | None:
+    """thread_pool.c's tg_run_all, where a C compiler built the pool library."""
+    from tg_backend_cpu.compiler import find_c_compiler
+
+    return pool_library().tg_run_all if find_c_compiler()[0] is not None else None
+
+
+class LaunchSequence:
+    """Prepared launches run one after the other by thread_pool.c's tg_run_all: a replay of n kernels makes one
+    ctypes call instead of n, and the kernels that use several threads run on the pool as they would alone. The
+    table of entry points, argument arrays and slices follows the programs' launch plans (set_threads); launches
+    on a Python-threads pool or on different pools are called one by one."""
+
+    def __init__(self, launches: list[PreparedLaunch]):
+        self.launches = list(launches)
+        self._table: ctypes.Array | None = None
+        self._pool: ThreadPool | None = None
+        self._generation = -1
+
+    def replace(self, index: int, launch: Any) -> bool:
+        """Put `launch` (a rebuilt launch of the same kernel, with new buffers) at `index`; False when it cannot be
+        part of a sequence."""
+        if not isinstance(launch, PreparedLaunch):
+            return False
+        self.launches[index] = launch
+        if self._table is not None:
+            self._table[index] = _native_launch(launch)
+        return True
+
+    def _build(self) -> None:
+        self._generation = _plan_generation[0]
+        pools = {id(launch.program.pool) for launch in self.launches}
+        pool = self.launches[0].program.pool
+        if len(pools) != 1 or not (pool is None or isinstance(pool, ThreadPool)):
+            self._table, self._pool = None, None
+            return
+        self._pool = pool
+        self._table = (NativeLaunch * len(self.launches))(*[_native_launch(launch) for launch in self.launches])
+
+    def __call__(self) -> None:
+        if self._generation != _plan_generation[0]:
+            self._build()
+        table = self._table
+        if table is None:
+            for launch in self.launches:
+                launch()
+            return
+        pool = self._pool
+        run_all = _native_run_all()
+        assert run_all is not None  # a sequence is only made where it is
+        run_all(pool.handle() if pool is not None else None, table, len(table))
+
+
+def _native_launch(launch: PreparedLaunch) -> NativeLaunch:
+    program = launch.program
+    return NativeLaunch(program.run_addr, program.slice_addr, ctypes.addressof(launch.args), program.parts)

@@ -2,7 +2,8 @@
  *
  * tg_pool_run(pool, fn, args, total, n_parts) splits [0, total) into n_parts contiguous slices; slice 0 runs on
  * the calling thread, slice i on worker i-1, and the call returns when every slice is done. One job per call,
- * so Python makes one ctypes call per kernel launch and never runs in the loop.
+ * so Python makes one ctypes call per kernel launch and never runs in the loop; tg_run_all runs a sequence of
+ * launches (a TinyJit replay) from one call.
  *
  * Every worker has its own mailbox (one slice + a generation counter + a `claimed` flag). Whoever swaps `claimed`
  * from 0 to 1 runs the slice: the worker when it wakes, or the caller once its own slice is done and the worker
@@ -262,6 +263,26 @@ int tg_pool_run(tg_pool *p, tg_task_fn fn, const long long *args, long long tota
   }
   atomic_flag_clear_explicit(&p->busy, memory_order_release);
   return n_parts;
+}
+
+/* One launch of a sequence: a kernel's whole-kernel and slice entry points, its argument array, and the slices it
+ * runs in. */
+typedef struct tg_launch {
+  void (*run)(const long long *args);
+  tg_task_fn slice;
+  const long long *args;
+  long long parts;
+} tg_launch;
+
+/* Run n launches one after the other as a launch of each alone would: on one part (or p NULL) the kernel's whole
+ * entry point on the calling thread, else tg_pool_run over its slices. A TinyJit replay of captured kernels is
+ * then one call from Python, not one per kernel. */
+void tg_run_all(tg_pool *p, const tg_launch *launches, long long n) {
+  for (long long i = 0; i < n; i++) {
+    const tg_launch *l = &launches[i];
+    if (p == NULL || l->parts <= 1) l->run(l->args);
+    else tg_pool_run(p, l->slice, l->args, l->parts, (int)l->parts);
+  }
 }
 
 /* Stop and join every worker, then free the pool. Must not race with tg_pool_run. */

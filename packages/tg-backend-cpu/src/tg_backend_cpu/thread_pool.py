@@ -42,7 +42,16 @@ def pool_library() -> ctypes.CDLL:
     lib.tg_pool_run.restype = ctypes.c_int
     lib.tg_pool_destroy.argtypes = [ctypes.c_void_p]
     lib.tg_pool_destroy.restype = None
+    lib.tg_run_all.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong]
+    lib.tg_run_all.restype = None
     return lib
+
+
+class NativeLaunch(ctypes.Structure):
+    """thread_pool.c's tg_launch: a kernel's whole and slice entry points, its argument array, its slices."""
+
+    _fields_ = [("run", ctypes.c_void_p), ("slice", ctypes.c_void_p), ("args", ctypes.c_void_p),
+                ("parts", ctypes.c_longlong)]
 
 
 class ThreadPool:
@@ -86,6 +95,10 @@ class ThreadPool:
         # at interpreter exit another Python thread could still be inside run(); the OS ends the workers then
         self._finalizer.atexit = False
         return handle
+
+    def handle(self) -> int:
+        """The native pool, started if it was not."""
+        return self._handle if self._handle is not None else self._start()
 
     def run(self, fn: int, args: ctypes.Array, total: int, n_parts: int) -> int:
         """Run the C function at address `fn` over [0, total) in up to n_parts slices; returns the slices used."""

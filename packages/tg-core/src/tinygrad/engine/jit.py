@@ -93,6 +93,11 @@ class TinyJit(Generic[R]):
         self._signature: _Signature | None = None
         self._recorded: list[_Recorded] = []
         self._launches: list[Callable[[], Any]] = []
+        #: what a replay calls: the launches, with runs of consecutive ones that their backend can run from one
+        #: native call (`_run_together`) replaced by that call; _placed says where launch i went (its run, and its
+        #: position in the run, None when it is called on its own)
+        self._runs: list[Callable[[], Any]] = []
+        self._placed: list[tuple[int, int | None]] = []
         self._dynamic: list[int] = []  # launches rebuilt on every replay: they take inputs or variables
         #: what the dynamic launches were last built for: weak references to the memory of the input buffers (their
         #: storage: an assign gives a buffer a new name over the same memory) and the values. A replay with the same
@@ -201,6 +206,7 @@ class TinyJit(Generic[R]):
         self._var_vals = dict(var_vals)
         self._outputs = _template(out, slot_of)
         self._launches = [self._prepare(r, r.item.bufs, r.item.var_vals) for r in self._recorded]
+        self._runs, self._placed = _run_together(self._launches)
         self._dynamic = [i for i, r in enumerate(self._recorded) if r.input_slots or r.takes_vars]
         runners = [r.runner for r in self._recorded if r.runner is not None]
         self._replay_ops = sum(r.estimated_ops for r in runners)
@@ -264,12 +270,20 @@ class TinyJit(Generic[R]):
         values = {**self._var_vals, **var_vals}
         launches = self._launches
         if self._dynamic and not self._built_for_these(inputs, values):
+            regroup = False
             for i in self._dynamic:
                 rec = self._recorded[i]
                 bufs = list(rec.item.bufs)
                 for pos, slot in rec.input_slots:
                     bufs[pos] = inputs[slot]
                 launches[i] = self._prepare(rec, bufs, {name: values[name] for name in rec.item.var_vals})
+                at, within = self._placed[i]
+                if within is None and getattr(launches[i], "run_together", None) is None:
+                    self._runs[at] = launches[i]
+                elif within is None or not self._runs[at].replace(within, launches[i]):  # type: ignore[attr-defined]
+                    regroup = True
+            if regroup:
+                self._runs, self._placed = _run_together(launches)
             self._built_for = ([weakref.ref(b.storage) for b in inputs], values)
         if DEBUG >= 1:
             print(f"TinyJit {self._name}: replaying {len(launches)} launches", file=sys.stderr)
@@ -283,13 +297,38 @@ class TinyJit(Generic[R]):
                 print(f"  {rec.item.device} {name:<40} {(time.perf_counter() - st) * 1e6:9.2f} us  (replay)",
                       file=sys.stderr)
         else:
-            for launch in launches:
-                launch()
+            for run in self._runs:
+                run()
         GlobalCounters.count_launches(len(launches), self._replay_ops, self._replay_mem)
         for held in self._state:
             if (t := held.tensor()) is not None:  # a new name for the new contents, as realize() gives
                 t.uop = held.node = _fresh_view(held.buffers, t, held.axis)
         return _fill(self._outputs, inputs, values)  # type: ignore[no-any-return]
+
+
+def _run_together(launches: list[Callable[[], Any]]) -> tuple[list[Callable[[], Any]], list[tuple[int, int | None]]]:
+    """The callables a replay makes, and where each launch went. A backend's prepared launch may carry
+    `run_together(launches) -> callable | None`: consecutive launches with the same such function become the one
+    callable it returns (the CPU's runs them from one native loop), which also offers `replace(position, launch)`
+    for a launch rebuilt with new buffers (True when it took it). Others, and runs of one, are called alone."""
+    runs: list[Callable[[], Any]] = []
+    placed: list[tuple[int, int | None]] = []
+    i = 0
+    while i < len(launches):
+        together = getattr(launches[i], "run_together", None)
+        j = i + 1
+        while together is not None and j < len(launches) and getattr(launches[j], "run_together", None) == together:
+            j += 1
+        run = together(launches[i:j]) if together is not None and j - i > 1 else None
+        if run is None:
+            j = i + 1
+            placed.append((len(runs), None))
+            runs.append(launches[i])
+        else:
+            placed.extend((len(runs), k) for k in range(j - i))
+            runs.append(run)
+        i = j
+    return runs, placed
 
 
 # ---- model state ----
