@@ -447,6 +447,16 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         self.is_param = value
         return self
 
+    @staticmethod
+    def _over(uop: UOp, device: str | tuple[str, ...], requires_grad: bool | None) -> Tensor:
+        """A tensor of `uop` on `device`, already canonical: __init__ without its parsing, for a caller that makes
+        many (TinyJit makes its outputs on every replay). `requires_grad` is taken as it is."""
+        out = Tensor.__new__(Tensor)
+        out.uop, out.device, out.grad, out._view, out._requires_grad = uop, device, None, None, requires_grad
+        if requires_grad is not False and uop.dtype.kind == "float":  # as the requires_grad setter registers it
+            _live_float[weakref.ref(out, _forget)] = None
+        return out
+
     def _derive(self, uop: UOp, *others: Tensor) -> Tensor:
         # the hot path of every op: skip __init__'s argument parsing, the device is already canonical
         out = Tensor.__new__(Tensor)
@@ -553,7 +563,9 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         check_host_read("numpy(), tolist() and item()")
         if isinstance(self.device, tuple):  # gathered onto the first device
             return self.to(self.device[0]).numpy()
-        shape = tuple(resolve_size(s) for s in self.shape)  # symbolic dims take their bound values
+        shape = self.uop.shape
+        if not all(type(s) is int for s in shape):
+            shape = tuple(resolve_size(s) for s in shape)  # symbolic dims take their bound values
         if 0 in shape:
             return np.zeros(shape, dtype=np.float32 if is_emulated_float(self.dtype) else to_numpy(self.dtype))
         raw = self._buffer().numpy()[:prod(shape)]  # a symbolic shape's buffer is sized for its largest value

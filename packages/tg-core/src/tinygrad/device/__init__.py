@@ -248,6 +248,11 @@ class Buffer:
         return dest
 
     def numpy(self) -> np.ndarray:
+        self.ensure_allocated()
+        host_view = getattr(self._allocator, "host_view", None)
+        if host_view is not None and self.nbytes:  # host memory (the allocator's optional `host_view`): one copy
+            Device[self.device].synchronize()
+            return np.frombuffer(host_view(self._opaque, self.nbytes), dtype=to_numpy(self.dtype)).copy()
         out = np.empty(self.size, dtype=to_numpy(self.dtype))
         self.copyout(out.data.cast("B"))
         return out

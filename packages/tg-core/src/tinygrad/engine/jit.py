@@ -38,7 +38,7 @@ import sys
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from tinygrad.device import Buffer, Device, Runner
@@ -46,6 +46,7 @@ from tinygrad.engine import profile
 from tinygrad.engine import realize as engine_realize
 from tinygrad.engine.jit_state import JitError, RunningJit, running
 from tinygrad.engine.schedule import ScheduleItem, base_buffer, buffer_view, copy_kernel_ast, realized_views
+from tinygrad.engine.schedule_item import buffer_node
 from tinygrad.helpers import DEBUG, JIT, PROFILE, GlobalCounters
 from tinygrad.multi import realized_buffers, view_of_buffers
 from tinygrad.tensor import Tensor
@@ -451,6 +452,16 @@ class _OutputSlot:
     requires_grad: bool | None
     axis: int | None  # the axis a tensor on several devices is split along
 
+    #: one device and a shape of ints (no Variable): _fill's quick path; flat: that shape is the buffer's own
+    static: bool = field(init=False)
+    flat: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        static = not isinstance(self.device, tuple) and all(isinstance(d, int) for d in self.shape)
+        first = self.buffers[0]
+        object.__setattr__(self, "static", static)
+        object.__setattr__(self, "flat", static and first is not None and self.shape == (first.size,))
+
 
 def _template(out: Any, slot_of: dict[int, int]) -> Any:
     if isinstance(out, Tensor):
@@ -477,20 +488,25 @@ def _returns_inputs(template: Any) -> bool:
 
 
 def _fill(template: Any, inputs: list[Buffer], values: dict[str, int]) -> Any:
-    if isinstance(template, _OutputSlot):
-        bufs = [inputs[i] if i is not None else b for b, i in zip(template.buffers, template.input_indices)]
-        shape = tuple(d if isinstance(d, int) else _rebind(d, values) for d in template.shape)
+    if type(template) is _OutputSlot:
         # a new Buffer object over the recorded memory for each replay: expressions built on an earlier replay's
         # result (and the values remembered for them) belong to the earlier contents
+        if template.static:  # one device, a shape of ints: made on every replay, so without the general path's work
+            b = template.buffers[0]
+            if b is None:
+                b = inputs[template.input_indices[0]]  # type: ignore[index]
+            node = buffer_node(Buffer(b.device, b.size, b.dtype, base=b))
+            uop = node if template.flat else node.reshape(template.shape)
+            return Tensor._over(uop, template.device, template.requires_grad)
+        bufs = [inputs[i] if i is not None else b for b, i in zip(template.buffers, template.input_indices)]
+        shape = tuple(d if isinstance(d, int) else _rebind(d, values) for d in template.shape)
         fresh = [Buffer(b.device, b.size, b.dtype, base=b) for b in bufs if b is not None]
         if isinstance(template.device, tuple):
             uop = view_of_buffers(fresh, shape, template.axis, multi=True)
         else:
             flat = buffer_view(fresh[0], (fresh[0].size,))
             uop = flat if shape == (fresh[0].size,) else _shaped(flat, shape)
-        out = Tensor(uop, device=template.device)
-        out._requires_grad = template.requires_grad
-        return out
+        return Tensor._over(uop, template.device, template.requires_grad)
     if isinstance(template, (tuple, list)):
         return type(template)(_fill(o, inputs, values) for o in template)
     if isinstance(template, dict):

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 from tinygrad import Device, Tensor, TinyJit
-from tinygrad.dtype import DType
+from tinygrad.dtype import DType, to_numpy
 from tinygrad.engine.jit import JitError
 from tinygrad.onnx import _ops  # noqa: F401  (fills the registries)
 from tinygrad.onnx._base import HOST_OPS, OPS, RANDOM_OPS, SCOPE_OPS, Absent, HostRead, NodeCtx, Value
@@ -300,9 +300,10 @@ class OnnxRunner:
         self._jits: OrderedDict[tuple, TinyJit | None] = OrderedDict()
         self._host_outputs: dict[tuple, dict[str, Value] | None] = {}
         self._last_result: dict[str, Value] = {}
-        #: numpy inputs by (name, shape, dtype) in the order given -> the key of their captured jit, the jit, and
-        #: the tensors its replays read, refilled in place by each call (`_staged_call`)
-        self._staged: OrderedDict[tuple, tuple[tuple, TinyJit, dict[str, Tensor]]] = OrderedDict()
+        #: numpy inputs by (name, shape, dtype) in the order given -> the key of their captured jit, the jit, the
+        #: tensors its replays read, and for each input the function that refills its tensor in place from an array
+        #: (`_staged_call`)
+        self._staged: OrderedDict[tuple, _Staged] = OrderedDict()
 
     # ---- description ----
     @property
@@ -579,7 +580,8 @@ class OnnxRunner:
                or given[k].size == 0 for k in values):
             return
         staging = {k: Tensor(np.ascontiguousarray(given[k]), device=self.device).realize() for k in values}
-        self._staged[hkey] = (key, jit, staging)
+        writers = [(k, _writer(t)) for k, t in staging.items()]
+        self._staged[hkey] = _Staged(key, jit, list(staging.values()), writers)
         while len(self._staged) > JIT_CACHE:
             self._staged.popitem(last=False)
 
@@ -589,14 +591,17 @@ class OnnxRunner:
         hkey = self._host_key(given)
         if hkey is None or (entry := self._staged.get(hkey)) is None:
             return None
-        key, jit, staging = entry
+        key, jit = entry.key, entry.jit
         if self._jits.get(key) is not jit:  # evicted, or given up on since
             del self._staged[hkey]
             return None
-        for name, t in staging.items():
-            t._buffer().copyin(np.ascontiguousarray(given[name]).reshape(-1).view(np.uint8).data)
+        for name, write in entry.writers:
+            write(given[name])
         self._jits.move_to_end(key)
-        out: dict[str, Any] = {**jit(*staging.values()), **(self._host_outputs.get(key) or {})}
+        res = jit(*entry.tensors)
+        if not (host := self._host_outputs.get(key)):  # every output is a replay's result: realized tensors
+            return {k: res[k] for k in self.graph.outputs}
+        out: dict[str, Any] = {**res, **host}
         return _finish({k: out[k] for k in self.graph.outputs}, self.device)
 
     def _make_jit(self, key: tuple, names: list[str]) -> TinyJit:
@@ -609,6 +614,29 @@ class OnnxRunner:
                 self._host_outputs[key] = {k: v for k, v in res.items() if not isinstance(v, Tensor)}
             return {k: v for k, v in res.items() if isinstance(v, Tensor)}
         return TinyJit(run)
+
+
+@dataclass(frozen=True)
+class _Staged:
+    key: tuple
+    jit: TinyJit
+    tensors: list[Tensor]
+    writers: list[tuple[str, Callable[[np.ndarray], None]]]
+
+
+def _writer(t: Tensor) -> Callable[[np.ndarray], None]:
+    """A function writing an array of t's shape and dtype into t's buffer: a copy straight into host memory where
+    the device has it (the allocator's `host_view`), else a device copy-in of the array's bytes."""
+    buf = t._buffer()
+    host_view = getattr(Device[buf.device].allocator, "host_view", None)
+    if host_view is not None and buf.nbytes:
+        view = np.frombuffer(host_view(buf.ensure_allocated().opaque, buf.nbytes), dtype=to_numpy(t.dtype))
+        view = view.reshape(t.shape)
+        return lambda arr: np.copyto(view, arr, casting="no")
+
+    def copy_in(arr: np.ndarray) -> None:
+        buf.copyin(np.ascontiguousarray(arr).reshape(-1).view(np.uint8).data)
+    return copy_in
 
 
 def _finish(values: dict[str, Value], device: str) -> dict[str, Any]:
