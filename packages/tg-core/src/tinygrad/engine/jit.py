@@ -128,7 +128,7 @@ class TinyJit(Generic[R]):
 
     def __call__(self, *args: Any, **kwargs: Any) -> R:
         if self._repeat is not None and not running and not kwargs and (buffers := self._repeated(args)) is not None:
-            return self._replay(buffers, {})
+            return self._replay(buffers, {}, repeated=True)
         if running and running[-1].capturing:
             raise JitError(f"TinyJit function {self._name} was called while {running[-1].name} is being captured; a "
                            f"replay of the outer function could not repeat the inner one. Call it outside, or drop "
@@ -147,9 +147,11 @@ class TinyJit(Generic[R]):
         if self.cnt >= 2:
             self._check_signature(signature)
             self._repeat = None
+            out = self._replay(buffers, var_vals)
+            # set once the replay is done: a repeat skips rebuilding launches, which that replay built for these
             if not kwargs and not var_vals and all(type(a) is Tensor and base_buffer(a.uop) is not None for a in args):
                 self._repeat = ([weakref.ref(a.uop) for a in args], [weakref.ref(b) for b in buffers])
-            return self._replay(buffers, var_vals)
+            return out
         capturing = self.cnt == 1
         if capturing:
             if len({id(b.storage) for b in buffers}) != len(buffers):
@@ -261,7 +263,9 @@ class TinyJit(Generic[R]):
         return len(refs) == len(inputs) and all(r() is b.storage for r, b in zip(refs, inputs)) \
             and built_values == values
 
-    def _replay(self, inputs: list[Buffer], var_vals: dict[str, int]) -> R:
+    def _replay(self, inputs: list[Buffer], var_vals: dict[str, int], repeated: bool = False) -> R:
+        """Launch the captured kernels on `inputs`. `repeated`: they are the last replay's, so the launches were
+        built for them (the last replay built them, and any other call since would have ended the repeat)."""
         for held in self._state:
             if (t := held.tensor()) is not None and t.uop is not held.node:
                 # assigned a new value outside the function (a checkpoint loaded, say): the kernels read the state
@@ -270,7 +274,7 @@ class TinyJit(Generic[R]):
                     _copy_into(old, new, old.device)
         values = {**self._var_vals, **var_vals}
         launches = self._launches
-        if self._dynamic and not self._built_for_these(inputs, values):
+        if self._dynamic and not repeated and not self._built_for_these(inputs, values):
             regroup = False
             for i in self._dynamic:
                 rec = self._recorded[i]
@@ -496,7 +500,12 @@ def _fill(template: Any, inputs: list[Buffer], values: dict[str, int]) -> Any:
             if b is None:
                 b = inputs[template.input_indices[0]]  # type: ignore[index]
             node = buffer_node(Buffer(b.device, b.size, b.dtype, base=b))
-            uop = node if template.flat else node.reshape(template.shape)
+            if template.flat:
+                uop = node
+            else:
+                uop = node.reshape(template.shape)
+                if uop._shape is False:  # a new node over a new buffer: its shape is known, no need to infer it
+                    uop._shape = template.shape
             return Tensor._over(uop, template.device, template.requires_grad)
         bufs = [inputs[i] if i is not None else b for b, i in zip(template.buffers, template.input_indices)]
         shape = tuple(d if isinstance(d, int) else _rebind(d, values) for d in template.shape)
