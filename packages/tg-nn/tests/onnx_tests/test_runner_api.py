@@ -58,6 +58,23 @@ def test_inputs_in_every_form() -> None:
     assert [c.op for c, _ in runner.graph.nodes] == ["Shape", "Gather", "Unsqueeze", "Concat", "Reshape", "MatMul"]
 
 
+def test_tinygrad_spelling_and_a_model_as_a_uint8_tensor(tmp_path: Path) -> None:
+    # tinygrad 0.14's programs: `from tinygrad.nn.onnx import OnnxRunner`, the model as a path or a Tensor of bytes
+    from tinygrad.nn.onnx import OnnxRunner as TinygradSpelling
+
+    model, w = reshape_by_shape_model()
+    path = tmp_path / "model.onnx"
+    path.write_bytes(model.SerializeToString())
+    x = np.random.default_rng(1).standard_normal((3, 3, 4)).astype(np.float32)
+    want = x.reshape(3, 12) @ w.T
+    for source in (str(path), path, Tensor(np.frombuffer(path.read_bytes(), np.uint8))):
+        runner = TinygradSpelling(source)
+        assert isinstance(runner, OnnxRunner)
+        np.testing.assert_allclose(runner({"x": Tensor(x)})["y"].numpy(), want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(TypeError, match="uint8 Tensor"):
+        OnnxRunner(Tensor([1.0, 2.0]))
+
+
 def test_jit_replays_shape_arithmetic_on_the_host() -> None:
     model, w = reshape_by_shape_model()
     runner = OnnxRunner(model, jit=True)

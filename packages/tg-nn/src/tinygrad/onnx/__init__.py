@@ -1,12 +1,14 @@
 """tinygrad.onnx: run ONNX models with tinygrad.
 
     from tinygrad.onnx import OnnxRunner
-    runner = OnnxRunner("model.onnx")                 # a path, the model's bytes, or an onnx.ModelProto
+    runner = OnnxRunner("model.onnx")                 # a path, the model's bytes (or a uint8 Tensor of them), or
+                                                      # an onnx.ModelProto
     outputs = runner({"input": np_array_or_tensor})   # {output name: Tensor}
 
 Reading models needs the `onnx` package (`pip install 'tg-nn[onnx]'`); importing this module does not. Every node
 becomes Tensor operations on the device; shape arithmetic runs on the host with numpy. `python -m tinygrad.onnx
-model.onnx` runs a model on random inputs and times it.
+model.onnx` runs a model on random inputs and times it. tinygrad 0.14's import path, `tinygrad.nn.onnx`, gives the
+same runner.
 """
 
 from tinygrad.onnx._proto import OnnxError

@@ -39,10 +39,16 @@ def import_onnx() -> Any:
 
 def load_model(model: Any, base_dir: str | os.PathLike | None = None) -> tuple[Any, str | None]:
     """A ModelProto and the folder its external data is read from (None: the model may not have any).
-    `model` is a path, the serialized bytes, or a ModelProto."""
+    `model` is a path, the serialized bytes (also as a uint8 Tensor), or a ModelProto."""
     onnx = import_onnx()
     from google.protobuf.message import DecodeError
+    from tinygrad import Tensor
 
+    if isinstance(model, Tensor):  # the model's bytes in a uint8 tensor, as tinygrad's own runner takes them
+        if model.dtype.name != "uint8" or model.ndim != 1:
+            raise TypeError(f"OnnxRunner takes a model as a 1-D uint8 Tensor of its bytes, got a {model.dtype.name} "
+                            f"tensor of shape {model.shape}")
+        model = model.numpy().tobytes()
     if isinstance(model, onnx.ModelProto):
         proto, folder = model, base_dir
     elif isinstance(model, (bytes, bytearray, memoryview)):
@@ -66,7 +72,8 @@ def load_model(model: Any, base_dir: str | os.PathLike | None = None) -> tuple[A
                             f"truncated") from e
         folder = base_dir if base_dir is not None else os.path.dirname(os.path.abspath(path))
     else:
-        raise TypeError(f"OnnxRunner takes a path, the model's bytes or an onnx.ModelProto, got {type(model).__name__}")
+        raise TypeError(f"OnnxRunner takes a path, the model's bytes (or a uint8 Tensor of them) or an "
+                        f"onnx.ModelProto, got {type(model).__name__}")
     if not proto.HasField("graph"):
         raise OnnxError("the ONNX model has no graph (an empty or truncated file?)")
     return proto, None if folder is None else os.fspath(folder)
