@@ -10,10 +10,10 @@ random ops by shape and dtype). "unsupported" is a NotImplementedError from the 
 not have) or, for this project, a dtype the device cannot hold; any other exception or a wrong value is "failed".
 
 tinygrad 0.14.0 and this project share the import name `tinygrad`, so tinygrad 0.14.0 runs in a worker process of
-its own venv (made by bench/envs.py on first use, with pip), which has no onnx package: this process reads each
-case's inputs and hands them over pickled. The worker runs the next case while this process runs the same case
-here (2 cores, 2 runners). A case that crashes the worker or runs past --timeout counts as failed, and a new
-worker takes the next case.
+its own venv ($TG_BENCH_CACHE/tinygrad-0.14.0-onnx, made with pip on first use: tinygrad, numpy, ml_dtypes), which
+has no onnx package: this process reads each case's inputs and hands them over pickled. The worker runs a case
+while this process runs the same case here (2 cores, 2 runners). A case that crashes the worker or runs past
+--timeout counts as failed, and a new worker takes the next case.
 """
 
 from __future__ import annotations
@@ -138,18 +138,18 @@ def main() -> None:
     os.environ.setdefault("DEV", "CPU")
     sys.path[:0] = [str(NODE_TESTS), str(Path(__file__).resolve().parent)]
     import onnx
-    from envs import frameworks
+    from envs import TINYGRAD_REQUIREMENTS, _ensure_venv
     from harness import tinygrad_path
     from node_data import node_data_dir, read_value
     from test_node_suite import _is_random
 
-    (anchor,) = frameworks(["tinygrad"])
-    if anchor.python is None:
-        raise SystemExit(f"tinygrad 0.14.0 is not available here: {anchor.why_missing}")
+    # tinygrad 0.14.0's bench venv plus ml_dtypes (the version onnx brings here), so that inputs of bfloat16, the
+    # 8- and 4-bit floats and the 4-bit ints reach its runner as they reach ours
+    anchor_python = str(_ensure_venv("tinygrad-0.14.0-onnx", [*TINYGRAD_REQUIREMENTS, "ml_dtypes==0.7.0"]))
     data = node_data_dir(onnx)
     cases = sorted(p.name for p in data.iterdir() if (p / "model.onnx").is_file() and re.search(args.cases, p.name))
     env = {**os.environ, **tinygrad_path(), "DEV": "CPU", "CPU": "1"}
-    theirs = _Tinygrad014(anchor.python, env)
+    theirs = _Tinygrad014(anchor_python, env)
     counts = {side: {"passed": 0, "failed": 0, "unsupported": 0} for side in ("ours", "tinygrad")}
     only: dict[str, list[str]] = {"ours": [], "tinygrad": []}  # cases only one side passes
     start = time.perf_counter()

@@ -183,10 +183,16 @@ class PreparedLaunch:
 
 @functools.cache
 def _native_run_all() -> Callable[..., None] | None:
-    """thread_pool.c's tg_run_all, where a C compiler built the pool library."""
+    """thread_pool.c's tg_run_all, where a C compiler built the pool library (None where none can: replays then
+    call each launch, as they did before the native loop)."""
     from tg_backend_cpu.compiler import find_c_compiler
 
-    return pool_library().tg_run_all if find_c_compiler()[0] is not None else None
+    if find_c_compiler()[0] is None:
+        return None
+    try:
+        return pool_library().tg_run_all  # type: ignore[no-any-return]
+    except Exception:  # a compiler that fails on the pool's source: the replay still runs, launch by launch
+        return None
 
 
 class LaunchSequence:

@@ -325,10 +325,9 @@ def _run_together(launches: list[Callable[[], Any]]) -> tuple[list[Callable[[], 
         while together is not None and j < len(launches) and getattr(launches[j], "run_together", None) == together:
             j += 1
         run = together(launches[i:j]) if together is not None and j - i > 1 else None
-        if run is None:
-            j = i + 1
-            placed.append((len(runs), None))
-            runs.append(launches[i])
+        if run is None:  # each called alone
+            placed.extend((len(runs) + k, None) for k in range(j - i))
+            runs.extend(launches[i:j])
         else:
             placed.extend((len(runs), k) for k in range(j - i))
             runs.append(run)
