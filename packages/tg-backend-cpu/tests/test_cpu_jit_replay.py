@@ -139,3 +139,17 @@ def test_a_sequence_on_a_python_threads_pool_calls_each_launch(monkeypatch: pyte
         for p, old in saved.items():
             p.use_pool(old)
         pool.close()
+
+
+def test_without_a_native_loop_a_replay_calls_each_launch(monkeypatch: pytest.MonkeyPatch) -> None:
+    # no C compiler (the LLVM path alone), or one that cannot build the pool: no sequence is made
+    from tg_backend_cpu import program as cpu_program
+
+    monkeypatch.setattr(cpu_program, "_native_run_all", lambda: None)
+    chain = _chain_of_kernels(3, 21)
+    rng = np.random.default_rng(4)
+    for _ in range(4):
+        x, y = rng.standard_normal(21).astype(np.float32), rng.standard_normal(21).astype(np.float32)
+        out = chain(Tensor(x).realize(), Tensor(y).realize()).numpy()
+        np.testing.assert_array_equal(out, _chain_expected(x, y, 3))
+    assert [type(r).__name__ for r in chain._runs] == ["PreparedLaunch"] * 3
