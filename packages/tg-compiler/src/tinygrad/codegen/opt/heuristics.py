@@ -263,9 +263,12 @@ def _cpu_opts(state: OptState, renderer: Renderer, globals_: list[UOp], reduces:
             state = _row_tile(state, renderer, cpu, simd_amt, sliding)
         # grow a small tile along more reuse axes while one fits; not for little work, where the bigger unrolled body
         # costs more compile time than it saves (as for the MNIST example's 10x576 weight gradient, CHANGELOG),
-        # unless the kernel has a window: a convolution at batch 1 (4x4 and 8x8 outputs) ran up to twice as fast
-        grow_from = CPU_SMALL_WINDOW_WORK if len(reduces) > 1 else CPU_SMALL_WORK
-        while state.upcast_size() < cpu.min_tile and out_size * red_size >= grow_from:
+        # unless the kernel has a window: a convolution at batch 1 (4x4 and 8x8 outputs) ran up to twice as fast,
+        # and faster again with a tile of half the registers (max_tile), as BEAM picks for such layers
+        windowed = len(reduces) > 1
+        grow_from = CPU_SMALL_WINDOW_WORK if windowed else CPU_SMALL_WORK
+        target = cpu.max_tile if windowed and out_size * red_size < CPU_SMALL_WORK else cpu.min_tile
+        while state.upcast_size() < target and out_size * red_size >= grow_from:
             grown = _grow_tile(state, renderer, cpu.max_tile, globals_[0].arg.axis, reuse_id)
             if grown is state:
                 break
