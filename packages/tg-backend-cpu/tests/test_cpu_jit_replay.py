@@ -153,3 +153,22 @@ def test_without_a_native_loop_a_replay_calls_each_launch(monkeypatch: pytest.Mo
         out = chain(Tensor(x).realize(), Tensor(y).realize()).numpy()
         np.testing.assert_array_equal(out, _chain_expected(x, y, 3))
     assert [type(r).__name__ for r in chain._runs] == ["PreparedLaunch"] * 3
+
+
+def test_a_sequence_keeps_its_table_while_new_kernels_compile() -> None:
+    # eager code that compiles new kernels between replays (new shapes) changes no captured launch: the sequence's
+    # table is built once, and only set_threads makes it build again
+    from tg_backend_cpu import program as cpu_program
+
+    if cpu_program._native_run_all() is None:
+        pytest.skip("no C compiler here: replays call each launch")
+    chain = _chain_of_kernels(3, 13)
+    x, y = np.arange(13, dtype=np.float32), np.ones(13, np.float32)
+    for _ in range(3):
+        chain(Tensor(x).realize(), Tensor(y).realize())
+    (sequence,) = chain._runs
+    table = sequence._table
+    for n in range(3, 8):  # new kernels
+        (Tensor.arange(n * 7).float() * 3 - 1).realize()
+        np.testing.assert_array_equal(chain(Tensor(x).realize(), Tensor(y).realize()).numpy(), _chain_expected(x, y, 3))
+    assert table is not None and sequence._table is table

@@ -16,8 +16,8 @@ from tg_backend_cpu.thread_pool import NativeLaunch, ThreadPool, pool_library
 #: waking a worker and waiting for it costs a few microseconds, about what this much work takes on one core
 MIN_WORK_PER_THREAD = 1 << 16
 
-#: bumped whenever a program's launch plan changes (its pool, its threads per launch): a LaunchSequence built
-#: before then rebuilds its table
+#: bumped whenever a program moves to another pool (set_threads), which changes its threads per launch: a
+#: LaunchSequence built before then rebuilds its table. Compiling a new program does not: it is in no sequence yet
 _plan_generation = [0]
 
 #: `{name}_tg_run(const long long *args)` called through its address
@@ -74,12 +74,12 @@ class CPUProgram:
         work = estimated_ops if estimated_ops is not None else self.outer_max
         self.parts = max(1, min(threads, self.outer_max, work // MIN_WORK_PER_THREAD))
         self._launch = self._launch_on_pool if self.parts > 1 else self.run_fn
-        _plan_generation[0] += 1
         return self.parts
 
     def use_pool(self, pool: ThreadPool | PythonThreadPool | None) -> int:
         """Launch on another pool (None: on the calling thread only); returns the threads a launch now uses."""
         self.pool = pool
+        _plan_generation[0] += 1  # the one change to a planned program's launches (a new program is in no sequence)
         return self.plan_launch(self.estimated_ops)
 
     def _launch_on_pool(self, args: ctypes.Array) -> None:
