@@ -113,7 +113,7 @@ def test_average_gradients(twin: TwinComm) -> None:
 def test_host_memory_is_exchanged_where_it_is(twin: TwinComm) -> None:
     # a device whose memory is host memory (CPU) lends MPI its buffers: no copies to and from staging arrays
     from tinygrad import Device
-    from tinygrad.distributed import _buffer, _host_array
+    from tinygrad.distributed import _buffer
 
     t = (Tensor([1.0, 2.0, 3.0]) + 1).realize()
     if getattr(Device[t.device].allocator, "host_view", None) is None:
@@ -121,4 +121,4 @@ def test_host_memory_is_exchanged_where_it_is(twin: TwinComm) -> None:
     out = distributed.all_reduce(t)
     assert out.tolist() == [4.0, 6.0, 8.0] and t.tolist() == [2.0, 3.0, 4.0]
     send, recv = twin.arrays
-    assert np.shares_memory(send, _host_array(_buffer(t))) and np.shares_memory(recv, _host_array(_buffer(out)))
+    assert np.shares_memory(send, _buffer(t).host_array()) and np.shares_memory(recv, _buffer(out).host_array())

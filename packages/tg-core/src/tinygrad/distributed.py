@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tinygrad.device import Buffer, Device
+from tinygrad.device import Buffer
 from tinygrad.dtype import is_emulated_float, to_numpy
 from tinygrad.engine import realize as engine_realize
 from tinygrad.engine.schedule import realized_views
@@ -78,17 +78,6 @@ def world_size() -> int:
 Exchange = Callable[[list[np.ndarray], list[np.ndarray]], None]
 
 
-def _host_array(buf: Buffer) -> np.ndarray | None:
-    """The buffer's memory as a flat numpy array, in place, where its device's memory is host memory (an allocator
-    with `host_view`); None elsewhere."""
-    host_view = getattr(Device[buf.device].allocator, "host_view", None)
-    if host_view is None:
-        return None
-    opaque = buf.opaque  # allocates it if it has no memory yet
-    Device[buf.device].synchronize()  # a kernel still running may write it
-    return np.frombuffer(host_view(opaque, buf.nbytes), dtype=to_numpy(buf.dtype))
-
-
 class _HostExchange:
     """An MPI exchange as a launch: gives MPI its input buffers and its output buffers as host arrays (the buffers'
     own memory where it is host memory, else copies to and from it). A TinyJit capture records it with its buffers,
@@ -102,10 +91,10 @@ class _HostExchange:
 
     def __call__(self, bufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
         outs, ins = bufs[:self._n_out], bufs[self._n_out:]
-        in_arrays = [a if (a := _host_array(b)) is not None else b.numpy() for b in ins]
+        in_arrays = [a if (a := b.host_array()) is not None else b.numpy() for b in ins]
         out_arrays, staged = [], []
         for b in outs:
-            if (a := _host_array(b)) is None:
+            if (a := b.host_array()) is None:
                 a = np.empty(b.size, to_numpy(b.dtype))
                 staged.append((b, a))
             out_arrays.append(a)

@@ -247,12 +247,19 @@ class Buffer:
             self._allocator.copyout(dest, self._opaque)
         return dest
 
-    def numpy(self) -> np.ndarray:
+    def host_array(self) -> np.ndarray | None:
+        """The buffer's memory as a flat numpy array, in place, where its device's memory is host memory (an
+        allocator with the optional `host_view`), after the device's pending work; None elsewhere."""
         self.ensure_allocated()
         host_view = getattr(self._allocator, "host_view", None)
-        if host_view is not None and self.nbytes:  # host memory (the allocator's optional `host_view`): one copy
-            Device[self.device].synchronize()
-            return np.frombuffer(host_view(self._opaque, self.nbytes), dtype=to_numpy(self.dtype)).copy()
+        if host_view is None:
+            return None
+        Device[self.device].synchronize()  # a kernel still running may write it
+        return np.frombuffer(host_view(self._opaque, self.nbytes), dtype=to_numpy(self.dtype))
+
+    def numpy(self) -> np.ndarray:
+        if self.nbytes and (memory := self.host_array()) is not None:  # host memory: one copy
+            return memory.copy()
         out = np.empty(self.size, dtype=to_numpy(self.dtype))
         self.copyout(out.data.cast("B"))
         return out

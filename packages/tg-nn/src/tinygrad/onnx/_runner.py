@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 from tinygrad import Device, Tensor, TinyJit
-from tinygrad.dtype import DType, to_numpy
+from tinygrad.dtype import DType
 from tinygrad.engine.jit import JitError
 from tinygrad.onnx import _ops  # noqa: F401  (fills the registries)
 from tinygrad.onnx._base import HOST_OPS, OPS, RANDOM_OPS, SCOPE_OPS, Absent, HostRead, NodeCtx, Value
@@ -628,10 +628,8 @@ def _writer(t: Tensor) -> Callable[[np.ndarray], None]:
     """A function writing an array of t's shape and dtype into t's buffer: a copy straight into host memory where
     the device has it (the allocator's `host_view`), else a device copy-in of the array's bytes."""
     buf = t._buffer()
-    host_view = getattr(Device[buf.device].allocator, "host_view", None)
-    if host_view is not None and buf.nbytes:
-        view = np.frombuffer(host_view(buf.ensure_allocated().opaque, buf.nbytes), dtype=to_numpy(t.dtype))
-        view = view.reshape(t.shape)
+    if buf.nbytes and (memory := buf.host_array()) is not None:
+        view = memory.reshape(t.shape)
         return lambda arr: np.copyto(view, arr, casting="no")
 
     def copy_in(arr: np.ndarray) -> None:
