@@ -55,8 +55,11 @@ class InvalidIR(RuntimeError):
 #: register tile when its size is a whole number of registers, and a tile of 160 accumulators (32 channels times
 #: a 5-wide kernel row: the MNIST example's first weight gradient) became one <160 x float> that x86 code generation
 #: spilled and rebuilt lane by lane on every iteration, ten times slower than vectors of 128 and 32, which is what
-#: the cap gives (CHANGELOG).
-LLVM_OPTIONS = ("-slp-max-vf=128",)
+#: the cap gives (CHANGELOG). `-dse-memoryssa-walklimit=10`: dead store elimination walked (90 steps by default) from
+#: each of a register tile's hundreds of output stores past all the others, a quarter of the compile time of a large
+#: tile, and never found a dead store: the renderer writes none (each output element is stored once, accumulators
+#: live in registers once promoted), so the kernels compile to the same bytes with the shorter walk.
+LLVM_OPTIONS = ("-slp-max-vf=128", "-dse-memoryssa-walklimit=10")
 _options_set = False
 
 
