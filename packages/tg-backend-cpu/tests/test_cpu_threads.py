@@ -29,15 +29,6 @@ F32 = dtypes.float32
 
 
 @pytest.fixture
-def split_everything() -> Iterator[None]:
-    # not monkeypatch: that is undone after every other fixture, and `cpu` must re-plan with the real threshold
-    before = program_module.MIN_WORK_PER_THREAD
-    program_module.MIN_WORK_PER_THREAD = 1
-    yield
-    program_module.MIN_WORK_PER_THREAD = before
-
-
-@pytest.fixture
 def cpu() -> Iterator[CPUDevice]:
     """Device["CPU"], with its thread count put back afterwards."""
     dev = Device["CPU"]
@@ -155,6 +146,17 @@ def test_elementwise_of_every_size(n: int, threads: int, split_everything: None)
     np.testing.assert_array_equal(many[0], a * np.float32(2) + b)
 
 
+def test_a_kernel_too_small_to_split_keeps_constant_loop_bounds() -> None:
+    # below two threads' minimum work the kernel never runs split, so its loops are not sliced at all
+    small = render([(param(0, (64,)), param(1, (64,)) + 1.0)])
+    loops = [line.strip() for line in small.src.splitlines() if line.strip().startswith("for (")]
+    assert loops and all("tg_" not in loop and "< 64;" in loop for loop in loops)
+    assert f"const long long {small.name}_tg_outer = 0;" in small.src
+    n = 2 * program_module.MIN_WORK_PER_THREAD
+    big = render([(param(0, (n,)), param(1, (n,)) + 1.0)])
+    assert f"const long long {big.name}_tg_outer = {n};" in big.src
+
+
 def test_small_kernels_stay_on_one_thread_and_big_ones_split() -> None:
     dev = CPUDevice(threads=4)
     small = run_ast(dev, [(param(0, (64,)), param(1, (64,)) + 1.0)], {1: np.ones(64, np.float32)})[1]
@@ -264,7 +266,7 @@ def render(stores: list[tuple[UOp, UOp]], renderer: CPURenderer | None = None) -
     return get_program(sink, renderer or CPURenderer())
 
 
-def test_only_the_outermost_loop_takes_a_slice() -> None:
+def test_only_the_outermost_loop_takes_a_slice(split_everything: None) -> None:
     pa = param(1, (37, 1, 29)).expand((37, 11, 29))
     pb = param(2, (11, 29)).reshape((1, 11, 29)).expand((37, 11, 29))
     spec = render([(param(0, (37, 11, 1)), (pa * pb).reduce_axis(Ops.ADD, (2,)))])

@@ -130,7 +130,7 @@ def kernel(c: float, n: int = 64) -> UOp:
     return UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (param(0, n, F32), param(1, n, F32) + c)),))
 
 
-def test_entry_points_have_the_c_path_abi() -> None:
+def test_entry_points_have_the_c_path_abi(split_everything: None) -> None:
     from tg_backend_cpu.llvm_compiler import LLVMCompiler
     from tg_backend_cpu.llvm_loader import entry_points
     from tg_backend_cpu.llvm_renderer import LLVMRenderer

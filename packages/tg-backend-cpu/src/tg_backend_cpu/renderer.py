@@ -22,9 +22,10 @@ from dataclasses import dataclass
 
 from tinygrad.dtype import DType, dtypes
 from tinygrad.renderer.cstyle import CStyleRenderer
-from tinygrad.uop.ops import AxisKind, Ops, UOp
+from tinygrad.uop.ops import AxisKind, GroupOp, Ops, UOp
 from tinygrad.uop.rewrite import PatternMatcher, UPat
 
+from tg_backend_cpu import program as launch_plan
 from tg_backend_cpu import vector_math
 
 SLICE_PARAMS = ("tg_start", "tg_end", "tg_total")
@@ -47,8 +48,27 @@ class SplitPlan:
         return SplitPlan((False,) * n_ranges, 0)
 
 
+def program_work(program: list[UOp]) -> float:
+    """The operations one launch runs: each ALU, load and store times the trip counts of the loops around it
+    (a symbolic bound at its largest value; an unbounded one makes the work infinite)."""
+    work, volume, stack = 0.0, 1.0, []
+    for u in program:
+        if u.op is Ops.RANGE:
+            stack.append(volume)
+            try:
+                volume *= max(int(u.src[0].vmax), 0)
+            except (TypeError, ValueError, OverflowError):
+                return float("inf")
+        elif u.op is Ops.END:
+            volume = stack.pop()
+        elif u.op in GroupOp.ALU or u.op in (Ops.LOAD, Ops.STORE):
+            work += volume
+    return work
+
+
 def plan_split(program: list[UOp]) -> SplitPlan:
-    """Slice the top-level loops when all of them are global and every STORE sits inside one.
+    """Slice the top-level loops when all of them are global, every STORE sits inside one, and the kernel does
+    enough work for two threads (`program.MIN_WORK_PER_THREAD` each).
 
     A store outside the loops would be done by every thread, and a top-level loop of another kind (a reduction
     whose result the output loops read) would be recomputed by every thread: such kernels run on one thread.
@@ -69,7 +89,9 @@ def plan_split(program: list[UOp]) -> SplitPlan:
             depth -= 1
         elif u.op is Ops.STORE and depth == 0:
             splittable = False
-    if not splittable or not any(sliced):
+    # a kernel with less work than two threads' minimum never runs split: its loops keep their constant bounds,
+    # which LLVM and clang compile in a fraction of the time (no vector loop with a remainder for an unknown count)
+    if not splittable or not any(sliced) or program_work(program) < 2 * launch_plan.MIN_WORK_PER_THREAD:
         return SplitPlan.none(len(ranges))
     try:
         outer_max = max(int(r.src[0].vmax) for r, s in zip(ranges, sliced, strict=True) if s)
