@@ -379,3 +379,21 @@ def test_cpu_heuristics_unroll_a_short_reduce_row_whole_for_few_outputs() -> Non
     assert applied == (Opt(OptOps.UNROLL, 3, 20), Opt(OptOps.UNROLL, 2, 2))
     # a long vector's sum (its one output has no axis): 16 accumulators, one AVX-512 register of floats
     assert optimize(lower_kernel(reduce_ast(1, 4096)), CStyleRenderer()).applied == (Opt(OptOps.UNROLL, 0, 16),)
+
+
+def test_cpu_heuristics_compute_the_partial_sums_of_a_split_reduction_side_by_side() -> None:
+    from tinygrad import Tensor
+    # a BatchNorm's statistics over a batch big enough to split: 32 channels times 4 partial sums over chunks of
+    # the batch. The 4 sums are computed side by side (their own accumulators and streams of loads), the row
+    # unrolled by 4; the channels stay the outer loop, which threads split
+    x = Tensor.empty(512, 32, 20, 20)
+    kernels = [si.ast for si in x.sum((0, 2, 3)).schedule()]
+    partial = next(ast for ast in kernels if len(OptState.from_lowered(lower_kernel(ast)).axes) == 5)
+    sizes = [int(r.src[0].arg) for r in OptState.from_lowered(lower_kernel(partial)).axes]
+    assert sizes == [32, 4, 128, 20, 20]
+    assert optimize(lower_kernel(partial), CStyleRenderer()).applied == (
+        Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 3, 4))
+    # an output axis that is the outermost stays a loop: no partial sums side by side, the row unrolled whole
+    ast = Tensor.empty(8, 4, 20, 20).sum((0, 2, 3)).schedule()[-1].ast
+    assert optimize(lower_kernel(ast), CStyleRenderer()).applied == (
+        Opt(OptOps.UNROLL, 3, 20), Opt(OptOps.UNROLL, 2, 2))
