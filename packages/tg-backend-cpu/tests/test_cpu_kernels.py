@@ -201,6 +201,39 @@ def test_reductions(d: DType) -> None:
             assert (math.isnan(g) and math.isnan(w)) if isinstance(w, float) and math.isnan(w) else g == w, (op, g, w)
 
 
+@pytest.mark.parametrize("d", [dtypes.float32, dtypes.float16, dtypes.int8, dtypes.bool, dtypes.bfloat16],
+                         ids=lambda d: d.name)
+def test_transposes_tiled_in_blocks(d: DType) -> None:
+    # big enough for the heuristics' 4x4 blocks (a channels-last copy, a matrix), and sides that are not multiples
+    # of 4 (which stay untiled); every element is a distinct bit pattern of d
+    from tinygrad import Tensor
+    rng = np.random.default_rng(1)
+    for shape, perm in [((64, 16, 12, 20), (0, 2, 3, 1)), ((516, 260), (1, 0)), ((33, 16, 10, 10), (0, 2, 3, 1))]:
+        bits = rng.integers(0, 1 << (8 * d.itemsize), shape, dtype=np.uint64)
+        if d == dtypes.bool:
+            x = Tensor(bits % 2 == 1, device="CPU")
+        elif d == dtypes.bfloat16:
+            x = Tensor((bits % 255).astype(np.float32), device="CPU").cast(d)
+        else:
+            x = Tensor(bits.astype(np.dtype(f"u{d.itemsize}")).view(to_numpy(d)), device="CPU")
+        want = x.numpy().transpose(perm) if d != dtypes.bfloat16 else x.float().numpy().transpose(perm)
+        got = x.permute(perm).contiguous()
+        got_np = got.numpy() if d != dtypes.bfloat16 else got.float().numpy()
+        assert got_np.tobytes() == np.ascontiguousarray(want).tobytes(), (shape, perm)
+
+
+def test_the_partial_sums_of_a_split_reduction() -> None:
+    # a BatchNorm's statistics over a batch big enough to split into partial sums, which run side by side
+    from tinygrad import Tensor
+    x = np.random.default_rng(2).standard_normal((128, 32, 20, 20)).astype(np.float32)
+    got = Tensor(x, device="CPU").sum((0, 2, 3)).numpy()
+    np.testing.assert_allclose(got, x.astype(np.float64).sum((0, 2, 3)), rtol=1e-4, atol=1e-3)
+    # huge through an expand: 2^31 elements of one row, summed per channel
+    row = Tensor(np.arange(32, dtype=np.float32).reshape(1, 32, 1, 1), device="CPU")
+    big = row.expand(4096, 32, 128, 128).sum((0, 2, 3)).numpy()
+    np.testing.assert_allclose(big, np.arange(32) * 4096 * 128 * 128, rtol=1e-5)
+
+
 def test_padding_reads_only_inside_the_buffer() -> None:
     a = np.arange(1, 7, dtype=np.float32).reshape(2, 3)
     x = param(1, (2, 3), F32)

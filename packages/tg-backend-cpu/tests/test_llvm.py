@@ -212,6 +212,13 @@ def test_tensors_threads_and_symbolic_sizes_on_the_llvm_path(tmp_path: Path) -> 
         n = Variable("n", 1, 96)
         rows = Tensor(a)[:n.bind(37)].sum(axis=1).numpy()
         np.testing.assert_allclose(rows, a[:37].sum(axis=1), rtol=1e-4, atol=1e-4)
+        # kernels the heuristics tile in blocks: transposes (a channels-last copy, a matrix), and the partial sums of
+        # a split reduction side by side (a BatchNorm's statistics)
+        x = rng.standard_normal((128, 32, 20, 20), np.float32)
+        np.testing.assert_array_equal(Tensor(x).permute(0, 2, 3, 1).contiguous().numpy(), x.transpose(0, 2, 3, 1))
+        m = rng.standard_normal((516, 260), np.float32)
+        np.testing.assert_array_equal(Tensor(m).T.contiguous().numpy(), m.T)
+        np.testing.assert_allclose(Tensor(x).sum((0, 2, 3)).numpy(), x.sum((0, 2, 3)), rtol=1e-4, atol=1e-3)
         print("ok", Device["CPU"].threads)
     """)
     env = {**os.environ, "CPU_COMPILER": "llvm", "DEV": "CPU", "CPU_THREADS": "4",

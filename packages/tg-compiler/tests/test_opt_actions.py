@@ -397,3 +397,23 @@ def test_cpu_heuristics_compute_the_partial_sums_of_a_split_reduction_side_by_si
     ast = Tensor.empty(8, 4, 20, 20).sum((0, 2, 3)).schedule()[-1].ast
     assert optimize(lower_kernel(ast), CStyleRenderer()).applied == (
         Opt(OptOps.UNROLL, 3, 20), Opt(OptOps.UNROLL, 2, 2))
+
+
+def test_cpu_heuristics_move_a_big_transpose_in_4x4_blocks() -> None:
+    from tinygrad import Tensor
+    from tinygrad.codegen.opt.heuristics import CPU_TRANSPOSE_MIN
+
+    def opts(t: Tensor) -> tuple[Opt, ...]:
+        return optimize(lower_kernel(t.schedule()[-1].ast), CStyleRenderer()).applied
+
+    # a channels-last copy: stored along the channels, loaded along the rows; the channels and the row by 4
+    assert opts(Tensor.empty(64, 32, 24, 24).permute(0, 2, 3, 1).contiguous()) == (
+        Opt(OptOps.UPCAST, 3, 4), Opt(OptOps.UPCAST, 2, 4))
+    # too small to be worth the bigger body, or no transpose (a plain copy), or a side not a multiple of 4: nothing
+    assert 2 * 32 * 24 * 24 < CPU_TRANSPOSE_MIN
+    assert opts(Tensor.empty(2, 32, 24, 24).permute(0, 2, 3, 1).contiguous()) == ()
+    assert opts(Tensor.empty(64, 32, 24, 24).contiguous() + 1) == ()
+    assert opts(Tensor.empty(64, 32, 10, 10).permute(0, 2, 3, 1).contiguous()) == ()
+    # a matrix transposed: its rows (the outermost axis, which threads split) by 4 only when there are many
+    assert opts(Tensor.empty(512, 256).T.contiguous()) == (Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 4))
+    assert opts(Tensor.empty(16384, 16).T.contiguous()) == ()
