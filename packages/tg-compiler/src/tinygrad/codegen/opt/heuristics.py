@@ -307,8 +307,8 @@ def _transpose_tile(state: OptState, renderer: Renderer, globals_: list[UOp], ou
     """An elementwise kernel that transposes (a channels-last copy: stored contiguously along the innermost axis,
     loaded contiguously along another one and with a stride along the innermost): 4x4 blocks, UPCAST along both
     axes, so that each load and each store covers 4 neighbours, which the compiler turns into a few vector loads,
-    shuffles and vector stores instead of a gather of single floats per vector stored (the MNIST example's
-    channels-last copies 1.2-1.4x faster, CHANGELOG). Not for small kernels, whose compile time it would only add to."""
+    shuffles and vector stores instead of a gather of single floats per vector stored (faster on the MNIST example's
+    channels-last copies, as BEAM found; CHANGELOG). Not for small kernels, whose compile time it would only add to."""
     if out_size < CPU_TRANSPOSE_MIN or len(globals_) < 2:
         return state
     stores = _stores(state)
@@ -335,8 +335,8 @@ def _partial_sums(state: OptState, renderer: Renderer, globals_: list[UOp]) -> t
     """A reduction to few outputs with a short output axis inside the outermost one (the 4 partial sums over chunks
     of the batch that `split_large_reductions` makes of a BatchNorm's statistics, per channel): that axis whole as
     an UPCAST, whether it was. Each partial sum then has its own accumulator and reads its own images: several
-    streams of loads and chains of adds in flight instead of one (the MNIST example's BatchNorm statistics and
-    their gradients 1.6-1.9x faster, CHANGELOG). The outermost axis stays a loop for the threads to split."""
+    streams of loads and chains of adds in flight instead of one (faster on the MNIST example's BatchNorm statistics
+    and their gradients, as BEAM found; CHANGELOG). The outermost axis stays a loop for the threads to split."""
     for r in globals_[1:]:
         n = _const(r)
         if n is not None and 2 <= n <= CPU_PARTIAL_SUMS and (ax := _axis_index(state, r.arg.axis)) is not None:
