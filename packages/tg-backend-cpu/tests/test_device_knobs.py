@@ -133,3 +133,46 @@ def test_a_broadcast_input_is_not_copied_whole(monkeypatch: pytest.MonkeyPatch) 
     assert corner == 4 * sum(range(64)) and middle == 9 * sum(range(64))
     # the usual ratio of channels: copied
     assert len(Tensor.empty(2, 16, 8, 8).conv2d(Tensor.empty(16, 16, 3, 3), padding=1).schedule()) == 2
+
+
+@pytest.mark.parametrize("size,kernel", [(12, 3), (16, 3), (13, 3), (12, 1)], ids=["rows10", "rows14", "rows11", "1x1"])
+def test_uneven_rows_read_a_channels_last_weight_where_the_device_asks(monkeypatch: pytest.MonkeyPatch, size: int,
+                                                                       kernel: int) -> None:
+    # a convolution with a window whose rows (size - kernel + 1 wide) leave part of a 16-lane register empty: with
+    # `uneven_rows_channels_last` its weight is read channels-last (one more kernel) and its forward and input
+    # gradient tile output channels times images; a 1x1 convolution keeps its rows. The results stay the same.
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((8, 16, size, size)).astype(np.float32)
+    w = rng.standard_normal((32, 16, kernel, kernel)).astype(np.float32)
+    g = rng.standard_normal((8, 32, size - kernel + 1, size - kernel + 1)).astype(np.float32)
+
+    def run() -> tuple[int, list[str], np.ndarray, np.ndarray, np.ndarray]:
+        tx, tw = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+        out = tx.conv2d(tw)
+        schedule = out.schedule()
+        heaviest = max(schedule, key=lambda si: get_program(si.ast, Device["CPU"].renderer).estimated_ops)
+        opts = list(get_program(heaviest.ast, Device["CPU"].renderer).applied_opts)
+        (out * Tensor(g)).sum().backward()
+        assert tx.grad is not None and tw.grad is not None
+        return len(schedule), opts, out.numpy(), tx.grad.numpy(), tw.grad.numpy()
+
+    renderer = Device["CPU"].renderer
+    monkeypatch.setattr(renderer, "uneven_rows_channels_last", False)
+    rows_kernels, rows_opts, *rows = run()
+    monkeypatch.setattr(renderer, "uneven_rows_channels_last", True)
+    channels_kernels, channels_opts, *channels = run()
+    assert rows_opts[0] == f"UPCAST(3,{size - kernel + 1})"  # the SIMD direction along the rows
+    if kernel == 1:
+        assert (channels_kernels, channels_opts) == (rows_kernels, rows_opts)
+    else:
+        assert channels_kernels == rows_kernels + 1  # the weight's channels-last copy
+        assert channels_opts[0] in ("UPCAST(1,16)", "UPCAST(1,32)")  # the output channels
+    for a, b in zip(channels, rows):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+    torch = pytest.importorskip("torch")
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    ref = torch.nn.functional.conv2d(tx, tw)
+    (ref * torch.tensor(g)).sum().backward()
+    assert tx.grad is not None and tw.grad is not None
+    for got, want in zip(channels, (ref.detach(), tx.grad, tw.grad)):
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-3)

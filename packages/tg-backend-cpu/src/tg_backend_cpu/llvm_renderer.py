@@ -254,6 +254,10 @@ class LLVMRenderer(Renderer):
     # written out); the copy's own border tests it vectorises with masked loads (the measurements are in the
     # CHANGELOG; the C path decides by its compiler, in device.py)
     conv_border_copy = True
+    # a convolution (with a window) whose rows are 10, 12 or 14 floats wide ran several times faster as output
+    # channels read from a channels-last weight times images, in LLVM's hands; clang's code for that tile was
+    # slower than for its rows (the measurements are in the CHANGELOG), so the C path keeps the default
+    uneven_rows_channels_last = True
 
     def render(self, name: str, program: list[UOp]) -> str:
         return _Kernel(name, program, plan_split(program)).render()

@@ -64,6 +64,9 @@ class Renderer:
     #: whether a padded convolution reads a copy of its input with its zero border written out
     #: (`DeviceKnobs.conv_border_copy`); off by default
     conv_border_copy: bool = False
+    #: whether a convolution with a window whose output rows leave part of a register empty reads a channels-last
+    #: weight and tiles its output channels (`DeviceKnobs.uneven_rows_channels_last`); off by default
+    uneven_rows_channels_last: bool = False
     #: rewrites of the kernel graph that this target's compiler prefers, run (with the renderer as ctx) after the
     #: decomposition and before linearizing; each must keep the reference semantics exactly. None: no such pass
     target_rewrites: PatternMatcher | None = None
@@ -74,7 +77,7 @@ class Renderer:
     @property
     def knobs(self) -> DeviceKnobs:
         return DeviceKnobs(self.l2_cache_bytes, self.simd_bytes, self.vector_registers, self.channels_last_min,
-                           self.conv_border_copy)
+                           self.conv_border_copy, self.uneven_rows_channels_last)
 
     def supports_dtype(self, dtype: DType) -> bool:
         return dtype.scalar in self.supported_dtypes

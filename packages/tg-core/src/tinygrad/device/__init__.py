@@ -106,6 +106,11 @@ class DeviceKnobs:
     #: instead of testing the border in its inner loop; pays where the compiler vectorises the copy's own border
     #: tests (False for targets that were not measured)
     conv_border_copy: bool = False
+    #: whether a convolution with a window (wider than one) whose output rows are shorter than a register and leave
+    #: part of its last half empty (10, 12 or 14 of 16 floats) reads a channels-last weight and tiles its output
+    #: channels times images instead of its rows; pays where the compiler builds that tile well (the LLVM path's;
+    #: not clang's, measured)
+    uneven_rows_channels_last: bool = False
 
     def simd_lanes(self, dtype: DType) -> int:
         """Elements of `dtype` in one SIMD register."""

@@ -502,19 +502,25 @@ def _output_channels_last(w: Tensor) -> Tensor:
     return w.permute(tuple(range(1, n)) + (0,)).contiguous().permute((n - 1,) + tuple(range(n - 1)))
 
 
-def _short_rows_conv(device: Any, acc: DType, bs: int, cout: int, outs: tuple[int, ...], padded: bool) -> bool:
+def _short_rows_conv(device: Any, acc: DType, bs: int, cout: int, outs: tuple[int, ...], padded: bool,
+                     window: bool) -> bool:
     """Whether a convolution reads its weight with the output channels innermost (`_output_channels_last`), on a
     device whose knobs ask for channels-last copies: when its output rows are shorter than half a SIMD register
-    (a 4x4 or 6x6 feature map), or than a whole one and padded, the usual SIMD direction along a row leaves lanes
-    empty or tests the border in every lane. With the channels contiguous in the weight, the kernel's tile is
-    registers of output channels times several images, each image's input value broadcast to the channels
-    (ResNet-style 4x4 and padded 8x8 layers at batch 32 ran 1.3-2.7x faster, the MNIST example's 6x6 layer a little,
-    CHANGELOG). The copy is one small kernel per call; it needs whole registers of channels and a batch to tile."""
+    (a 4x4 or 6x6 feature map), or than a whole one and padded, or (with a window wider than one: `window`, where
+    the device asks: `uneven_rows_channels_last`) than a whole one and leave part of its last half empty (10, 12
+    or 14 of 16 lanes), the usual SIMD direction along a row leaves lanes empty or tests the border in every lane.
+    With the channels contiguous in the weight, the kernel's tile is registers of output channels times several
+    images, each image's input value broadcast to the channels (faster on ResNet-style 4x4 and padded 8x8 layers
+    at batch 32, the MNIST example's 6x6 layer and, on the LLVM path, its 10-wide input gradient; not on a 1x1
+    convolution of 12-wide rows, which keeps its rows: CHANGELOG). The copy is one small kernel per call; it needs
+    whole registers of channels and a batch to tile."""
     if not outs:
         return False
     knobs = Device[first_device(device)].knobs
     lanes = knobs.simd_lanes(acc)
-    short = outs[-1] < lanes // 2 or (padded and outs[-1] < lanes)
+    row = outs[-1]
+    uneven = knobs.uneven_rows_channels_last and window and row < lanes and row % (lanes // 2) != 0
+    short = row < lanes // 2 or (padded and row < lanes) or uneven
     return bool(knobs.channels_last_min) and bs >= 4 and cout % (2 * lanes) == 0 and short
 
 
@@ -627,7 +633,7 @@ def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, stride: t
     xp, wa = _pad_spatial(x.cast(acc), pads), weight.cast(acc)
     bordered = border_copy and _copies_border(x.device, xp.shape, (bs, cout) + outs, pads)
     short = _short_rows_conv(x.device, acc, bs, cout, outs,
-                             padded=not bordered and any(b or a for b, a in pads[-1:]))
+                             padded=not bordered and any(b or a for b, a in pads[-1:]), window=kernel[-1] > 1)
     if bordered and not short:
         # the device's compiler prefers the border written out to tested in the inner loop (`conv_border_copy`)
         xp = xp.contiguous()

@@ -160,7 +160,7 @@ def hand_coded_opts(state: OptState, renderer: Renderer) -> OptState:
 
 def _tile_axes(state: OptState, globals_: list[UOp], simd_amounts: tuple[int, ...],
                reuse_amounts: tuple[int, ...], simd_amount: Callable[[int], int | None] | None = None,
-               ) -> tuple[int | None, int | None]:
+               uneven_rows_lose: bool = False) -> tuple[int | None, int | None]:
     """(the SIMD axis, the reuse axis) as Opt axis numbers, among axes whose size one of the amounts divides.
 
     The SIMD axis is contiguous (stride 1) in the most accesses. The reuse axis is the one along which the
@@ -186,14 +186,21 @@ def _tile_axes(state: OptState, globals_: list[UOp], simd_amounts: tuple[int, ..
     def fills_vectors(g: UOp) -> bool:
         # lanes for at least half of a register of the smallest SIMD amount: a weight gradient's 5 kernel columns,
         # along which the image is contiguous, lose to its output channels, along which the gradient is (a copy with
-        # channels innermost, for a first layer of few input channels)
+        # channels innermost, for a first layer of few input channels). With `uneven_rows_lose` (the renderer's
+        # `uneven_rows_channels_last`), in a kernel with a window, a row shorter than a register that leaves part
+        # of its last half empty (10 of 16 lanes) does not either: a convolution's 10-wide output rows lose to its
+        # output channels read from a channels-last weight (`_short_rows_conv` in tg-core), as BEAM found; a 1x1
+        # convolution keeps its rows
         n = _const(g) or 1
         amount = simd_amount(n) if simd_amount is not None else _largest_divisor(n, simd_amounts)
-        return amount is not None and amount >= min(simd_amounts)
+        half = min(simd_amounts)
+        uneven = amount is not None and amount < 2 * half and amount % half != 0
+        return amount is not None and amount >= half and not (uneven and uneven_rows_lose and windowed)
 
     # among axes contiguous in as many loads, one whose lanes no gate tests (a padded row tests the border in every
     # lane, the output channels of a convolution read from a channels-last weight do not)
     window_strides, gated = _window_strides(state), _gated_ranges(state)
+    windowed = len(state.ranges(AxisKind.REDUCE)) > 1
     simd = max((g for g in globals_ if sum(contiguous(g)) > 0 and simd_fits(g)),
                key=lambda g: (contiguous(g)[0], fills_vectors(g), g not in gated, contiguous(g)[1], g.arg.axis),
                default=None)
@@ -239,7 +246,8 @@ def _cpu_opts(state: OptState, renderer: Renderer, globals_: list[UOp], reduces:
         return state
     if out_size >= 256:
         cpu = _Cpu(renderer)
-        simd, reuse = _tile_axes(state, globals_, cpu.simd, CPU_REUSE, cpu.simd_amount)
+        simd, reuse = _tile_axes(state, globals_, cpu.simd, CPU_REUSE, cpu.simd_amount,
+                                 renderer.knobs.uneven_rows_channels_last)
         simd_id = state.axes[simd].arg.axis if simd is not None else None
         reuse_id = state.axes[reuse].arg.axis if reuse is not None else None
         simd_amt = 1
