@@ -51,16 +51,17 @@ class SplitPlan:
 def program_work(program: list[UOp]) -> float:
     """The operations one launch runs: each ALU, load and store times the trip counts of the loops around it
     (a symbolic bound at its largest value; an unbounded one makes the work infinite)."""
-    work, volume, stack = 0.0, 1.0, []
+    work, volume = 0.0, 1.0
+    enclosing: list[float] = []  # the volume outside each open loop
     for u in program:
         if u.op is Ops.RANGE:
-            stack.append(volume)
+            enclosing.append(volume)
             try:
                 volume *= max(int(u.src[0].vmax), 0)
             except (TypeError, ValueError, OverflowError):
                 return float("inf")
         elif u.op is Ops.END:
-            volume = stack.pop()
+            volume = enclosing.pop()
         elif u.op in GroupOp.ALU or u.op in (Ops.LOAD, Ops.STORE):
             work += volume
     return work
