@@ -241,6 +241,77 @@ def address_math(program: list[UOp]) -> set[UOp]:
     return set(post_order(indices, skip=lambda u: u.op not in GroupOp.ALU or u.dtype != dtypes.int32))
 
 
+#: loop metadata that keeps LLVM from vectorising or unrolling a loop (`gathering_loops`)
+SCALAR_LOOP = 900
+SCALAR_LOOP_METADATA = (f"\n!{SCALAR_LOOP} = distinct !{{!{SCALAR_LOOP}, !{SCALAR_LOOP + 1}, !{SCALAR_LOOP + 2}}}\n"
+                        f'!{SCALAR_LOOP + 1} = !{{!"llvm.loop.vectorize.enable", i1 false}}\n'
+                        f'!{SCALAR_LOOP + 2} = !{{!"llvm.loop.unroll.disable"}}\n')
+
+
+def stride_along(u: UOp, r: UOp, memo: dict[UOp, int | None]) -> int | None:
+    """How much integer expression u moves when loop counter r moves by one (None: not an affine function of r)."""
+    if u is r:
+        return 1
+    if u.op in (Ops.CONST, Ops.DEFINE_VAR, Ops.RANGE, Ops.PARAM):
+        return 0
+    if u in memo:
+        return memo[u]
+    strides = [stride_along(s, r, memo) for s in u.src]
+    out: int | None
+    if all(st == 0 for st in strides):
+        out = 0
+    elif None in strides:
+        out = None
+    elif u.op is Ops.ADD:
+        out = strides[0] + strides[1]  # type: ignore[operator]
+    elif u.op is Ops.SUB:
+        out = strides[0] - strides[1]  # type: ignore[operator]
+    elif u.op is Ops.MUL and any(s.op is Ops.CONST for s in u.src):
+        const = next(s for s in u.src if s.op is Ops.CONST)
+        out = next(st for s, st in zip(u.src, strides) if s is not const) * int(const.arg)  # type: ignore[operator]
+    elif u.op is Ops.CAST:
+        out = strides[0]
+    else:
+        out = None
+    memo[u] = out
+    return out
+
+
+def gathering_loops(program: list[UOp]) -> set[UOp]:
+    """The innermost loops of a kernel without accumulators (a copy, an elementwise op) that store one value per
+    iteration and all of whose loads move through memory by more than one element per iteration (a transpose's
+    reads). LLVM's loop vectoriser builds each vector of such loads from single ones and shuffles (gathers are off:
+    `X86_TUNING`), which runs no faster than the scalar loop and made these small kernels several times slower to
+    compile than any other of their size (the CHANGELOG's measurements): their loops are marked to stay scalar. A
+    big transpose is tiled in blocks by the heuristics instead (several stores per iteration) and keeps its loops."""
+    if any(u.op is Ops.DEFINE_ACC for u in program):
+        return set()
+    open_ranges: list[UOp] = []
+    loads: dict[UOp, list[UOp]] = {}
+    stores: dict[UOp, int] = {}
+    nested: set[UOp] = set()
+    for u in program:
+        if u.op is Ops.RANGE:
+            if open_ranges:
+                nested.add(open_ranges[-1])
+            open_ranges.append(u)
+        elif u.op is Ops.END:
+            open_ranges.pop()
+        elif u.op in (Ops.LOAD, Ops.STORE) and open_ranges:
+            if u.op is Ops.LOAD:
+                loads.setdefault(open_ranges[-1], []).append(u)
+            else:
+                stores[open_ranges[-1]] = stores.get(open_ranges[-1], 0) + 1
+    out = set()
+    for r, inner_loads in loads.items():
+        if r in nested or stores.get(r, 0) != 1:  # a tile of stores (an UPCAST) is the SLP vectoriser's to build
+            continue
+        memo: dict[UOp, int | None] = {}
+        if all(stride_along(ld.src[0].src[1], r, memo) not in (0, 1) for ld in inner_loads):
+            out.add(r)
+    return out
+
+
 class LLVMRenderer(Renderer):
     device = "CPU"
     supported_dtypes = frozenset(dtypes.all())
@@ -283,6 +354,7 @@ class _Kernel:
         self.wide = {u for u in self.no_wrap if u.op in (Ops.ADD, Ops.SUB, Ops.MUL)}
         self.loops: list[tuple[str, str, str, str, str]] = []
         self.helper_ops: set[Ops] = set()
+        self.scalar_loops = gathering_loops(program)
 
     # ---- emitting ----
     def fresh(self, prefix: str = "t") -> str:
@@ -341,7 +413,7 @@ class _Kernel:
                 self.open_loop(u, self.plan.sliced[ranges])
                 ranges += 1
             elif op is Ops.END:
-                self.close_loop()
+                self.close_loop(u)
             elif op is Ops.INDEX:
                 gated = len(u.src) > 2
                 offset = f"i64 {self.ref[u.src[1]]}" if u.src[1] in self.wide else \
@@ -383,8 +455,9 @@ class _Kernel:
         kernel = (f'define void @"{self.name}"({signature}) noinline nounwind "prefer-vector-width"="512" {{\n'
                   "entry:\n" + "".join(a + "\n" for a in self.allocas) + "  br label %start\nstart:\n" +
                   "\n".join(self.body) + "\n  ret void\n}\n")
+        metadata = SCALAR_LOOP_METADATA if self.scalar_loops else ""
         return helpers + "\n".join(sorted(self.declarations)) + "\n" + kernel + \
-            self.entry_points([u for _, u in params], [u for _, u in variables])
+            self.entry_points([u for _, u in params], [u for _, u in variables]) + metadata
 
     def entry_points(self, params: list[UOp], variables: list[UOp]) -> str:
         """`{name}_tg_slice(args, start, end, total)` and `{name}_tg_run(args)`, which unpack the argument array (buffer
@@ -435,11 +508,12 @@ class _Kernel:
         self.ref[u] = i
         self.loops.append((k, counter, i, t, hi))
 
-    def close_loop(self) -> None:
+    def close_loop(self, u: UOp) -> None:
         k, counter, i, t, _ = self.loops.pop()
         # the counter stays below its bound, so the increment never wraps
         self.do(f"store {t} {self.ins(f'add nsw {t} {i}, 1')}, ptr {counter}")
-        self.do(f"br label %{k}.head")
+        scalar = f", !llvm.loop !{SCALAR_LOOP}" if u.src[0] in self.scalar_loops else ""
+        self.do(f"br label %{k}.head{scalar}")
         self.label(f"{k}.exit")
 
     # ---- memory ----
