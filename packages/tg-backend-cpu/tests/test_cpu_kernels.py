@@ -234,6 +234,24 @@ def test_the_partial_sums_of_a_split_reduction() -> None:
     np.testing.assert_allclose(big, np.arange(32) * 4096 * 128 * 128, rtol=1e-5)
 
 
+def test_pools_over_a_batch_computed_side_by_side() -> None:
+    # a batch big enough for 8 images side by side (the heuristics' small-window rule), odd sizes, and the backward
+    from tinygrad import Tensor
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((48, 3, 10, 14)).astype(np.float32)
+    t = Tensor(x, device="CPU", requires_grad=True)
+    out = t.max_pool2d(2)
+    want = x.reshape(48, 3, 5, 2, 7, 2).max((3, 5))
+    np.testing.assert_array_equal(out.numpy(), want)
+    out.sum().backward()
+    assert t.grad is not None
+    mask = x == np.repeat(np.repeat(want, 2, axis=2), 2, axis=3)  # distinct values: one maximum per window
+    np.testing.assert_array_equal(t.grad.numpy(), mask.astype(np.float32))
+    avg = Tensor(x, device="CPU").avg_pool2d((3, 3), stride=1).numpy()
+    ref = np.lib.stride_tricks.sliding_window_view(x, (3, 3), axis=(2, 3)).mean((-1, -2))
+    np.testing.assert_allclose(avg, ref, rtol=1e-5, atol=1e-6)
+
+
 def test_padding_reads_only_inside_the_buffer() -> None:
     a = np.arange(1, 7, dtype=np.float32).reshape(2, 3)
     x = param(1, (2, 3), F32)

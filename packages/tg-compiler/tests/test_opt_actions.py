@@ -417,3 +417,15 @@ def test_cpu_heuristics_move_a_big_transpose_in_4x4_blocks() -> None:
     # a matrix transposed: its rows (the outermost axis, which threads split) by 4 only when there are many
     assert opts(Tensor.empty(512, 256).T.contiguous()) == (Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 4))
     assert opts(Tensor.empty(16384, 16).T.contiguous()) == ()
+
+
+def test_cpu_heuristics_compute_a_small_windows_outputs_for_8_images_side_by_side() -> None:
+    from tinygrad import Tensor
+
+    def opts(t: Tensor) -> tuple[Opt, ...]:
+        return optimize(lower_kernel(t.schedule()[-1].ast), CStyleRenderer()).applied
+
+    # a 2x2 max pool over a batch: 8 images side by side, the window a loop
+    assert opts(Tensor.empty(64, 32, 20, 20).max_pool2d(2)) == (Opt(OptOps.UPCAST, 0, 8),)
+    # an outermost axis too short to keep a loop after that: the window unrolled whole, as before
+    assert opts(Tensor.empty(8, 32, 20, 20).max_pool2d(2)) == (Opt(OptOps.UNROLL, 5, 2), Opt(OptOps.UNROLL, 4, 2))

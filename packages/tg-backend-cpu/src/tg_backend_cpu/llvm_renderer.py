@@ -307,7 +307,8 @@ def gathering_loops(program: list[UOp]) -> set[UOp]:
         if r in nested or stores.get(r, 0) != 1:  # a tile of stores (an UPCAST) is the SLP vectoriser's to build
             continue
         memo: dict[UOp, int | None] = {}
-        if all(stride_along(ld.src[0].src[1], r, memo) not in (0, 1) for ld in inner_loads):
+        moving = [st for ld in inner_loads if (st := stride_along(ld.src[0].src[1], r, memo)) != 0]
+        if moving and 1 not in moving:
             out.add(r)
     return out
 

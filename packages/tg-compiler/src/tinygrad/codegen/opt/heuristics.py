@@ -50,6 +50,8 @@ CPU_SMALL_WINDOW_WORK = 1 << 18
 CPU_REDUCE_WHOLE = 32
 #: in a reduction to few outputs, an inner output axis up to this long is computed side by side (`_partial_sums`)
 CPU_PARTIAL_SUMS = 8
+#: a small window's outputs computed side by side along the outermost axis (`_cpu_opts`)
+CPU_POOL_SIDE_BY_SIDE = 8
 #: a transposing elementwise kernel (`_transpose_tile`) of at least this many outputs moves blocks of this size
 CPU_TRANSPOSE_MIN = 1 << 16
 CPU_TRANSPOSE_BLOCK = 4
@@ -236,8 +238,15 @@ def _cpu_opts(state: OptState, renderer: Renderer, globals_: list[UOp], reduces:
     if not reduces:
         return _transpose_tile(state, renderer, globals_, out_size)
     if red_size < 16:
-        # a small window (a 2x2 pool) unrolled whole: straight-line code per output instead of a loop of 2, which
-        # made the MNIST example's pools faster (CHANGELOG)
+        # a small window (a 2x2 pool) over a big batch: 8 images side by side, the window a loop (8 accumulators
+        # and 8 streams of loads in flight); unrolling the window too was several times slower, as was the window
+        # alone unrolled (as BEAM found; CHANGELOG)
+        outer = _const(globals_[0]) if globals_ else None
+        if outer is not None and outer % CPU_POOL_SIDE_BY_SIDE == 0 and outer >= 2 * CPU_POOL_SIDE_BY_SIDE:
+            side_by_side = _try(state, Opt(OptOps.UPCAST, 0, CPU_POOL_SIDE_BY_SIDE), renderer)
+            if side_by_side is not state:
+                return side_by_side
+        # otherwise unrolled whole: straight-line code per output instead of a loop of 2
         while state.ranges(AxisKind.REDUCE) and (n := _const(state.axes[-1])) is not None and n > 1:
             unrolled = _try(state, Opt(OptOps.UNROLL, len(state.axes) - 1, n), renderer)
             if unrolled is state:
