@@ -427,5 +427,9 @@ def test_cpu_heuristics_compute_a_small_windows_outputs_for_8_images_side_by_sid
 
     # a 2x2 max pool over a batch: 8 images side by side, the window a loop
     assert opts(Tensor.empty(64, 32, 20, 20).max_pool2d(2)) == (Opt(OptOps.UPCAST, 0, 8),)
-    # an outermost axis too short to keep a loop after that: the window unrolled whole, as before
-    assert opts(Tensor.empty(8, 32, 20, 20).max_pool2d(2)) == (Opt(OptOps.UNROLL, 5, 2), Opt(OptOps.UNROLL, 4, 2))
+    # an outermost axis too short to keep a loop after that, or rows of whole registers (16 wide), or a window of
+    # one axis (a matmul's short K): unrolled whole, as before
+    unrolled = (Opt(OptOps.UNROLL, 5, 2), Opt(OptOps.UNROLL, 4, 2))
+    assert opts(Tensor.empty(8, 32, 20, 20).max_pool2d(2)) == unrolled
+    assert opts(Tensor.empty(64, 16, 32, 32).max_pool2d(2)) == unrolled
+    assert opts(Tensor.empty(512, 10) @ Tensor.empty(10, 576)) != (Opt(OptOps.UPCAST, 0, 8),)

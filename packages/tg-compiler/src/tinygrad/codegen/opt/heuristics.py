@@ -238,11 +238,14 @@ def _cpu_opts(state: OptState, renderer: Renderer, globals_: list[UOp], reduces:
     if not reduces:
         return _transpose_tile(state, renderer, globals_, out_size)
     if red_size < 16:
-        # a small window (a 2x2 pool) over a big batch: 8 images side by side, the window a loop (8 accumulators
-        # and 8 streams of loads in flight); unrolling the window too was several times slower, as was the window
-        # alone unrolled (as BEAM found; CHANGELOG)
+        # a small 2-D window (a 2x2 pool) over a big batch, with output rows that do not fill whole registers (10
+        # or 3 wide): 8 images side by side, the window a loop (8 accumulators and 8 streams of loads in flight);
+        # unrolling the window too was several times slower, as was the window alone unrolled (as BEAM found).
+        # Rows of whole registers (a ResNet's 16x16 pool) vectorise along the row: the window unrolled (CHANGELOG)
         outer = _const(globals_[0]) if globals_ else None
-        if outer is not None and outer % CPU_POOL_SIDE_BY_SIDE == 0 and outer >= 2 * CPU_POOL_SIDE_BY_SIDE:
+        row = (_const(globals_[-1]) or 1) if globals_ else 1
+        if len(reduces) >= 2 and row % _Cpu(renderer).lanes != 0 and outer is not None and \
+                outer % CPU_POOL_SIDE_BY_SIDE == 0 and outer >= 2 * CPU_POOL_SIDE_BY_SIDE:
             side_by_side = _try(state, Opt(OptOps.UPCAST, 0, CPU_POOL_SIDE_BY_SIDE), renderer)
             if side_by_side is not state:
                 return side_by_side
