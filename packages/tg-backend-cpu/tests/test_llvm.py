@@ -467,7 +467,8 @@ def test_the_loops_of_small_transposes_stay_scalar() -> None:
     # a channels-last copy of a weight: every load of the innermost loop strides by a row
     small = src(Tensor.empty(32, 64, 3, 3).permute(1, 2, 3, 0).contiguous())
     assert marked in small and small.count(", !llvm.loop !") == 1
-    # a plain elementwise op, a big transpose in 4x4 blocks (16 stores an iteration), a reduction: unmarked
+    # a plain elementwise op, a big transpose in 4x4 blocks (16 stores an iteration), reductions, and a short row
+    # reduction unrolled (a row of neighbours per iteration)
     for t in (Tensor.empty(64, 576) * 2, Tensor.empty(64, 32, 24, 24).permute(0, 2, 3, 1).contiguous(),
-              Tensor.empty(64, 32).T.contiguous().sum(1), Tensor.empty(32, 640).sum(1)):
+              Tensor.empty(64, 32).T.contiguous().sum(1), Tensor.empty(32, 640).sum(1), Tensor.empty(512, 10).sum(1)):
         assert "!llvm.loop" not in src(t)

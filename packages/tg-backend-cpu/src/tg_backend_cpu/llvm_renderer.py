@@ -248,42 +248,41 @@ SCALAR_LOOP_METADATA = (f"\n!{SCALAR_LOOP} = distinct !{{!{SCALAR_LOOP}, !{SCALA
                         f'!{SCALAR_LOOP + 2} = !{{!"llvm.loop.unroll.disable"}}\n')
 
 
-def stride_along(u: UOp, r: UOp, memo: dict[UOp, int | None]) -> int | None:
-    """How much integer expression u moves when loop counter r moves by one (None: not an affine function of r)."""
-    if u is r:
-        return 1
-    if u.op in (Ops.CONST, Ops.DEFINE_VAR, Ops.RANGE, Ops.PARAM):
-        return 0
-    if u in memo:
-        return memo[u]
-    strides = [stride_along(s, r, memo) for s in u.src]
-    out: int | None
-    if all(st == 0 for st in strides):
-        out = 0
-    elif None in strides:
-        out = None
-    elif u.op is Ops.ADD:
-        out = strides[0] + strides[1]  # type: ignore[operator]
-    elif u.op is Ops.SUB:
-        out = strides[0] - strides[1]  # type: ignore[operator]
-    elif u.op is Ops.MUL and any(s.op is Ops.CONST for s in u.src):
-        const = next(s for s in u.src if s.op is Ops.CONST)
-        out = next(st for s, st in zip(u.src, strides) if s is not const) * int(const.arg)  # type: ignore[operator]
-    elif u.op is Ops.CAST:
-        out = strides[0]
-    else:
-        out = None
-    memo[u] = out
-    return out
+def stride_along(expr: UOp, r: UOp) -> int | None:
+    """How much integer expression `expr` moves when loop counter r moves by one (None: not an affine function of
+    r)."""
+    strides: dict[UOp, int | None] = {}
+    for u in post_order([expr]):
+        srcs = [strides[s] for s in u.src]
+        st: int | None = None
+        if u is r:
+            st = 1
+        elif u.op in (Ops.CONST, Ops.DEFINE_VAR, Ops.RANGE, Ops.PARAM) or all(x == 0 for x in srcs):
+            st = 0
+        elif u.op is Ops.CAST:
+            st = srcs[0]
+        elif len(srcs) == 2 and (a := srcs[0]) is not None and (b := srcs[1]) is not None:
+            if u.op is Ops.ADD:
+                st = a + b
+            elif u.op is Ops.SUB:
+                st = a - b
+            elif u.op is Ops.MUL and u.src[1].op is Ops.CONST:
+                st = a * int(u.src[1].arg)
+            elif u.op is Ops.MUL and u.src[0].op is Ops.CONST:
+                st = b * int(u.src[0].arg)
+        strides[u] = st
+    return strides[expr]
 
 
 def gathering_loops(program: list[UOp]) -> set[UOp]:
     """The innermost loops of a kernel without accumulators (a copy, an elementwise op) that store one value per
-    iteration and all of whose loads move through memory by more than one element per iteration (a transpose's
-    reads). LLVM's loop vectoriser builds each vector of such loads from single ones and shuffles (gathers are off:
-    `X86_TUNING`), which runs no faster than the scalar loop and made these small kernels several times slower to
-    compile than any other of their size (the CHANGELOG's measurements): their loops are marked to stay scalar. A
-    big transpose is tiled in blocks by the heuristics instead (several stores per iteration) and keeps its loops."""
+    iteration from one load that moves through memory by more than one element per iteration (a transpose's read;
+    loads that do not move are read once). LLVM's loop vectoriser builds each vector of such loads from single ones
+    and shuffles (gathers are off: `X86_TUNING`), which runs no faster than the scalar loop and made these small
+    kernels several times slower to compile than any other of their size (the CHANGELOG's measurements): their
+    loops are marked to stay scalar. A big transpose is tiled in blocks by the heuristics instead (several stores
+    per iteration) and keeps its loops, as does a loop that reads a row of neighbours per iteration (a short
+    reduction unrolled)."""
     if any(u.op is Ops.DEFINE_ACC for u in program):
         return set()
     open_ranges: list[UOp] = []
@@ -306,9 +305,8 @@ def gathering_loops(program: list[UOp]) -> set[UOp]:
     for r, inner_loads in loads.items():
         if r in nested or stores.get(r, 0) != 1:  # a tile of stores (an UPCAST) is the SLP vectoriser's to build
             continue
-        memo: dict[UOp, int | None] = {}
-        moving = [st for ld in inner_loads if (st := stride_along(ld.src[0].src[1], r, memo)) != 0]
-        if moving and 1 not in moving:
+        moving = [st for ld in inner_loads if (st := stride_along(ld.src[0].src[1], r)) != 0]
+        if len(moving) == 1 and moving[0] != 1:
             out.add(r)
     return out
 

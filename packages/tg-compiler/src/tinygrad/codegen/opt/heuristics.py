@@ -246,9 +246,9 @@ def _cpu_opts(state: OptState, renderer: Renderer, globals_: list[UOp], reduces:
         row = (_const(globals_[-1]) or 1) if globals_ else 1
         if len(reduces) >= 2 and row % _Cpu(renderer).lanes != 0 and outer is not None and \
                 outer % CPU_POOL_SIDE_BY_SIDE == 0 and outer >= 2 * CPU_POOL_SIDE_BY_SIDE:
-            side_by_side = _try(state, Opt(OptOps.UPCAST, 0, CPU_POOL_SIDE_BY_SIDE), renderer)
-            if side_by_side is not state:
-                return side_by_side
+            images = _try(state, Opt(OptOps.UPCAST, 0, CPU_POOL_SIDE_BY_SIDE), renderer)
+            if images is not state:
+                return images
         # otherwise unrolled whole: straight-line code per output instead of a loop of 2
         while state.ranges(AxisKind.REDUCE) and (n := _const(state.axes[-1])) is not None and n > 1:
             unrolled = _try(state, Opt(OptOps.UNROLL, len(state.axes) - 1, n), renderer)
