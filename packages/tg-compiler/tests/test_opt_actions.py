@@ -230,6 +230,11 @@ def test_gpu_renderers_keep_32_bit_address_math() -> None:
     assert "long alu" not in src and "int alu" in src
 
 
+def last_kernel_opts(t: object) -> tuple[Opt, ...]:
+    """The opts the CPU heuristics give the last kernel of a tensor's schedule."""
+    return optimize(lower_kernel(t.schedule()[-1].ast), CStyleRenderer()).applied  # type: ignore[attr-defined]
+
+
 def _heaviest_kernel(t: object) -> object:
     """The schedule item of t with the most estimated operations (a gradient also schedules small copies)."""
     items = t.schedule()  # type: ignore[attr-defined]
@@ -394,8 +399,7 @@ def test_cpu_heuristics_compute_the_partial_sums_of_a_split_reduction_side_by_si
     assert optimize(lower_kernel(partial), CStyleRenderer()).applied == (
         Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 3, 4))
     # an output axis that is the outermost stays a loop: no partial sums side by side, the row unrolled whole
-    ast = Tensor.empty(8, 4, 20, 20).sum((0, 2, 3)).schedule()[-1].ast
-    assert optimize(lower_kernel(ast), CStyleRenderer()).applied == (
+    assert last_kernel_opts(Tensor.empty(8, 4, 20, 20).sum((0, 2, 3))) == (
         Opt(OptOps.UNROLL, 3, 20), Opt(OptOps.UNROLL, 2, 2))
 
 
@@ -403,33 +407,28 @@ def test_cpu_heuristics_move_a_big_transpose_in_4x4_blocks() -> None:
     from tinygrad import Tensor
     from tinygrad.codegen.opt.heuristics import CPU_TRANSPOSE_MIN
 
-    def opts(t: Tensor) -> tuple[Opt, ...]:
-        return optimize(lower_kernel(t.schedule()[-1].ast), CStyleRenderer()).applied
-
     # a channels-last copy: stored along the channels, loaded along the rows; the channels and the row by 4
-    assert opts(Tensor.empty(64, 32, 24, 24).permute(0, 2, 3, 1).contiguous()) == (
+    assert last_kernel_opts(Tensor.empty(64, 32, 24, 24).permute(0, 2, 3, 1).contiguous()) == (
         Opt(OptOps.UPCAST, 3, 4), Opt(OptOps.UPCAST, 2, 4))
     # too small to be worth the bigger body, or no transpose (a plain copy), or a side not a multiple of 4: nothing
     assert 2 * 32 * 24 * 24 < CPU_TRANSPOSE_MIN
-    assert opts(Tensor.empty(2, 32, 24, 24).permute(0, 2, 3, 1).contiguous()) == ()
-    assert opts(Tensor.empty(64, 32, 24, 24).contiguous() + 1) == ()
-    assert opts(Tensor.empty(64, 32, 10, 10).permute(0, 2, 3, 1).contiguous()) == ()
+    assert last_kernel_opts(Tensor.empty(2, 32, 24, 24).permute(0, 2, 3, 1).contiguous()) == ()
+    assert last_kernel_opts(Tensor.empty(64, 32, 24, 24).contiguous() + 1) == ()
+    assert last_kernel_opts(Tensor.empty(64, 32, 10, 10).permute(0, 2, 3, 1).contiguous()) == ()
     # a matrix transposed: its rows (the outermost axis, which threads split) by 4 only when there are many
-    assert opts(Tensor.empty(512, 256).T.contiguous()) == (Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 4))
-    assert opts(Tensor.empty(16384, 16).T.contiguous()) == ()
+    assert last_kernel_opts(Tensor.empty(512, 256).T.contiguous()) == (
+        Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 4))
+    assert last_kernel_opts(Tensor.empty(16384, 16).T.contiguous()) == ()
 
 
 def test_cpu_heuristics_compute_a_small_windows_outputs_for_8_images_side_by_side() -> None:
     from tinygrad import Tensor
 
-    def opts(t: Tensor) -> tuple[Opt, ...]:
-        return optimize(lower_kernel(t.schedule()[-1].ast), CStyleRenderer()).applied
-
     # a 2x2 max pool over a batch: 8 images side by side, the window a loop
-    assert opts(Tensor.empty(64, 32, 20, 20).max_pool2d(2)) == (Opt(OptOps.UPCAST, 0, 8),)
+    assert last_kernel_opts(Tensor.empty(64, 32, 20, 20).max_pool2d(2)) == (Opt(OptOps.UPCAST, 0, 8),)
     # an outermost axis too short to keep a loop after that, or rows of whole registers (16 wide), or a window of
     # one axis (a matmul's short K): unrolled whole, as before
     unrolled = (Opt(OptOps.UNROLL, 5, 2), Opt(OptOps.UNROLL, 4, 2))
-    assert opts(Tensor.empty(8, 32, 20, 20).max_pool2d(2)) == unrolled
-    assert opts(Tensor.empty(64, 16, 32, 32).max_pool2d(2)) == unrolled
-    assert opts(Tensor.empty(512, 10) @ Tensor.empty(10, 576)) != (Opt(OptOps.UPCAST, 0, 8),)
+    assert last_kernel_opts(Tensor.empty(8, 32, 20, 20).max_pool2d(2)) == unrolled
+    assert last_kernel_opts(Tensor.empty(64, 16, 32, 32).max_pool2d(2)) == unrolled
+    assert last_kernel_opts(Tensor.empty(512, 10) @ Tensor.empty(10, 576)) != (Opt(OptOps.UPCAST, 0, 8),)
