@@ -116,9 +116,10 @@ def _backend_session(session: nox.Session, device: str, packages: list[str]) -> 
     workers = os.environ.get("PYTEST_WORKERS", "2")
     session.run("pytest", "-n", workers, "-q", f"{packages[-1]}/tests", *session.posargs)
     # the op table, the sizes that need split reductions and 64-bit indices (or the device's clear refusal), writes
-    # through views, gathers folded into loads, and tinygrad programs
+    # through views, TinyJit against eager on random programs, gathers folded into loads, and tinygrad programs
     device_suites = [f"packages/tg-core/tests/{name}.py" for name in
-                     ("test_ops", "test_sum_accuracy", "test_split_reduce", "test_large_sizes", "test_assign_views")]
+                     ("test_ops", "test_sum_accuracy", "test_split_reduce", "test_large_sizes", "test_assign_views",
+                      "test_jit_property")]
     device_suites += ["packages/tg-compiler/tests/test_gather_fold.py",
                       "packages/tg-nn/tests/test_tinygrad_programs.py"]
     session.run("pytest", "-n", workers, "-q", *device_suites, *session.posargs,

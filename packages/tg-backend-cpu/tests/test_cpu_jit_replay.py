@@ -76,7 +76,7 @@ def test_a_replay_runs_its_kernels_from_one_native_call(monkeypatch: pytest.Monk
               for _ in range(6)]
     for x, y in arrays[:2]:
         chain(Tensor(x).realize(), Tensor(y).realize())
-    assert [type(r).__name__ for r in chain._runs] == ["LaunchSequence"]
+    assert [type(r).__name__ for r in chain._current.runs] == ["LaunchSequence"]
     per_kernel = []
     monkeypatch.setattr(cpu_program.PreparedLaunch, "__call__", lambda self: per_kernel.append(self))
     for x, y in arrays[2:]:  # new input memory every call: the sequence takes the rebuilt launches
@@ -123,7 +123,7 @@ def test_a_sequence_on_a_python_threads_pool_calls_each_launch(monkeypatch: pyte
     x, y = rng.standard_normal(70000).astype(np.float32), rng.standard_normal(70000).astype(np.float32)
     for _ in range(2):
         chain(Tensor(x).realize(), Tensor(y).realize())
-    programs = {launch.program for launch in chain._launches if isinstance(launch, cpu_program.PreparedLaunch)}
+    programs = {launch.program for launch in chain._current.launches if isinstance(launch, cpu_program.PreparedLaunch)}
     pool = PythonThreadPool(2)
     saved = {p: p.pool for p in programs}
     try:
@@ -152,7 +152,7 @@ def test_without_a_native_loop_a_replay_calls_each_launch(monkeypatch: pytest.Mo
         x, y = rng.standard_normal(21).astype(np.float32), rng.standard_normal(21).astype(np.float32)
         out = chain(Tensor(x).realize(), Tensor(y).realize()).numpy()
         np.testing.assert_array_equal(out, _chain_expected(x, y, 3))
-    assert [type(r).__name__ for r in chain._runs] == ["PreparedLaunch"] * 3
+    assert [type(r).__name__ for r in chain._current.runs] == ["PreparedLaunch"] * 3
 
 
 def test_a_sequence_keeps_its_table_while_new_kernels_compile() -> None:
@@ -166,7 +166,7 @@ def test_a_sequence_keeps_its_table_while_new_kernels_compile() -> None:
     x, y = np.arange(13, dtype=np.float32), np.ones(13, np.float32)
     for _ in range(3):
         chain(Tensor(x).realize(), Tensor(y).realize())
-    (sequence,) = chain._runs
+    (sequence,) = chain._current.runs
     table = sequence._table
     for n in range(3, 8):  # new kernels
         (Tensor.arange(n * 7).float() * 3 - 1).realize()

@@ -28,7 +28,7 @@ from tinygrad.dtype import (
     to_numpy,
 )
 from tinygrad.engine import dispatch
-from tinygrad.engine.jit_state import check_host_read, note_assign
+from tinygrad.engine.jit_state import check_host_read, check_not_overwritten, note_assign
 from tinygrad.engine.realize import run_schedule
 from tinygrad.engine.schedule import (
     ScheduleItem,
@@ -550,6 +550,7 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         view = realized_views.get(self.uop)
         base = base_buffer(view if view is not None else self.uop)
         assert base is not None, "realize() leaves a contiguous buffer"
+        check_not_overwritten((base.arg,))
         return base.arg
 
     def numpy(self) -> np.ndarray:

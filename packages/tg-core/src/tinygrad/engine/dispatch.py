@@ -22,6 +22,7 @@ from typing import Any
 
 from tinygrad.device import Allocator, Buffer, Device
 from tinygrad.dtype import DType
+from tinygrad.engine.jit_state import check_not_overwritten, overwritten
 from tinygrad.engine.realize import capture_hooks
 from tinygrad.engine.schedule_item import ScheduleItem
 from tinygrad.helpers import DEBUG, PROFILE, VIZ, ContextVar, GlobalCounters
@@ -118,6 +119,8 @@ def lookup(key: tuple) -> _Entry | None:
 
 def launch(entry: _Entry, bufs: list[Buffer]) -> UOp:
     """Run a remembered kernel on new source buffers; the view of its new output buffer."""
+    if overwritten:  # an output of an earlier TinyJit replay that a later one wrote over is not read
+        check_not_overwritten(bufs)
     out = Buffer.allocated(entry.device, entry.size, entry.dtype, entry.allocator)
     if entry.size:  # nothing to compute for an empty output
         inputs = entry.inputs

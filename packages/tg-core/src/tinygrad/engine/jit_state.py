@@ -4,10 +4,12 @@ imports Tensor): whether it is being captured, and which tensors it assigned to.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from tinygrad.device import Buffer
     from tinygrad.tensor import Tensor
     from tinygrad.uop.ops import UOp
 
@@ -51,9 +53,29 @@ def check_host_read(what: str) -> None:
                        f"from the function and read it outside")
 
 
+#: Buffers a TinyJit replay wrote over, each with what reading it now raises: the outputs of an earlier replay
+#: (replays reuse their output memory, as tinygrad's do). The engine checks the buffers it reads against it.
+overwritten: weakref.WeakKeyDictionary[Buffer, str] = weakref.WeakKeyDictionary()
+
+
+def check_not_overwritten(bufs: Iterable[Buffer]) -> None:
+    """Raise JitError if one of `bufs` holds an output that a later replay of its TinyJit wrote over."""
+    if overwritten:
+        for b in bufs:
+            if (why := overwritten.get(b)) is not None:
+                raise JitError(why)
+
+
+#: Called by every assign with the tensor and the graph it held before, while some capture reads memory that a
+#: tensor held at capture (the jit registers it): an assign outside the function must reach the replays.
+on_assign: Callable[[Tensor, UOp], None] | None = None
+
+
 def note_assign(t: Tensor) -> None:
     global assign_generation
     superseded.add(t.uop)
     assign_generation += 1
     if running and id(t) not in running[-1].assigned:
         running[-1].assigned[id(t)] = (t, t.uop)
+    if on_assign is not None:
+        on_assign(t, t.uop)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from tinygrad.device import Buffer, Device, Runner
 from tinygrad.engine import profile
+from tinygrad.engine.jit_state import check_not_overwritten, overwritten
 from tinygrad.engine.schedule import ScheduleItem
 from tinygrad.helpers import DEBUG, PROFILE, GlobalCounters, colored
 from tinygrad.uop.ops import UOp
@@ -66,6 +67,9 @@ def run_schedule(schedule: list[ScheduleItem]) -> None:
               file=sys.stderr)
     if len(schedule) > 1:
         _precompile(schedule)
+    if overwritten:  # an output of an earlier TinyJit replay that a later one wrote over is not read
+        for si in schedule:
+            check_not_overwritten(si.bufs)
     for si in schedule:
         bufs = si.bufs
         for b in bufs:
