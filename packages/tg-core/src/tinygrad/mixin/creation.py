@@ -19,6 +19,7 @@ import numpy as np
 
 from tinygrad.device import Buffer, Device, dtype_error
 from tinygrad.dtype import DType, DTypeLike, dtypes, is_emulated_float, to_dtype, to_numpy
+from tinygrad.engine import jit_state
 from tinygrad.engine.schedule import buffer_view
 from tinygrad.errors import DTypeError
 from tinygrad.helpers import TRAINING, prod
@@ -521,7 +522,8 @@ class CreationMixin(TensorBase):
     def multinomial(self: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
         """Indices drawn from the categories of each row of `self` (1-D or 2-D non-negative weights, not
         necessarily normalized). Without replacement an index appears at most once per row. Returns int32
-        (tinygrad's choice; PyTorch returns int64). The draw finishes on the host, so it cannot run inside TinyJit.
+        (tinygrad's choice; PyTorch returns int64). The draw runs on the device, inside TinyJit too; the weights are
+        checked on the host (finite, non-negative, a positive one per row) except while a TinyJit captures.
 
         Examples:
             >>> Tensor.manual_seed(0)
@@ -539,31 +541,25 @@ class CreationMixin(TensorBase):
         if not replacement and num_samples > self.shape[-1]:
             raise RuntimeError(f"cannot draw {num_samples} samples without replacement from {self.shape[-1]} "
                                f"categories")
-        w = self.float().numpy().astype(np.float64).reshape(-1, self.shape[-1])
-        if not np.isfinite(w).all() or (w < 0).any():
-            raise RuntimeError("multinomial weights must be finite and non-negative (got inf, nan or a negative)")
-        total = w.sum(axis=1, keepdims=True)
-        if (total <= 0).any():
-            raise RuntimeError("multinomial needs a positive weight in every row (a row sums to 0)")
-        rows, cats = w.shape
+        cats = self.shape[-1]
+        w = self.float().reshape(-1, cats)
+        if not (jit_state.tracing_functions or (jit_state.running and jit_state.running[-1].capturing)):
+            _check_multinomial_weights(w.numpy(), num_samples, replacement)  # a replay could not check on the host
+        rows = w.shape[0]
         if replacement:
-            u = _host_uniform(self, rows * num_samples).reshape(rows, num_samples)
-            cdf = np.cumsum(w / total, axis=1)
-            idx = np.stack([np.searchsorted(c, r, side="right") for c, r in zip(cdf, u)])
+            # the index of a draw u is the number of cdf entries at or below it (the first category whose cdf passes u)
+            cdf = (w / w.sum(axis=1, keepdim=True)).cumsum(axis=1)
+            u = type(self).rand(rows, num_samples, device=self.device)
+            idx = (cdf.reshape(rows, 1, cats) <= u.reshape(rows, num_samples, 1)).sum(axis=2)
             # rounding can leave the cdf's end just below 1: a draw past it takes the last positive category
-            last = cats - 1 - np.argmax(w[:, ::-1] > 0, axis=1)
-            idx = np.minimum(idx, last[:, None])
+            last = ((w > 0).where(type(self).arange(cats, device=self.device).reshape(1, cats), 0)).max(axis=1)
+            idx = idx.minimum(last.reshape(rows, 1))
         else:
-            if ((w > 0).sum(axis=1) < num_samples).any():
-                raise RuntimeError(f"cannot draw {num_samples} samples without replacement: a row has fewer "
-                                   f"categories of positive weight")
             # exponential races: the first num_samples arrivals of clocks running at rates w (rate 0 never arrives)
-            u = _host_uniform(self, rows * cats).reshape(rows, cats)
-            with np.errstate(divide="ignore"):
-                arrival = -np.log1p(-u) / w
-            idx = np.argsort(arrival, axis=1, kind="stable")[:, :num_samples]
-        out = idx.astype(np.int32).reshape(self.shape[:-1] + (num_samples,))
-        return type(self)(out, device=self.device, dtype=dtypes.int32)
+            u = type(self).rand(rows, cats, device=self.device)
+            arrival = (w > 0).where(-(1 - u).log() / w, float("inf"))
+            idx = arrival.topk(num_samples, dim=1, largest=False)[1]
+        return idx.cast(dtypes.int32).reshape(self.shape[:-1] + (num_samples,))
 
     def dropout(self: Tensor, p: float = 0.5) -> Tensor:
         """In training mode (`Tensor.training`, or `Context(TRAINING=1)`), zero each element with probability p and
@@ -608,8 +604,13 @@ def _float_dtype(dtype: DTypeLike | None, name: str) -> DType:
     return d
 
 
-def _host_uniform(like: Tensor, n: int) -> np.ndarray:
-    """n float64 values in [0, 1) from bits drawn on like's device (53 of them each), for the draws finished on the
-    host."""
-    raw = type(like).random_bits(n, dtype=dtypes.uint64, device=like.device).numpy()
-    return (raw >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+def _check_multinomial_weights(w: np.ndarray, num_samples: int, replacement: bool) -> None:
+    if not np.isfinite(w).all() or (w < 0).any():
+        raise RuntimeError("multinomial weights must be finite and non-negative (got inf, nan or a negative)")
+    if (w.sum(axis=1) <= 0).any():
+        raise RuntimeError("multinomial needs a positive weight in every row (a row sums to 0)")
+    if not replacement and ((w > 0).sum(axis=1) < num_samples).any():
+        raise RuntimeError(f"cannot draw {num_samples} samples without replacement: a row has fewer categories of "
+                           f"positive weight")
+
+

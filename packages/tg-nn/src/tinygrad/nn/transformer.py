@@ -246,8 +246,8 @@ def sample(logits: Tensor, temperature: float = 0.0, top_k: int = 0, top_p: floa
         t = _largest_threshold(probs, probs, top_p, zero, probs.max(-1, keepdim=True))
         x = (probs >= t).where(x, -math.inf)
     # the Gumbel-max trick: argmax(x + Gumbel noise) is a draw from softmax(x), made on the device with one pass
-    # over the vocabulary (Tensor.multinomial reads the weights on the host, which a jitted step cannot do);
-    # removed tokens stay at -inf. The uniforms are kept off 0 so the noise is finite.
+    # over the vocabulary (Tensor.multinomial compares every draw with the whole cdf); removed tokens stay at -inf.
+    # The uniforms are kept off 0 so the noise is finite.
     u = Tensor.rand(*x.shape, device=x.device).maximum(1e-20)
     return (x - (-u.log()).log()).argmax(-1).reshape(logits.shape[:-1]).cast(dtypes.int32)
 
