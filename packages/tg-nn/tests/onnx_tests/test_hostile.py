@@ -220,10 +220,10 @@ def _constant_of_shape_model(shape_from_input: bool) -> Any:
 
 
 def test_huge_shapes_computed_in_the_graph() -> None:
-    with pytest.raises(OnnxError, match="elements"):
+    with pytest.raises(OnnxError, match="max_tensor_bytes"):
         OnnxRunner(_constant_of_shape_model(False))
     runner = OnnxRunner(_constant_of_shape_model(True))
-    with pytest.raises(OnnxError, match="elements"):
+    with pytest.raises(OnnxError, match="max_tensor_bytes"):
         runner({"shape": np.array([1 << 30, 1 << 30], np.int64)})
     with pytest.raises(OnnxError, match="negative"):
         runner({"shape": np.array([-1, 3], np.int64)})

@@ -9,6 +9,11 @@ Reading models needs the `onnx` package (`pip install 'tg-nn[onnx]'`); importing
 becomes Tensor operations on the device; shape arithmetic runs on the host with numpy. `python -m tinygrad.onnx
 model.onnx` runs a model on random inputs and times it. tinygrad 0.14's import path, `tinygrad.nn.onnx`, gives the
 same runner.
+
+A damaged or hostile model fails with an OnnxError that names the node: a malformed node (a missing attribute, a
+wrong count of inputs or pads) when it is loaded or built, and a node that would make a tensor out of all proportion
+to the model and its inputs before anything is allocated (`OnnxRunner(..., max_tensor_bytes=)` or the environment
+variable TG_ONNX_MAX_TENSOR_BYTES raises that limit for a trusted model).
 """
 
 from tinygrad.onnx._proto import OnnxError

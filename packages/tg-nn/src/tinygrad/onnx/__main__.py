@@ -62,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jit", action="store_true", help="replay calls through TinyJit")
     ap.add_argument("--device", default=None, help="device (default: Device.DEFAULT)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    ap.add_argument("--max-tensor-bytes", type=int, default=None, metavar="BYTES",
+                    help="the largest tensor the model may make (default: in proportion to the model and its inputs)")
     args = ap.parse_args(argv)
 
     from tinygrad import Device
@@ -70,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import_onnx()  # importing onnx itself is not the model's load time
     t0 = time.perf_counter()
-    runner = OnnxRunner(args.model, device=args.device, jit=args.jit)
+    runner = OnnxRunner(args.model, device=args.device, jit=args.jit, max_tensor_bytes=args.max_tensor_bytes)
     load_s = time.perf_counter() - t0
     given = {k: np.load(v) for k, v in _pairs(args.input, "--input").items()}
     dims = {k: int(v) for k, v in _pairs(args.dim, "--dim").items()}

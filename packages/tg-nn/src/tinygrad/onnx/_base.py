@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tinygrad import Tensor, dtypes
 from tinygrad.dtype import DType
-from tinygrad.onnx._proto import EMULATED, MAX_ELEMENTS, OnnxError, tg_dtype
+from tinygrad.onnx._proto import EMULATED, OnnxError, tg_dtype
 
 if TYPE_CHECKING:
     from tinygrad.onnx._runner import _Scope
@@ -66,6 +66,26 @@ class NodeCtx:
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)
 
+    def required(self, name: str) -> Any:
+        """An attribute the op cannot run without (a subgraph, a count): its absence is the model's fault."""
+        if name not in self.attrs:
+            raise self.fail(f"the required attribute {name!r} is missing")
+        return self.attrs[name]
+
+    def sized_ints(self, name: str, n: int, default: int, minimum: int | None = None, need: str = "") -> list[int]:
+        """An INTS attribute that must hold exactly `n` values (one per spatial axis, or two for pads); `default`
+        fills all `n` when it is absent. Values below `minimum` are refused (a zero stride divides by zero)."""
+        v = self.attrs.get(name)
+        if v is None or (isinstance(v, list) and not v):
+            return [default] * n
+        if not isinstance(v, list) or not all(isinstance(x, int) for x in v):
+            raise self.fail(f"attribute {name!r} must be a list of ints, got {v!r}")
+        if len(v) != n:
+            raise self.fail(f"attribute {name!r} has {len(v)} values {v}; {need or f'{n} are needed'}")
+        if minimum is not None and any(x < minimum for x in v):
+            raise self.fail(f"attribute {name!r} is {v}; each value must be at least {minimum}")
+        return list(v)
+
     def has(self, name: str) -> bool:
         return name in self.attrs
 
@@ -112,28 +132,23 @@ class NodeCtx:
     def ints(self, v: Value) -> list[int]:
         return [int(x) for x in self.host(v).reshape(-1).tolist()]
 
-    def shape_arg(self, v: Value) -> tuple[int, ...]:
-        """A shape given as a tensor input: non-negative ints whose product stays sane."""
+    def shape_arg(self, v: Value, itemsize: int = 1) -> tuple[int, ...]:
+        """A shape given as a tensor input: non-negative ints whose tensor stays within the size limit."""
         shape = tuple(self.ints(v))
-        check_shape(shape, str(self))
+        self.check_shape(shape, itemsize)
         return shape
+
+    def check_shape(self, shape: Sequence[int], itemsize: int = 1, dtype: str = "") -> None:
+        """Refuse, before anything is built, a tensor of this shape (elements of `itemsize` bytes) that is out of
+        proportion to the model and its inputs (see _limits.py)."""
+        assert self.scope is not None
+        self.scope.runner.size_limit.check(str(self), shape, itemsize, dtype)
 
     def dtype_of_type(self, elem_type: int) -> DType:
         try:
             return tg_dtype(elem_type)
         except NotImplementedError as e:
             raise NotImplementedError(f"{self}: {e}") from None
-
-
-def check_shape(shape: Sequence[int], what: str) -> None:
-    if any(d < 0 for d in shape):
-        raise OnnxError(f"{what}: negative dimension in shape {tuple(shape)}")
-    n = 1
-    for d in shape:
-        n *= d
-    if n > MAX_ELEMENTS:
-        raise OnnxError(f"{what}: shape {tuple(shape)} has {n} elements, more than this runner accepts "
-                        f"({MAX_ELEMENTS})")
 
 
 # ---- registries ----

@@ -10,6 +10,18 @@ from tinygrad import Tensor
 from tinygrad.onnx._base import Absent, NodeCtx, Value, axis_of, op
 
 
+def _scalar(ctx: NodeCtx, v: Value, what: str) -> Any:
+    """The one value of a scalar input (a condition, a trip count)."""
+    arr = ctx.host(v).reshape(-1)
+    if arr.size != 1:
+        raise ctx.fail(f"{what} must hold one value, got {arr.size}")
+    return arr[0]
+
+
+def _flag(ctx: NodeCtx, v: Value, what: str) -> bool:
+    return bool(_scalar(ctx, v, what))
+
+
 def _run(ctx: NodeCtx, g: Any, inputs: list[Value]) -> list[Value]:
     from tinygrad.onnx._runner import run_subgraph
     return run_subgraph(ctx, g, inputs)
@@ -17,23 +29,28 @@ def _run(ctx: NodeCtx, g: Any, inputs: list[Value]) -> list[Value]:
 
 @op("If")
 def if_(ctx: NodeCtx, cond: Value) -> tuple[Value, ...]:
-    c = bool(ctx.host(cond).reshape(-1)[0])
-    branch = ctx.attr("then_branch") if c else ctx.attr("else_branch")
+    then_branch, else_branch = ctx.required("then_branch"), ctx.required("else_branch")
+    c = _flag(ctx, cond, "cond")
+    branch = then_branch if c else else_branch
     return tuple(_run(ctx, branch, []))
 
 
 @op("Loop")
 def loop(ctx: NodeCtx, max_trip: Value = None, cond: Value = None, *carried: Value) -> tuple[Value, ...]:
-    body = ctx.attr("body")
-    trips = int(ctx.host(max_trip).reshape(-1)[0]) if max_trip is not None else None
-    keep_going = bool(ctx.host(cond).reshape(-1)[0]) if cond is not None else True
+    body = ctx.required("body")
+    trips = int(_scalar(ctx, max_trip, "M")) if max_trip is not None else None
+    keep_going = _flag(ctx, cond, "cond") if cond is not None else True
     state = list(carried)
     n_carried = len(state)
     scans: list[list[Value]] = []
     i = 0
     while keep_going and (trips is None or i < trips):
         outs = _run(ctx, body, [np.asarray(i, dtype=np.int64), np.asarray(keep_going)] + state)
-        keep_going = bool(ctx.host(outs[0]).reshape(-1)[0]) if cond is not None or outs[0] is not None else True
+        if len(outs) < 1 + n_carried:
+            raise ctx.fail(f"the body gives {len(outs)} outputs; it must give the condition and the {n_carried} "
+                           f"loop-carried values, then any scan outputs")
+        keep_going = _flag(ctx, outs[0], "the body's cond output") if cond is not None or outs[0] is not None \
+            else True
         state = outs[1:1 + n_carried]
         for j, v in enumerate(outs[1 + n_carried:]):
             if len(scans) <= j:
@@ -56,8 +73,10 @@ def loop(ctx: NodeCtx, max_trip: Value = None, cond: Value = None, *carried: Val
 
 @op("Scan")
 def scan(ctx: NodeCtx, *args: Value) -> tuple[Value, ...]:
-    body = ctx.attr("body")
-    m = int(ctx.attr("num_scan_inputs"))
+    body = ctx.required("body")
+    m = int(ctx.required("num_scan_inputs"))
+    if not 0 <= m <= len(args):
+        raise ctx.fail(f"num_scan_inputs is {m}, for a node with {len(args)} inputs")
     if ctx.opset < 9:
         # Scan-8: a leading sequence_lens input and a batch axis on everything; the body sees one batch entry
         if args[0] is not None:
@@ -89,6 +108,9 @@ def _scan_loop(ctx: NodeCtx, body: Any, state: list[Value], xs: list[Tensor], in
             i = steps - 1 - t if d else t
             sl.append(x.shrink(tuple((i, i + 1) if j == ax else None for j in range(x.ndim))).squeeze(ax))
         res = _run(ctx, body, state + sl)
+        if len(res) != n + k:
+            raise ctx.fail(f"the body gives {len(res)} outputs; the node expects {n} state values and {k} scan "
+                           f"outputs")
         state = res[:n]
         outs_per_step.append(res[n:])
     scanned: list[Value] = []
@@ -159,7 +181,9 @@ def sequence_length(ctx: NodeCtx, s: Value) -> np.ndarray:
 @op("ConcatFromSequence")
 def concat_from_sequence(ctx: NodeCtx, s: Value) -> Tensor:
     ts = [ctx.t(v) for v in _seq(ctx, s)]
-    axis = int(ctx.attr("axis"))
+    axis = int(ctx.required("axis"))
+    if not ts:
+        raise ctx.fail("the sequence is empty")
     if ctx.attr("new_axis", 0):
         return Tensor.stack(*ts, dim=axis_of(axis, ts[0].ndim + 1, ctx))
     ax = axis_of(axis, ts[0].ndim, ctx)
@@ -187,7 +211,7 @@ def split_to_sequence(ctx: NodeCtx, a: Value, split: Value = None) -> list:
 
 @op("SequenceMap")
 def sequence_map(ctx: NodeCtx, s: Value, *extra: Value) -> tuple[list, ...]:
-    body = ctx.attr("body")
+    body = ctx.required("body")
     seq = _seq(ctx, s)
     results: list[list[Value]] = [[] for _ in ctx.outputs]
     for i in range(len(seq)):

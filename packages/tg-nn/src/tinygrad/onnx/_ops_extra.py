@@ -119,10 +119,12 @@ def deform_conv(ctx: NodeCtx, x_in: Value, w_in: Value, off_in: Value, b_in: Val
         raise NotImplementedError(f"{ctx}: DeformConv is implemented for 2-D images only")
     n, ic, ih, iw = x.shape
     oc = w.shape[0]
-    kh, kw = ctx.attr("kernel_shape") or w.shape[2:]
-    sth, stw = ctx.attr("strides") or [1, 1]
-    dh, dw = ctx.attr("dilations") or [1, 1]
-    p = ctx.attr("pads") or [0, 0, 0, 0]
+    if w.ndim != 4:
+        raise ctx.fail(f"the weight has shape {w.shape}; a 2-D DeformConv needs rank 4")
+    kh, kw = ctx.sized_ints("kernel_shape", 2, 0, minimum=1) if ctx.attr("kernel_shape") else w.shape[2:]
+    sth, stw = ctx.sized_ints("strides", 2, 1, minimum=1)
+    dh, dw = ctx.sized_ints("dilations", 2, 1, minimum=1)
+    p = ctx.sized_ints("pads", 4, 0)
     group, og = int(ctx.attr("group", 1)), int(ctx.attr("offset_group", 1))
     oh, ow = off.shape[2:]
     k, length = kh * kw, oh * ow
@@ -175,6 +177,8 @@ def roi_align(ctx: NodeCtx, x_in: Value, rois_in: Value, idx_in: Value) -> Tenso
             rw, rh = max(rw, 1.0), max(rh, 1.0)
         gh = ratio if ratio > 0 else math.ceil(rh / ph)
         gw = ratio if ratio > 0 else math.ceil(rw / pw)
+        # a region's grid grows with its box, which is data: a vast box must not size the host arrays below
+        ctx.check_shape((n_rois, ph, pw, gh * gw, 4), 4)
         yy = y0 + np.arange(ph)[:, None] * rh / ph + (np.arange(gh)[None, :] + 0.5) * rh / ph / gh  # (ph, gh)
         xx = x0 + np.arange(pw)[:, None] * rw / pw + (np.arange(gw)[None, :] + 0.5) * rw / pw / gw  # (pw, gw)
         per_roi.append((yy, xx, max(gh * gw, 1)))
@@ -241,12 +245,17 @@ def col2im(ctx: NodeCtx, a: Value, image_shape: Value, block_shape: Value) -> Te
     img = ctx.ints(image_shape)
     blk = ctx.ints(block_shape)
     nd = len(img)
-    dil = list(ctx.attr("dilations") or [1] * nd)
-    st = list(ctx.attr("strides") or [1] * nd)
-    p = list(ctx.attr("pads") or [0] * (2 * nd))
+    if len(blk) != nd:
+        raise ctx.fail(f"image_shape {img} and block_shape {blk} have different lengths")
+    dil = ctx.sized_ints("dilations", nd, 1, minimum=1)
+    st = ctx.sized_ints("strides", nd, 1, minimum=1)
+    p = ctx.sized_ints("pads", 2 * nd, 0, minimum=0)
     padded = [i + p[d] + p[d + nd] for d, i in enumerate(img)]
     blocks = [(padded[d] - (dil[d] * (blk[d] - 1) + 1)) // st[d] + 1 for d in range(nd)]
+    if any(b < 1 for b in blk) or any(b < 1 for b in blocks):
+        raise ctx.fail(f"block_shape {blk} does not fit image_shape {img} with pads {p}")
     kb, lb = math.prod(blk), math.prod(blocks)
+    ctx.check_shape((kb * lb, math.prod(padded)), 4)  # the 0/1 matrix below is built on the host
     # every (kernel offset, block) column lands on one pixel of the padded image: a 0/1 matrix sums them
     m = np.zeros((kb * lb, math.prod(padded)), dtype=np.float32)
     for ki, off in enumerate(itertools.product(*[range(b) for b in blk])):
@@ -316,6 +325,9 @@ def dft(ctx: NodeCtx, a: Value, length_in: Value = None, axis_in: Value = None) 
         length = int(ctx.host(length_in).reshape(-1)[0])
     else:
         length = 2 * (x.shape[axis] - 1) if inverse and onesided else x.shape[axis]
+    if length < 1:
+        raise ctx.fail(f"dft_length {length} is not positive")
+    ctx.check_shape((length, length), 8)  # the cos/sin matrices are built on the host
     xf = x.cast(dtypes.float32)
     re_ = xf[..., 0]
     im = xf[..., 1] if x.shape[-1] == 2 else None
@@ -334,7 +346,13 @@ def stft(ctx: NodeCtx, a: Value, step_in: Value, window_in: Value = None, length
     else:
         flen = window.shape[0] if window is not None else x.shape[-2]
     wsize = window.shape[0] if window is not None else flen
+    if step < 1 or flen < 1:
+        raise ctx.fail(f"frame_step {step} and frame_length {flen} must be positive")
     frames = 1 + (x.shape[-2] - flen) // step
+    if frames < 1:
+        raise ctx.fail(f"a frame of {flen} does not fit a signal of {x.shape[-2]}")
+    ctx.check_shape((frames, wsize), 8)
+    ctx.check_shape((flen, flen), 8)
     idx = np.arange(frames)[:, None] * step + np.arange(wsize)[None, :]
     valid = idx < x.shape[-2]
     xf = x.cast(dtypes.float32)
@@ -355,6 +373,9 @@ def mel_weight_matrix(ctx: NodeCtx, bins: Value, dft_len: Value, rate: Value, lo
     nb, dl, sr = (int(ctx.host(v).reshape(-1)[0]) for v in (bins, dft_len, rate))
     lo_hz, hi_hz = (float(ctx.host(v).reshape(-1)[0]) for v in (lo, hi))
     spec = dl // 2 + 1
+    if nb < 1 or dl < 1 or sr < 1:
+        raise ctx.fail(f"num_mel_bins {nb}, dft_length {dl} and sample_rate {sr} must be positive")
+    ctx.check_shape((spec, nb), 8)
     lo_mel, hi_mel = 2595 * np.log1p(lo_hz / 700) / np.log(10), 2595 * np.log1p(hi_hz / 700) / np.log(10)
     points = np.arange(nb + 2) * (hi_mel - lo_mel) / (nb + 2) + lo_mel
     hz = 700 * np.expm1(points / 2595 * np.log(10))

@@ -40,12 +40,39 @@ def gemm(ctx: NodeCtx, a: Value, b: Value, c: Value = None) -> Tensor:
 
 
 # ---- convolution ----
+def _kernel(ctx: NodeCtx, rank: int, weight: Tensor | None = None) -> tuple[int, ...]:
+    """kernel_shape, one positive size per spatial axis; a convolution may leave it to its weight's shape."""
+    if weight is not None and weight.ndim != rank + 2:
+        raise ctx.fail(f"the weight has shape {weight.shape}; a {rank}-D {ctx.op} needs rank {rank + 2}")
+    if weight is not None and not ctx.attr("kernel_shape"):
+        return tuple(weight.shape[2:])
+    if not ctx.required("kernel_shape"):
+        raise ctx.fail("attribute 'kernel_shape' is empty")
+    kernel = tuple(ctx.sized_ints("kernel_shape", rank, 1, minimum=1, need=f"a {rank}-D {ctx.op} needs {rank}"))
+    if weight is not None and kernel != tuple(weight.shape[2:]):
+        raise ctx.fail(f"kernel_shape {list(kernel)} does not match the weight's shape {weight.shape}")
+    return kernel
+
+
+def _axis_ints(ctx: NodeCtx, name: str, n: int, default: int, minimum: int | None) -> list[int]:
+    """strides, dilations, output_padding: one value per spatial axis."""
+    return ctx.sized_ints(name, n, default, minimum, need=f"a {n}-D {ctx.op} needs {n}, one per spatial axis")
+
+
+def _pads_attr(ctx: NodeCtx, n: int) -> list[tuple[int, int]]:
+    """The pads attribute as (begin, end) per spatial axis."""
+    p = ctx.sized_ints("pads", 2 * n, 0, need=f"a {n}-D {ctx.op} needs {2 * n}, a begin and an end per spatial axis")
+    return [(p[i], p[i + n]) for i in range(n)]
+
+
 def _conv_geometry(ctx: NodeCtx, spatial: tuple[int, ...], kernel: tuple[int, ...]
                    ) -> tuple[list[int], list[int], list[tuple[int, int]]]:
     """strides, dilations and (before, after) pads of a Conv or pool, auto_pad resolved."""
     n = len(kernel)
-    strides = list(ctx.attr("strides") or [1] * n)
-    dil = list(ctx.attr("dilations") or [1] * n)
+    if len(spatial) != n:
+        raise ctx.fail(f"a kernel of {n} spatial axes {kernel} for an input with {len(spatial)} ({spatial})")
+    strides = _axis_ints(ctx, "strides", n, 1, 1)
+    dil = _axis_ints(ctx, "dilations", n, 1, 1)
     auto = ctx.attr("auto_pad", "NOTSET")
     if auto in ("SAME_UPPER", "SAME_LOWER"):
         pads = []
@@ -57,8 +84,7 @@ def _conv_geometry(ctx: NodeCtx, spatial: tuple[int, ...], kernel: tuple[int, ..
     elif auto == "VALID":
         pads = [(0, 0)] * n
     else:
-        p = list(ctx.attr("pads") or [0] * (2 * n))
-        pads = [(p[i], p[i + n]) for i in range(n)]
+        pads = _pads_attr(ctx, n)
     return strides, dil, pads
 
 
@@ -70,7 +96,7 @@ def _spatial_pads(pads: list[tuple[int, int]]) -> list[tuple[int, int] | None]:
 @op("Conv")
 def conv(ctx: NodeCtx, a: Value, w_in: Value, b_in: Value = None) -> Tensor:
     x, w = ctx.t(a), ctx.t(w_in)
-    kernel = tuple(ctx.attr("kernel_shape") or w.shape[2:])
+    kernel = _kernel(ctx, x.ndim - 2, w)
     strides, dil, pads = _conv_geometry(ctx, x.shape[2:], kernel)
     b = ctx.t(b_in) if b_in is not None else None
     # the pads go to conv2d (tinygrad's form: (before, after) pairs from the last dimension), which chooses the
@@ -82,18 +108,17 @@ def conv(ctx: NodeCtx, a: Value, w_in: Value, b_in: Value = None) -> Tensor:
 @op("ConvTranspose")
 def conv_transpose(ctx: NodeCtx, a: Value, w_in: Value, b_in: Value = None) -> Tensor:
     x, w = ctx.t(a), ctx.t(w_in)
-    n = w.ndim - 2
-    kernel = tuple(ctx.attr("kernel_shape") or w.shape[2:])
-    strides = list(ctx.attr("strides") or [1] * n)
-    dil = list(ctx.attr("dilations") or [1] * n)
-    opad = list(ctx.attr("output_padding") or [0] * n)
+    n = x.ndim - 2
+    kernel = _kernel(ctx, n, w)
+    strides = _axis_ints(ctx, "strides", n, 1, 1)
+    dil = _axis_ints(ctx, "dilations", n, 1, 1)
+    opad = _axis_ints(ctx, "output_padding", n, 0, 0)
     auto = ctx.attr("auto_pad", "NOTSET")
     spatial = x.shape[2:]
     full = [(i - 1) * s + (k - 1) * d + 1 for i, s, k, d in zip(spatial, strides, kernel, dil)]
     out_shape = ctx.attr("output_shape")
-    if ctx.has("pads") and auto not in ("SAME_UPPER", "SAME_LOWER"):
-        p = list(ctx.attr("pads"))
-        pads = [(p[i], p[i + n]) for i in range(n)]
+    if ctx.attr("pads") and auto not in ("SAME_UPPER", "SAME_LOWER"):
+        pads = _pads_attr(ctx, n)
     elif out_shape is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
         want = list(out_shape)[-n:] if out_shape is not None else [i * s for i, s in zip(spatial, strides)]
         pads = []
@@ -121,7 +146,7 @@ def conv_integer(ctx: NodeCtx, a: Value, w_in: Value, a_zp: Value = None, w_zp: 
     if w_zp is not None:
         z = ctx.t(w_zp).cast(dtypes.int32)
         w = w - (z.reshape((-1,) + (1,) * (w.ndim - 1)) if z.ndim == 1 and z.numel() > 1 else z)
-    kernel = tuple(ctx.attr("kernel_shape") or w.shape[2:])
+    kernel = _kernel(ctx, x.ndim - 2, w)
     strides, dil, pads = _conv_geometry(ctx, x.shape[2:], kernel)
     x = x.pad(_spatial_pads(pads))
     return x.conv2d(w, None, groups=int(ctx.attr("group", 1)), stride=strides, dilation=dil,
@@ -159,7 +184,7 @@ def qlinear_conv(ctx: NodeCtx, a: Value, a_s: Value, a_zp: Value, w_in: Value, w
                  y_s: Value, y_zp: Value, b_in: Value = None) -> Tensor:
     x = _dequant(ctx, a, a_s, a_zp, 1)
     w = _dequant(ctx, w_in, w_s, w_zp, 0)
-    kernel = tuple(ctx.attr("kernel_shape") or w.shape[2:])
+    kernel = _kernel(ctx, x.ndim - 2, w)
     strides, dil, pads = _conv_geometry(ctx, x.shape[2:], kernel)
     x = x.pad(_spatial_pads(pads))
     y = x.conv2d(w, None, groups=int(ctx.attr("group", 1)), stride=strides, dilation=dil)
@@ -205,7 +230,7 @@ def _padded(x: Tensor, pads: list[tuple[int, int]], extra: list[int], fill: floa
 @op("MaxPool")
 def max_pool(ctx: NodeCtx, a: Value) -> Any:
     x = ctx.t(a)
-    kernel = tuple(ctx.attr("kernel_shape"))
+    kernel = _kernel(ctx, x.ndim - 2)
     strides, dil, pads, extra = _pool_geometry(ctx, x.shape[2:], kernel)
     fill = -math.inf if x.dtype.is_float else x.dtype.min
     xp = _padded(x, pads, extra, fill)
@@ -237,7 +262,7 @@ def max_pool(ctx: NodeCtx, a: Value) -> Any:
 @op("AveragePool")
 def average_pool(ctx: NodeCtx, a: Value) -> Tensor:
     x = float_like(ctx.t(a))
-    kernel = tuple(ctx.attr("kernel_shape"))
+    kernel = _kernel(ctx, x.ndim - 2)
     strides, dil, pads, extra = _pool_geometry(ctx, x.shape[2:], kernel)
     total = _padded(x, pads, extra, 0).avg_pool2d(kernel, strides, dil, 0) * math.prod(kernel)
     include = bool(ctx.attr("count_include_pad", 0))
@@ -260,7 +285,7 @@ def average_pool(ctx: NodeCtx, a: Value) -> Tensor:
 def lp_pool(ctx: NodeCtx, a: Value) -> Tensor:
     x = float_like(ctx.t(a))
     p = float(ctx.attr("p", 2))
-    kernel = tuple(ctx.attr("kernel_shape"))
+    kernel = _kernel(ctx, x.ndim - 2)
     strides, dil, pads, extra = _pool_geometry(ctx, x.shape[2:], kernel)
     s = _padded(x.abs().pow(p), pads, extra, 0).avg_pool2d(kernel, strides, dil, 0) * math.prod(kernel)
     return s.pow(1 / p).cast(x.dtype)
@@ -281,12 +306,13 @@ def global_pool(ctx: NodeCtx, a: Value) -> Tensor:
 @op("MaxUnpool")
 def max_unpool(ctx: NodeCtx, a: Value, i: Value, out_shape: Value = None) -> Tensor:
     x, idx = ctx.t(a), ctx.t(i).cast(dtypes.int64)
-    kernel = tuple(ctx.attr("kernel_shape"))
+    kernel = _kernel(ctx, x.ndim - 2)
     n = len(kernel)
-    strides = list(ctx.attr("strides") or [1] * n)
-    p = list(ctx.attr("pads") or [0] * (2 * n))
-    inferred = x.shape[:2] + tuple((s - 1) * st - p[j] - p[j + n] + k
-                                   for j, (s, st, k) in enumerate(zip(x.shape[2:], strides, kernel)))
+    strides = _axis_ints(ctx, "strides", n, 1, 1)
+    pads = _pads_attr(ctx, n)
+    inferred = x.shape[:2] + tuple((s - 1) * st - b - e + k
+                                   for s, st, k, (b, e) in zip(x.shape[2:], strides, kernel, pads))
+    ctx.check_shape(inferred, x.dtype.itemsize)
     flat = Tensor.zeros(math.prod(inferred), dtype=x.dtype, device=x.device)
     y = flat.scatter(0, idx.reshape(-1), x.reshape(-1)).reshape(inferred)
     if out_shape is not None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 from tinygrad import Tensor, dtypes
-from tinygrad.onnx._base import NodeCtx, Value, axis_of, check_shape, op
+from tinygrad.onnx._base import NodeCtx, Value, axis_of, op
 
 # ---- constants and shapes ----
 
@@ -51,8 +51,8 @@ def size(ctx: NodeCtx, a: Value) -> np.ndarray:
 
 @op("ConstantOfShape")
 def constant_of_shape(ctx: NodeCtx, shape_in: Value) -> Value:
-    shp = ctx.shape_arg(shape_in)
     v = ctx.attr("value")
+    shp = ctx.shape_arg(shape_in, v.dtype.itemsize if isinstance(v, (np.ndarray, Tensor)) else 4)
     if v is None:
         return Tensor.zeros(shp, dtype=dtypes.float32)
     t = ctx.t(v)
@@ -142,7 +142,7 @@ def broadcast_shape(ctx: NodeCtx, a: tuple[int, ...], b: tuple[int, ...]) -> tup
 def expand(ctx: NodeCtx, a: Value, shape_in: Value) -> Tensor:
     x = ctx.t(a)
     shp = broadcast_shape(ctx, x.shape, tuple(ctx.ints(shape_in)))
-    check_shape(shp, str(ctx))
+    ctx.check_shape(shp, x.dtype.itemsize)
     return x.reshape((1,) * (len(shp) - x.ndim) + x.shape).expand(shp)
 
 
@@ -152,7 +152,7 @@ def tile(ctx: NodeCtx, a: Value, repeats: Value) -> Tensor:
     reps = ctx.ints(repeats)
     if len(reps) != x.ndim:
         raise ctx.fail(f"{len(reps)} repeats for rank {x.ndim}")
-    check_shape([s * r for s, r in zip(x.shape, reps)], str(ctx))
+    ctx.check_shape([s * r for s, r in zip(x.shape, reps)], x.dtype.itemsize)
     return x.repeat(*reps) if x.ndim else x
 
 
@@ -363,7 +363,7 @@ def pad(ctx: NodeCtx, a: Value, pads_in: Value = None, value_in: Value = None, a
     pairs: list[tuple[int, int]] = [(0, 0)] * x.ndim
     for i, ax in enumerate(axes):
         pairs[ax] = (pads[i], pads[i + n])
-    check_shape([s + b + e for s, (b, e) in zip(x.shape, pairs)], str(ctx))
+    ctx.check_shape([s + b + e for s, (b, e) in zip(x.shape, pairs)], x.dtype.itemsize)
     tg_mode = {"constant": "constant", "reflect": "reflect", "edge": "replicate", "wrap": "circular"}.get(mode)
     if tg_mode is None:
         raise ctx.fail(f"unknown pad mode {mode!r}")
@@ -395,6 +395,12 @@ def center_crop_pad(ctx: NodeCtx, a: Value, shape_in: Value) -> Tensor:
     x = ctx.t(a)
     target = ctx.ints(shape_in)
     axes = ctx.attr("axes") or list(range(x.ndim))
+    if len(target) != len(axes):
+        raise ctx.fail(f"shape {target} has {len(target)} values for {len(axes)} axes")
+    out_shape = list(x.shape)
+    for ax, t in zip(axes, target):
+        out_shape[axis_of(int(ax), x.ndim, ctx)] = t
+    ctx.check_shape(out_shape, x.dtype.itemsize)
     for ax, t in zip(axes, target):
         d = axis_of(int(ax), x.ndim, ctx)
         s = x.shape[d]
@@ -412,8 +418,11 @@ def center_crop_pad(ctx: NodeCtx, a: Value, shape_in: Value) -> Tensor:
 def range_(ctx: NodeCtx, start: Value, limit: Value, delta: Value) -> Value:
     """On the host: its length is a value (and it is nearly always shape arithmetic on constants)."""
     s, lim, d = (ctx.host(v).reshape(-1)[0] for v in (start, limit, delta))
-    n = max(math.ceil((float(lim) - float(s)) / float(d)), 0)
-    check_shape((n,), str(ctx))
+    span = (float(lim) - float(s)) / float(d) if float(d) else math.nan
+    if not math.isfinite(span):
+        raise ctx.fail(f"start {s}, limit {lim} and delta {d} do not describe a finite range")
+    n = max(math.ceil(span), 0)
+    ctx.check_shape((n,), 8)
     steps = np.arange(n, dtype=np.int64 if s.dtype.kind in "iu" else np.float64)
     out = (s.astype(steps.dtype) + steps * d.astype(steps.dtype)).astype(s.dtype)
     if isinstance(start, Tensor) and start.dtype.name != out.dtype.name:
@@ -437,9 +446,12 @@ def one_hot(ctx: NodeCtx, indices: Value, depth: Value, values: Value) -> Tensor
     idx = ctx.t(indices)
     dep = int(ctx.host(depth).reshape(-1)[0])
     vals = ctx.t(values)
+    if vals.numel() != 2:
+        raise ctx.fail(f"values must hold 2 entries (off, on), got shape {vals.shape}")
     axis = int(ctx.attr("axis", -1))
     nd = idx.ndim + 1
     axis = axis_of(axis, nd, ctx)
+    ctx.check_shape((*idx.shape, dep), vals.dtype.itemsize)
     i = idx.cast(dtypes.int64)  # float indices truncate, as ONNX asks
     i = (i < 0).where(i + dep, i)
     i = i.unsqueeze(axis)
@@ -500,6 +512,8 @@ def topk(ctx: NodeCtx, a: Value, k_in: Value) -> tuple[Tensor, Tensor]:
     k = int(ctx.host(k_in).reshape(-1)[0])
     axis = axis_of(int(ctx.attr("axis", -1)), x.ndim, ctx)
     largest = bool(ctx.attr("largest", 1))
+    if not 0 <= k <= x.shape[axis]:
+        raise ctx.fail(f"k = {k} is out of range for axis {axis} of size {x.shape[axis]}")
     vals, idx = x.topk(k, axis, largest)
     return vals, idx.cast(dtypes.int64)
 
@@ -541,6 +555,8 @@ def depth_to_space(ctx: NodeCtx, a: Value) -> Tensor:
     x = ctx.t(a)
     b = int(ctx.attr("blocksize"))
     n, c, h, w = x.shape
+    if b < 1 or c % (b * b):
+        raise ctx.fail(f"blocksize {b} does not divide the {c} channels into blocks of {b}x{b}")
     if ctx.attr("mode", "DCR") == "DCR":
         y = x.reshape(n, b, b, c // (b * b), h, w).permute(0, 3, 4, 1, 5, 2)
     else:
@@ -553,6 +569,8 @@ def space_to_depth(ctx: NodeCtx, a: Value) -> Tensor:
     x = ctx.t(a)
     b = int(ctx.attr("blocksize"))
     n, c, h, w = x.shape
+    if b < 1 or h % b or w % b:
+        raise ctx.fail(f"blocksize {b} does not divide the spatial size {h}x{w}")
     if ctx.attr("mode", "DCR") == "CRD":
         y = x.reshape(n, c, h // b, b, w // b, b).permute(0, 1, 3, 5, 2, 4)
         return y.reshape(n, c * b * b, h // b, w // b)
@@ -649,7 +667,7 @@ def resize(ctx: NodeCtx, a: Value, roi_in: Value = None, scales_in: Value = None
         sizes = [math.floor(s * sc_) if i in axes else s for i, (s, sc_) in enumerate(zip(x.shape, scales))]
     else:
         raise ctx.fail("Resize needs scales or sizes")
-    check_shape(sizes, str(ctx))
+    ctx.check_shape(sizes, x.dtype.itemsize)
     out = x
     for d in axes:
         if math.isclose(scales[d], 1.0) and sizes[d] == out.shape[d] and math.isclose(roi_full[d], 0.0) and \
@@ -788,7 +806,7 @@ def _seed(ctx: NodeCtx) -> None:
 def random_normal(ctx: NodeCtx, a: Value = None) -> Tensor:
     like = ctx.t(a) if a is not None else None
     shp = like.shape if like is not None else tuple(int(v) for v in ctx.attr("shape"))
-    check_shape(shp, str(ctx))
+    ctx.check_shape(shp, 4)
     _seed(ctx)
     t = Tensor.randn(*shp) * ctx.attr("scale", 1.0) + ctx.attr("mean", 0.0)
     return t.cast(_rand_dtype(ctx, like))
@@ -798,7 +816,7 @@ def random_normal(ctx: NodeCtx, a: Value = None) -> Tensor:
 def random_uniform(ctx: NodeCtx, a: Value = None) -> Tensor:
     like = ctx.t(a) if a is not None else None
     shp = like.shape if like is not None else tuple(int(v) for v in ctx.attr("shape"))
-    check_shape(shp, str(ctx))
+    ctx.check_shape(shp, 4)
     _seed(ctx)
     lo, hi = ctx.attr("low", 0.0), ctx.attr("high", 1.0)
     return (Tensor.rand(*shp) * (hi - lo) + lo).cast(_rand_dtype(ctx, like))
@@ -816,6 +834,7 @@ def multinomial(ctx: NodeCtx, a: Value) -> Tensor:
     logits = ctx.t(a)
     _seed(ctx)
     n = int(ctx.attr("sample_size", 1))
+    ctx.check_shape((*logits.shape[:-1], n), 8)
     probs = logits.float().softmax(-1)
     d = ctx.dtype_of_type(int(ctx.attr("dtype", 6)))
     return probs.multinomial(n, replacement=True).cast(d)
@@ -836,6 +855,7 @@ def dropout(ctx: NodeCtx, a: Value, ratio_in: Value = None, training: Value = No
 # ---- windows and spectra ----
 def _window(ctx: NodeCtx, size: Value, fn: Any) -> Tensor:
     n = int(ctx.host(size).reshape(-1)[0])
+    ctx.check_shape((n,), 8)
     periodic = bool(ctx.attr("periodic", 1))
     denom = n if periodic else n - 1
     k = np.arange(n, dtype=np.float64)

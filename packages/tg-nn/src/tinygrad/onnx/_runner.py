@@ -32,6 +32,8 @@ from tinygrad.dtype import DType
 from tinygrad.engine.jit import JitError
 from tinygrad.onnx import _ops  # noqa: F401  (fills the registries)
 from tinygrad.onnx._base import HOST_OPS, OPS, RANDOM_OPS, SCOPE_OPS, Absent, HostRead, NodeCtx, Value
+from tinygrad.onnx._checks import check_node
+from tinygrad.onnx._limits import SizeLimit
 from tinygrad.onnx._proto import (
     EMULATED,
     STRING,
@@ -91,8 +93,10 @@ class _Graph:
         self.consts: dict[str, Value] = {}
         self.types: dict[str, int] = {}  # static ONNX element types where the graph states them
         for init in g.initializer:
-            self.consts[init.name] = runner.constant(tensor_to_numpy(init, runner.folder, f"initializer {init.name!r}"),
-                                                     int(init.data_type))
+            arr = tensor_to_numpy(init, runner.folder, f"initializer {init.name!r}")
+            if init.data_location == import_onnx().TensorProto.EXTERNAL:
+                runner.size_limit.model_bytes += arr.nbytes  # the protobuf's own size left these out
+            self.consts[init.name] = runner.constant(arr, int(init.data_type))
             self.types[init.name] = int(init.data_type)
         if len(g.sparse_initializer):
             raise NotImplementedError("sparse initializers are not supported")
@@ -209,6 +213,17 @@ class _Graph:
         self.nodes = live
 
 
+#: what a node's implementation raises when the model is malformed (attributes, arities, shapes); anything else
+#: (a RuntimeError of the device, an assertion) is this project's bug or the machine's and keeps its type
+_MALFORMED = (TypeError, AttributeError, IndexError, KeyError, ValueError, ZeroDivisionError, OverflowError)
+
+
+def _device_lacks_dtype(e: Exception) -> bool:
+    """tinygrad's TypeError for a dtype the device cannot hold: a limit of the device, not a fault of the model,
+    and callers tell it apart by its type."""
+    return isinstance(e, TypeError) and "cannot hold" in str(e)
+
+
 class _Scope:
     """One execution of a graph: its values, and the scope of the enclosing graph (for subgraphs)."""
 
@@ -238,6 +253,17 @@ class _Scope:
                     res = None
             if res is None:
                 res = fn(ctx, *args)
+            outs = list(res) if isinstance(res, tuple) else [res]
+            # numpy returns scalars (np.int64, ...) from some 0-d results; the graph holds arrays
+            outs = [np.asarray(o) if isinstance(o, np.generic) else o for o in outs]
+            self._check_sizes(ctx, outs)
+        except _MALFORMED as e:
+            if isinstance(e, OnnxError) or _device_lacks_dtype(e):
+                raise
+            # building the node tripped over something the model got wrong (a missing or misshapen attribute,
+            # an input of the wrong rank, shapes that do not fit): name the node; the original stays the cause
+            raise OnnxError(f"{ctx} ({ctx.domain or 'ai.onnx'} opset {ctx.opset}) is malformed or does not fit "
+                            f"its inputs: {type(e).__name__}: {e}") from e
         except Exception as e:
             if not isinstance(e, (OnnxError, NotImplementedError, HostRead)) and \
                     not any(n.startswith("while running ONNX") for n in getattr(e, "__notes__", ())):
@@ -246,9 +272,18 @@ class _Scope:
             raise
         finally:
             ctx.scope = None
-        outs = list(res) if isinstance(res, tuple) else [res]
-        # numpy returns scalars (np.int64, ...) from some 0-d results; the graph holds arrays
-        return [np.asarray(o) if isinstance(o, np.generic) else o for o in outs]
+        return outs
+
+    def _check_sizes(self, ctx: NodeCtx, outs: list[Value]) -> None:
+        """Every tensor a node made, measured before anything is realized: one out of proportion to the model and
+        its inputs is refused here, whatever op made it (see _limits.py)."""
+        limit = self.runner.size_limit
+        for o in outs:
+            for v in (o if isinstance(o, list) else [o]):
+                if isinstance(v, Tensor):
+                    limit.check(str(ctx), v.shape, v.dtype.itemsize, v.dtype.name)
+                elif isinstance(v, np.ndarray):
+                    limit.check(str(ctx), v.shape, v.itemsize, v.dtype.name)
 
     def run(self) -> None:
         for ctx, fn in self.graph.nodes:
@@ -269,13 +304,17 @@ class OnnxRunner:
     input shapes; its outputs are overwritten by the next call with those shapes, so copy what must outlive it).
     A model that reads device values on the host mid-graph (NonZero, a shape computed from data) runs eagerly.
     `device` picks the device (default: Device.DEFAULT). `base_dir` is the folder of external data for a model
-    given as bytes or a ModelProto.
+    given as bytes or a ModelProto. `max_tensor_bytes` is the largest tensor a node may make (default: the
+    environment variable TG_ONNX_MAX_TENSOR_BYTES, else in proportion to the model and its inputs, see _limits.py);
+    a node asking for more raises an OnnxError before anything is allocated.
     """
 
     def __init__(self, model: Any, *, device: str | None = None, jit: bool = False,
-                 base_dir: str | os.PathLike | None = None):
+                 base_dir: str | os.PathLike | None = None, max_tensor_bytes: int | None = None):
         proto, self.folder = load_model(model, base_dir)
         onnx = import_onnx()
+        #: the largest tensor a node may make (see _limits.py); external data adds to the model's bytes as it is read
+        self.size_limit = SizeLimit(proto.ByteSize(), max_tensor_bytes)
         self.device = Device.canonicalize(device)
         self.opsets: dict[str, int] = {}
         for imp in proto.opset_import:
@@ -328,9 +367,14 @@ class OnnxRunner:
 
     # ---- compile ----
     def compile_node(self, node: Any, graph: _Graph, what: str) -> tuple[NodeCtx, Callable[..., Any]]:
+        # protobuf hands out a string field that is not UTF-8 (a damaged model) as bytes
+        if not all(isinstance(t, str) for t in (node.op_type, node.domain, node.name, *node.input, *node.output,
+                                                  *(a.name for a in node.attribute))):
+            raise OnnxError(f"{what}: its op type, a name or an attribute name is not valid UTF-8 text")
         domain = "" if node.domain in ("", "ai.onnx") else node.domain
         name = node.name or what
         opset = self.opsets.get(domain, 0)
+        check_node(node, domain, opset, f"{node.op_type} node {name!r}")
         attrs: dict[str, Any] = {}
         for a in node.attribute:
             v = attribute_value(a, self.folder, f"node {name!r}")
@@ -516,6 +560,7 @@ class OnnxRunner:
         return t
 
     def _execute(self, values: dict[str, Value]) -> dict[str, Value]:
+        self.size_limit.input_bytes = sum(_nbytes(v) for v in values.values())
         scope = _Scope(self, self.graph, dict(values), None)
         scope.run()
         return {name: scope.get(name) for name in self.graph.outputs}
@@ -637,6 +682,16 @@ def _writer(t: Tensor) -> Callable[[np.ndarray], None]:
     return copy_in
 
 
+def _nbytes(v: Value) -> int:
+    if isinstance(v, Tensor):
+        return v.numel() * v.dtype.itemsize
+    if isinstance(v, np.ndarray):
+        return v.nbytes
+    if isinstance(v, list):
+        return sum(_nbytes(x) for x in v)
+    return 0
+
+
 def _finish(values: dict[str, Value], device: str) -> dict[str, Any]:
     """The outputs as the caller gets them: Tensors (realized together, in one schedule, so that work they share
     runs once), lists for sequences, None for empty optionals; strings stay numpy."""
@@ -668,6 +723,8 @@ def run_subgraph(ctx: NodeCtx, g: _Graph, inputs: list[Value]) -> list[Value]:
     """Run a subgraph attribute (If branches, Loop and Scan bodies) with the given formal inputs; it sees the
     values of the graph it is nested in."""
     assert ctx.scope is not None
+    if len(g.inputs) != len(inputs):
+        raise ctx.fail(f"its subgraph {g.name!r} takes {len(g.inputs)} inputs, the node passes it {len(inputs)}")
     scope = _Scope(ctx.scope.runner, g, dict(zip(g.inputs, inputs)), ctx.scope)
     scope.run()
     return [scope.get(n) for n in g.outputs]
