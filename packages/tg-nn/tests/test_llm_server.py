@@ -300,9 +300,9 @@ def test_http_level_refusals(server):
     assert status == 405 and body["error"]["code"] == "method_not_allowed"
     status, body = _post(url, _chat_body(), headers={"Host": "evil.example:80"})
     assert status == 403 and body["error"]["type"] == "permission_error"
-    # no Content-Length, and a request line http.server itself refuses: JSON errors too
+    # no Content-Length, and a method http.server itself would answer with a 501: JSON errors too
     for raw, expected in ((b"POST /v1/completions HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
-                           b"\r\n\r\n", 411), (b"BREW / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", 501)):
+                           b"\r\n\r\n", 411), (b"BREW / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", 405)):
         with socket.create_connection((server.host, server.port), timeout=30) as s:
             s.sendall(raw)
             s.shutdown(socket.SHUT_WR)

@@ -12,8 +12,9 @@ From Python (a tinygrad.nn.transformer model and a tokenizers.Tokenizer):
     server.stop()
 
 `Engine` (engine.py) is the model with its tokenizer and chat template, generating text one request at a time;
-server.py speaks HTTP; loader.py reads a model directory or .gguf file; gguf_vocab.py rebuilds a GGUF file's
-vocabulary as a tokenizers.Tokenizer; cli.py is the command line and the terminal chat.
+server.py speaks HTTP; request_body.py reads a request's JSON body and checks its fields; loader.py reads a model
+directory or .gguf file; gguf_vocab.py rebuilds a GGUF file's vocabulary as a tokenizers.Tokenizer; cli.py is the
+command line and the terminal chat.
 """
 
 from tinygrad.llm.engine import ChatTemplateError, Engine, Piece

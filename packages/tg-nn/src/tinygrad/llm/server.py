@@ -12,13 +12,22 @@ events: `data: {chunk}` ... `data: [DONE]`, with `stream_options.include_usage` 
 with `usage` token counts and finish_reason "stop" (an end-of-text token or a stop string, which is cut from the
 text) or "length" (max_tokens, or the end of the context). Temperature and top_p are rounded to 0.01: the decode
 step is compiled for each pair used. Options this server cannot honour (n > 1, logprobs, tools, a response_format
-other than text) get a 400 rather than being ignored; penalties and logit_bias are ignored.
+other than text) get a 400 rather than being ignored; penalties and logit_bias are checked, then ignored. How a
+body is read and its fields checked is request_body.py's part.
 
 Requests are served on threads (at most MAX_THREADS at once, more wait to be accepted) but generate one at a time:
 the model's KV caches and its sampler's seed are shared, so the others wait for the engine's lock, in turn.
 Errors are JSON as OpenAI's, {"error": {"message", "type", "param", "code"}}: a 4xx for a request that cannot be
 served (checked before anything is generated), a 500 when generation itself fails (in a stream that has started:
-an error event, then [DONE]). A failing request never takes the server down.
+an error event, then [DONE]). A failing request never takes the server down; an unexpected error is logged once,
+with its traceback, to the "tinygrad.llm" logger, and the client gets its one-line description.
+
+HTTP: one request per connection (HTTP/1.0 answers). Every answer has a status line, including those to request
+lines that cannot be parsed (400, the connection closed; http.server would answer those with a bare body), a request
+line over MAX_REQUEST_LINE bytes (414) and headers over http.client's limits (431). HEAD is GET without the body;
+OPTIONS answers 204 with an `Allow` header and no CORS headers, so a browser's preflight still fails; any other
+method on a known path gets 405 with `Allow`, and any method on an unknown path 404. No request gets a 5xx for what
+it holds.
 
 Safety for a local server: POST bodies must be application/json (so a web page elsewhere cannot post to it without
 a CORS preflight, which this server never grants) and at most max_body bytes; when bound to a loopback address,
@@ -28,20 +37,24 @@ There is no authentication: bind another interface (--host) only on a network yo
 
 from __future__ import annotations
 
+import http.client
 import http.server
 import ipaddress
 import json
+import logging
+import re
+import socket
 import sys
 import time
-import traceback
 import uuid
 from collections.abc import Callable, Generator, Mapping
-from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 from urllib.parse import urlsplit
 
+from tinygrad.llm import request_body
 from tinygrad.llm.engine import ChatTemplateError, Engine, Piece
+from tinygrad.llm.request_body import ApiError, Options, show
 from tinygrad.localserver import BackgroundServer, BoundedHTTPServer
 
 __all__ = ["MAX_BODY", "ApiError", "LLMServer", "serve"]
@@ -49,188 +62,40 @@ __all__ = ["MAX_BODY", "ApiError", "LLMServer", "serve"]
 MAX_BODY = 1 << 20  # bytes of JSON in a request: room for long chats, and a bound on what a request makes us hold
 MAX_THREADS = 16
 REQUEST_TIMEOUT = 60.0  # seconds a socket read or write may stall before the connection is dropped
-MAX_STOPS = 16
-MAX_STOP_CHARS = 256
-ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+MAX_REQUEST_LINE = 16 * 1024  # bytes: room for the chat page's ?q= text; http.server's own limit is 64 KiB
+LINGER_SECONDS = 1.0
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
+logger = logging.getLogger("tinygrad.llm")
 
-class ApiError(Exception):
-    """A request the server refuses: the HTTP status and OpenAI's error fields."""
+# METHOD SP request-target SP HTTP-version (RFC 9112), the method a token, the target visible ASCII
+_REQUEST_LINE = re.compile(r"(?P<method>[!#$%&'*+.^_`|~0-9A-Za-z-]{1,32}) (?P<target>[\x21-\x7e]+) "
+                           r"(?P<version>HTTP/1\.[01])")
+_CONTENT_LENGTH = re.compile(r"[0-9]{1,18}")  # more digits than that is more than any body this server takes
+GET_PATHS = ("/", "/index.html", "/chat.html", "/v1/models", "/models", "/health")
+MODEL_PATHS = ("/v1/models/", "/models/")
+GET_ALLOW = "GET, HEAD, OPTIONS"
+POST_ALLOW = "POST, OPTIONS"
 
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
-                 kind: str | None = None, headers: Mapping[str, str] | None = None):
-        super().__init__(message)
-        self.status, self.message, self.param, self.code = status, message, param, code
-        self.kind = kind or ("server_error" if status >= 500 else "invalid_request_error")
-        self.headers = dict(headers or {})
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
-
-
-# ---- request fields -------------------------------------------------------------------------------------------------
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _number(body: Mapping[str, Any], key: str, default: float, lo: float, hi: float) -> float:
-    v = body.get(key)
-    if v is None:
-        return default
-    if not (_is_int(v) or isinstance(v, float)) or not lo <= v <= hi:
-        raise ApiError(400, f"'{key}' must be a number from {lo} to {hi}, got {v!r}", key)
-    return float(v)
-
-
-def _integer(body: Mapping[str, Any], key: str, lo: int, hi: int | None = None) -> int | None:
-    v = body.get(key)
-    if v is None:
-        return None
-    if not _is_int(v) or v < lo or (hi is not None and v > hi):
-        bound = f"from {lo} to {hi}" if hi is not None else f">= {lo}"
-        raise ApiError(400, f"'{key}' must be an integer {bound}, got {v!r}", key)
-    return int(v)
-
-
-def _flag(body: Mapping[str, Any], key: str) -> bool:
-    v = body.get(key)
-    if v is not None and not isinstance(v, bool):
-        raise ApiError(400, f"'{key}' must be true or false, got {v!r}", key)
-    return bool(v)
-
-
-def _stops(body: Mapping[str, Any]) -> list[str]:
-    v = body.get("stop")
-    if v is None:
-        return []
-    items = [v] if isinstance(v, str) else v
-    if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
-        raise ApiError(400, "'stop' must be a string or a list of strings", "stop")
-    if len(items) > MAX_STOPS or any(len(s) > MAX_STOP_CHARS for s in items):
-        raise ApiError(400, f"'stop' takes at most {MAX_STOPS} strings of at most {MAX_STOP_CHARS} characters",
-                       "stop")
-    return [s for s in items if s]
-
-
-def _unsupported(body: Mapping[str, Any]) -> None:
-    """Options that change what an answer is: refused, since ignoring them would return something else."""
-    if body.get("n") not in (None, 1):
-        raise ApiError(400, "only n=1 is supported (one answer per request)", "n")
-    if body.get("best_of") not in (None, 1):
-        raise ApiError(400, "only best_of=1 is supported", "best_of")
-    if body.get("logprobs") not in (None, False):
-        raise ApiError(400, "logprobs are not supported by this server", "logprobs")
-    for key in ("tools", "functions"):
-        if body.get(key):
-            raise ApiError(400, f"'{key}' (tool calling) is not supported by this server", key)
-    fmt = body.get("response_format")
-    if fmt is not None and not (isinstance(fmt, Mapping) and fmt.get("type") == "text"):
-        raise ApiError(400, "only response_format {\"type\": \"text\"} is supported", "response_format")
-    if body.get("suffix"):
-        raise ApiError(400, "'suffix' (insertion) is not supported by this server", "suffix")
-
-
-@dataclass
-class _Options:
-    max_tokens: int | None
-    temperature: float
-    top_p: float
-    top_k: int
-    stop: list[str]
-    seed: int | None
-    stream: bool
-    include_usage: bool
-    extra_stops: list[str] = field(default_factory=list)
-
-    def sampling(self) -> dict[str, Any]:
-        greedy = self.temperature == 0 or self.top_p == 0
-        return {"temperature": 0.0 if greedy else self.temperature, "top_p": 1.0 if greedy else self.top_p,
-                "top_k": self.top_k, "seed": self.seed, "stop": self.stop + self.extra_stops}
-
-
-def _options(body: Mapping[str, Any], max_keys: tuple[str, ...]) -> _Options:
-    _unsupported(body)
-    max_tokens = None
-    for key in max_keys:
-        if (value := _integer(body, key, 0)) is not None:
-            max_tokens = value
-            break
-    stream = _flag(body, "stream")
-    so = body.get("stream_options")
-    if so is not None and not isinstance(so, Mapping):
-        raise ApiError(400, "'stream_options' must be an object", "stream_options")
-    include_usage = _flag(so, "include_usage") if so is not None else False
-    seed = _integer(body, "seed", -(2 ** 63), 2 ** 64 - 1)
-    return _Options(max_tokens=max_tokens,
-                    temperature=round(_number(body, "temperature", 1.0, 0.0, 2.0), 2),
-                    top_p=round(_number(body, "top_p", 1.0, 0.0, 1.0), 2),
-                    top_k=_integer(body, "top_k", 0) or 0, stop=_stops(body), seed=seed, stream=stream,
-                    include_usage=include_usage)
-
-
-def _content(value: Any, where: str) -> str:
-    """A message's content: a string, null, or OpenAI's list of parts (text parts only)."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        texts = []
-        for i, part in enumerate(value):
-            if not isinstance(part, Mapping) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise ApiError(400, f"{where}.content[{i}] must be a text part {{\"type\": \"text\", \"text\": ...}}; "
-                                    f"this server takes text only", f"{where}.content")
-            texts.append(part["text"])
-        return "".join(texts)
-    raise ApiError(400, f"{where}.content must be a string or a list of text parts", f"{where}.content")
-
-
-def _messages(body: Mapping[str, Any]) -> list[dict[str, str]]:
-    msgs = body.get("messages")
-    if msgs is None:
-        raise ApiError(400, "'messages' is required: a list of {\"role\", \"content\"} objects", "messages")
-    if not isinstance(msgs, list) or not msgs:
-        raise ApiError(400, "'messages' must be a non-empty list of {\"role\", \"content\"} objects", "messages")
-    out = []
-    for i, m in enumerate(msgs):
-        where = f"messages[{i}]"
-        if not isinstance(m, Mapping):
-            raise ApiError(400, f"{where} must be an object with 'role' and 'content'", where)
-        role = m.get("role")
-        if role not in ROLES:
-            raise ApiError(400, f"{where}.role must be one of {list(ROLES)}, got {role!r}", f"{where}.role")
-        # "developer" is OpenAI's newer name for the system role, which chat templates know as "system"
-        msg = {"role": "system" if role == "developer" else str(role), "content": _content(m.get("content"), where)}
-        if isinstance(m.get("name"), str):
-            msg["name"] = m["name"]
-        out.append(msg)
-    return out
-
-
-def _prompt_ids(engine: Engine, body: Mapping[str, Any]) -> tuple[list[int], str]:
-    """The ids and text of /v1/completions' prompt: a string, a list of one string, or token ids."""
-    p = body.get("prompt")
-    if isinstance(p, list) and len(p) == 1 and isinstance(p[0], (str, list)):
-        p = p[0]  # a batch of one
-    if isinstance(p, str):
-        return engine.encode(p, add_special_tokens=True), p
-    if isinstance(p, list) and p and all(_is_int(t) for t in p):
-        vocab = int(engine.tokenizer.get_vocab_size())
-        if any(not 0 <= t < vocab for t in p):
-            raise ApiError(400, f"'prompt' holds token ids outside the vocabulary of {vocab}", "prompt")
-        return [int(t) for t in p], engine.decode(p)
-    if p is None:
-        raise ApiError(400, "'prompt' is required: a string (or a list of token ids)", "prompt")
-    raise ApiError(400, "'prompt' must be a string, a list of one string, or a list of token ids (one prompt per "
-                        "request)", "prompt")
-
-
-# ---- the HTTP side --------------------------------------------------------------------------------------------------
 
 def _chat_page() -> bytes:
     return (resources.files("tinygrad.llm") / "static" / "chat.html").read_bytes()
+
+
+def _allowed_methods(path: str) -> str | None:
+    """The Allow header of a path this server has, or None."""
+    if path in POST_ROUTES:
+        return POST_ALLOW
+    if path in GET_PATHS or path.startswith(MODEL_PATHS):
+        return GET_ALLOW
+    return None
+
+
+def _json_bytes(obj: Any) -> bytes:
+    try:
+        return json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (in a model's name, say) can only travel escaped
+        return json.dumps(obj).encode("ascii")
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -243,9 +108,53 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.server.log:
             sys.stderr.write(f"tinygrad.llm: {self.address_string()} {format % args}\n")
 
+    # -- the request line and headers --
+    def handle_one_request(self) -> None:
+        """Read, parse and answer one request. http.server's own would answer a request line it cannot parse with a
+        body and no status line (as HTTP/0.9) and an unknown method with a 501; here both get a 4xx."""
+        self.close_connection = True
+        # what a refusal needs before anything is parsed: the status line is written for any version but HTTP/0.9
+        self.command, self.path, self.request_version, self.requestline = "", "", "HTTP/1.0", ""
+        try:
+            line = self.rfile.readline(MAX_REQUEST_LINE + 1)
+            if line in (b"\r\n", b"\n"):  # RFC 9112: a server should skip an empty line before the request line
+                line = self.rfile.readline(MAX_REQUEST_LINE + 1)
+            if not line:
+                return  # connected and left without a word: nobody to answer
+            self.raw_requestline = line
+            if len(line) > MAX_REQUEST_LINE:
+                self.send_error(414, f"the request line is longer than {MAX_REQUEST_LINE} bytes")
+                return
+            if self.parse_request():
+                self._dispatch()
+            self.wfile.flush()
+        except TimeoutError as e:
+            self.log_error("request timed out: %r", e)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client went away: nobody to answer
+
+    def parse_request(self) -> bool:
+        """The request line, strictly (three parts, HTTP/1.0 or 1.1), then the headers; on a fault the refusal has
+        been sent and the answer is False."""
+        self.requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        match = _REQUEST_LINE.fullmatch(self.requestline)
+        if match is None:
+            self.send_error(400, f"malformed request line {show(self.requestline)}: expected METHOD /path HTTP/1.1")
+            return False
+        self.command, self.path, self.request_version = match["method"], match["target"], match["version"]
+        try:
+            self.headers = http.client.parse_headers(self.rfile, _class=self.MessageClass)
+        except http.client.HTTPException as e:  # a header line over 64 KiB, or over 100 headers
+            self.send_error(431, f"the request's headers are too large ({type(e).__name__}: {show(str(e))})")
+            return False
+        except ValueError as e:
+            self.send_error(400, f"malformed headers: {show(str(e))}")
+            return False
+        return True
+
     # -- responses --
     def _send_json(self, status: int, obj: Any, headers: Mapping[str, str] | None = None) -> None:
-        body = json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        body = _json_bytes(obj)
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -256,8 +165,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
+    def _send_no_content(self, headers: Mapping[str, str]) -> None:
+        self.send_response(204)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.end_headers()
+
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """http.server's own refusals (a malformed request line, headers too long, an unknown method) as JSON."""
+        """A refusal as JSON, on a closed connection (http.server's own error pages are HTML)."""
+        if getattr(self, "request_version", "HTTP/0.9") == "HTTP/0.9":
+            self.request_version = "HTTP/1.0"  # so that the status line is written
         short = self.responses.get(code, ("error",))[0]
         err = ApiError(code, message or short)
         self.close_connection = True
@@ -267,30 +184,20 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             pass
 
     # -- dispatch --
-    def do_GET(self) -> None:
-        self._dispatch("GET")
-
-    def do_POST(self) -> None:
-        self._dispatch("POST")
-
-    def _dispatch(self, method: str) -> None:
+    def _dispatch(self) -> None:
         self._streaming = False
         try:
             self._check_host()
-            path = urlsplit(self.path).path
-            if method == "GET":
-                self._get(path)
-            else:
-                self._post(path)
+            self._route(self.command)
         except ApiError as e:
             self._send_json(e.status, e.body(), e.headers)
         except (BrokenPipeError, ConnectionResetError, TimeoutError):
             self.close_connection = True  # the client went away or stalled: nobody to answer
         except Exception as e:
-            traceback.print_exc(file=sys.stderr)
+            logger.exception("internal error answering %s from %s", show(self.requestline), self.address_string())
             if not self._streaming:
                 try:
-                    self._send_json(500, ApiError(500, f"internal error: {type(e).__name__}: {e}").body())
+                    self._send_json(500, ApiError(500, f"internal error: {type(e).__name__}: {show(str(e))}").body())
                 except OSError:
                     self.close_connection = True
 
@@ -300,8 +207,29 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         host = (self.headers.get("Host") or "").strip()
         name = host[1:].split("]", 1)[0] if host.startswith("[") else host.rsplit(":", 1)[0]
         if name.lower() not in LOOPBACK_NAMES:
-            raise ApiError(403, f"this server answers requests for 127.0.0.1 or localhost only, not {host!r}",
+            raise ApiError(403, f"this server answers requests for 127.0.0.1 or localhost only, not {show(host)}",
                            code="forbidden_host", kind="permission_error")
+
+    def _route(self, method: str) -> None:
+        if method == "OPTIONS" and self.path == "*":
+            self._send_no_content({"Allow": "GET, HEAD, POST, OPTIONS"})
+            return
+        try:
+            path = urlsplit(self.path).path
+        except ValueError as e:  # e.g. an absolute URL with a broken [IPv6] host
+            raise ApiError(400, f"malformed request target {show(self.path)}: {e}") from None
+        allow = _allowed_methods(path)
+        if allow is None:
+            raise ApiError(404, f"no such endpoint: {method} {show(path)}", code="not_found")
+        if method == "OPTIONS":
+            self._send_no_content({"Allow": allow})
+        elif method not in allow.split(", "):
+            raise ApiError(405, f"{path} takes {allow.removesuffix(', OPTIONS')}, not {show(method)}",
+                           code="method_not_allowed", headers={"Allow": allow})
+        elif method == "POST":
+            POST_ROUTES[path](self, self._read_body())
+        else:
+            self._get(path)
 
     def _get(self, path: str) -> None:
         engine = self.server.engine
@@ -313,79 +241,51 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("Cache-Control", "no-store")
             self.send_header("X-Content-Type-Options", "nosniff")
             self.end_headers()
-            self.wfile.write(body)
+            if self.command != "HEAD":
+                self.wfile.write(body)
         elif path in ("/v1/models", "/models"):
             self._send_json(200, {"object": "list", "data": [self.server.model_card()]})
-        elif path.startswith(("/v1/models/", "/models/")):
-            name = path.split("/models/", 1)[1]
-            if name != engine.name:
-                raise ApiError(404, f"the model {name!r} does not exist; this server serves {engine.name!r}",
-                               "model", "model_not_found")
-            self._send_json(200, self.server.model_card())
         elif path == "/health":
             self._send_json(200, {"status": "ok"})
-        elif path in POST_ROUTES:
-            raise ApiError(405, f"{path} takes POST", code="method_not_allowed", headers={"Allow": "POST"})
         else:
-            raise ApiError(404, f"no such endpoint: GET {path}", code="not_found")
-
-    def _post(self, path: str) -> None:
-        if path not in POST_ROUTES:
-            if path in ("/", "/v1/models", "/health"):
-                raise ApiError(405, f"{path} takes GET", code="method_not_allowed", headers={"Allow": "GET"})
-            raise ApiError(404, f"no such endpoint: POST {path}", code="not_found")
-        body = self._read_body()
-        POST_ROUTES[path](self, body)
+            name = path.split("/models/", 1)[1]
+            if name != engine.name:
+                raise ApiError(404, f"the model {show(name)} does not exist; this server serves {engine.name!r}",
+                               "model", "model_not_found")
+            self._send_json(200, self.server.model_card())
 
     def _read_body(self) -> dict[str, Any]:
         if self.headers.get("Transfer-Encoding"):
-            self.close_connection = True
             raise ApiError(411, "send the body with a Content-Length (chunked bodies are not accepted)")
-        length_text = self.headers.get("Content-Length")
-        if length_text is None:
+        lengths = {v.strip() for v in self.headers.get_all("Content-Length") or []}
+        if not lengths:
             raise ApiError(411, "a Content-Length header is required")
-        try:
-            length = int(length_text)
-        except ValueError:
-            length = -1
-        if length < 0:
-            self.close_connection = True
-            raise ApiError(400, f"bad Content-Length {length_text!r}")
+        length_text = lengths.pop()
+        if lengths or not _CONTENT_LENGTH.fullmatch(length_text):
+            raise ApiError(400, f"bad Content-Length {show(length_text)}: send one, a whole number of bytes")
+        length = int(length_text)
         if length > self.server.max_body:
             self._discard(length)
             raise ApiError(413, f"the request body is {length} bytes; at most {self.server.max_body} are accepted",
                            code="request_too_large")
         raw = self.rfile.read(length)
+        if len(raw) < length:
+            raise ApiError(400, f"the body ended after {len(raw)} of the {length} bytes its Content-Length announced")
         ctype = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
         if ctype != "application/json":
-            raise ApiError(415, f"the body must be JSON sent as Content-Type: application/json, not {ctype!r}",
+            raise ApiError(415, f"the body must be JSON sent as Content-Type: application/json, not {show(ctype)}",
                            code="unsupported_media_type")
-        try:
-            body = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ApiError(400, f"the body is not valid JSON: {e}", code="invalid_json") from None
-        if not isinstance(body, dict):
-            raise ApiError(400, "the body must be a JSON object", code="invalid_json")
-        return body
+        return request_body.parse_body(raw)
 
     def _discard(self, length: int) -> None:
         """Read (and drop) an oversized body that is not absurdly large, so the client, still sending, gets to read
         the 413 instead of a reset connection; beyond that the connection is just closed."""
-        self.close_connection = True
         if length <= 16 * self.server.max_body:
             left = length
             while left > 0 and (chunk := self.rfile.read(min(left, 65536))):
                 left -= len(chunk)
 
     # -- the API --
-    def _check_model(self, body: Mapping[str, Any]) -> None:
-        name = body.get("model")
-        if name is not None and not isinstance(name, str):
-            raise ApiError(400, "'model' must be a string", "model")
-        if name is not None and name != self.server.engine.name:
-            raise ApiError(404, f"the model {name!r} does not exist; this server serves {self.server.engine.name!r}",
-                           "model", "model_not_found")
-
     def _check_prompt(self, ids: list[int], param: str) -> None:
         limit = self.server.engine.max_context
         if not ids:
@@ -396,9 +296,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _chat(self, body: dict[str, Any]) -> None:
         engine = self.server.engine
-        self._check_model(body)
-        messages = _messages(body)
-        opts = _options(body, ("max_completion_tokens", "max_tokens"))
+        request_body.check_model(body, engine.name)
+        messages = request_body.messages(body)
+        opts = request_body.options(body, ("max_completion_tokens", "max_tokens"), self.server.vocab_size)
         opts.extra_stops = list(engine.chat_stops)
         try:
             prompt = engine.chat_prompt(messages)
@@ -409,14 +309,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._generate("chat", ids, opts, prefix="")
 
     def _completion(self, body: dict[str, Any]) -> None:
-        self._check_model(body)
-        ids, text = _prompt_ids(self.server.engine, body)
-        opts = _options(body, ("max_tokens",))
-        echo = _flag(body, "echo")
+        engine = self.server.engine
+        request_body.check_model(body, engine.name)
+        prompt = request_body.prompt_ids(body, self.server.vocab_size)
+        ids, text = (engine.encode(prompt), prompt) if isinstance(prompt, str) else (prompt, engine.decode(prompt))
+        opts = request_body.options(body, ("max_tokens",), self.server.vocab_size)
+        echo = request_body.flag(body, "echo")
         self._check_prompt(ids, "prompt")
         self._generate("text", ids, opts, prefix=text if echo else "")
 
-    def _generate(self, kind: str, ids: list[int], opts: _Options, prefix: str) -> None:
+    def _generate(self, kind: str, ids: list[int], opts: Options, prefix: str) -> None:
         engine = self.server.engine
         max_tokens = opts.max_tokens if opts.max_tokens is not None else engine.max_context
         pieces = engine.stream(ids, max_tokens, **opts.sampling())
@@ -475,15 +377,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError, TimeoutError):
             return  # the client left: closing the generator (below) ends the generation
         except Exception as e:
-            traceback.print_exc(file=sys.stderr)
-            self._event(ApiError(500, f"generation failed: {type(e).__name__}: {e}").body())
+            logger.exception("generation failed in a stream for %s", self.address_string())
+            self._event(ApiError(500, f"generation failed: {type(e).__name__}: {show(str(e))}").body())
         finally:
             pieces.close()
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
 
     def _event(self, obj: Any) -> None:
-        self.wfile.write(b"data: " + json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n\n")
+        self.wfile.write(b"data: " + _json_bytes(obj) + b"\n\n")
         self.wfile.flush()
 
 
@@ -515,7 +417,28 @@ class _HTTPServer(BoundedHTTPServer):
         self.loopback = is_loopback(host)
         self.page = _chat_page()
         self.created = int(time.time())
+        self.vocab_size = int(engine.tokenizer.get_vocab_size())
         super().__init__(host, port, _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """An exception that escaped a request's handler (socketserver's default prints it to stderr, unlabelled):
+        logged once, unless it is only the client going away."""
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            logger.exception("internal error serving %s", client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        """Close a connection after reading, for up to LINGER_SECONDS, what the client still sends: closing with
+        unread bytes makes the kernel reset the connection, and a reset can discard the answer before the client
+        has read it (a refused request leaves its body unread)."""
+        try:
+            request.shutdown(socket.SHUT_WR)
+            request.settimeout(LINGER_SECONDS)
+            deadline, left = time.monotonic() + LINGER_SECONDS, 16 * self.max_body
+            while left > 0 and time.monotonic() < deadline and (chunk := request.recv(65536)):
+                left -= len(chunk)
+        except OSError:
+            pass
+        self.close_request(request)
 
     def model_card(self) -> dict[str, Any]:
         return {"id": self.engine.name, "object": "model", "created": self.created, "owned_by": "tinygrad",
