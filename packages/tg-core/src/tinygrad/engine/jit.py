@@ -44,14 +44,23 @@ from typing import Any, Generic, TypeVar
 
 from tinygrad.device import Buffer, Runner
 from tinygrad.engine import realize as engine_realize
-from tinygrad.engine.jit_args import Arguments, describe_change, take_apart
+from tinygrad.engine.jit_args import Arguments, describe_change, named_key, take_apart
 from tinygrad.engine.jit_capture import Capture, Signature, make_state_slots
-from tinygrad.engine.jit_io import buffers_of, collect_outputs, returns_inputs, state_tensors, unbound, write_back_state
+from tinygrad.engine.jit_io import (
+    buffers_of,
+    collect_outputs,
+    old_buffers,
+    returns_inputs,
+    state_tensors,
+    unbound,
+    write_back_state,
+)
 from tinygrad.engine.jit_reads import unrealized_reads
-from tinygrad.engine.jit_state import JitError, RunningJit, check_not_overwritten, running
+from tinygrad.engine.jit_state import JitError, RunningJit, check_not_overwritten, overwritten, running
 from tinygrad.engine.schedule import ScheduleItem, base_buffer
 from tinygrad.helpers import JIT
 from tinygrad.tensor import Tensor
+from tinygrad.uop.ops import Ops, UOp, unbind
 
 R = TypeVar("R")
 
@@ -102,19 +111,15 @@ class TinyJit(Generic[R]):
             raise JitError(f"TinyJit function {self._name} called itself; a capture records one call's kernels and "
                            f"cannot contain itself. Recurse in an undecorated helper and decorate the outer call")
         found = take_apart(args, kwargs)
-        if found.tensors:
-            Tensor.realize(*found.tensors)
-        buffers, memory_pattern = _input_buffers(found.tensors)
-        check_not_overwritten(b for t in found.tensors for b in buffers_of(t))
-        signature = Signature(tuple((tuple(unbound(d) for d in t.shape), t.dtype, t.device) for t in found.tensors))
+        buffers, memory_pattern, signature = _inputs(found.tensors, found.variables)
         if not JIT:
             return self._run(args, kwargs, found, buffers, None)  # eager; the count stays
-        key = (tuple(what for _, what in found.key), memory_pattern)
+        key = (tuple(found.key), memory_pattern)
         if self.cnt >= 2:
             cap = self._captures.get(key)
             if cap is None:
-                self._refuse_new_key(found)
-                return self._run(args, kwargs, found, buffers, Capture(self._name, signature, found.key), key)
+                self._refuse_new_key(args, kwargs)
+                return self._run(args, kwargs, found, buffers, self._new_capture(signature, args, kwargs), key)
             cap.check_signature(signature)
             if cap is not self._current and self._current is not None:
                 self._current.repeat = None
@@ -124,17 +129,21 @@ class TinyJit(Generic[R]):
             if not kwargs and not found.variables and found.all_tensors:
                 cap.remember_repeat(args, buffers)
             return out  # type: ignore[no-any-return]
-        capture = Capture(self._name, signature, found.key) if self.cnt == 1 else None
+        capture = self._new_capture(signature, args, kwargs) if self.cnt == 1 else None
         out = self._run(args, kwargs, found, buffers, capture, key)
         self.cnt += 1
         return out
 
-    def _refuse_new_key(self, found: Arguments) -> None:
+    def _new_capture(self, signature: Signature, args: tuple, kwargs: dict) -> Capture:
+        return Capture(self._name, signature, named_key(args, kwargs))
+
+    def _refuse_new_key(self, args: tuple, kwargs: dict) -> None:
         if len(self._captures) < MAX_CAPTURES:
             return
-        last = self._current.key if self._current is not None else []
+        last = self._current.key if self._current is not None else Arguments()
+        changed = describe_change(last, named_key(args, kwargs))
         raise JitError(f"TinyJit function {self._name} was called with {len(self._captures) + 1} different values of "
-                       f"its non-tensor arguments (now changed: {describe_change(last, found.key)}); each value is "
+                       f"its non-tensor arguments (now changed: {changed}); each value is "
                        f"baked into a capture of its own, and {MAX_CAPTURES} is the most one TinyJit keeps. Pass a "
                        f"value that changes on every call as a Tensor, or as a Variable "
                        f"(UOp.variable(name, lo, hi).bind(value))")
@@ -176,19 +185,48 @@ class TinyJit(Generic[R]):
         return getattr(self.fn, "__qualname__", repr(self.fn))
 
 
-def _input_buffers(tensors: list[Tensor]) -> tuple[list[Buffer], tuple[tuple[int, ...], ...]]:
-    """The memory the inputs are read from, each once (two views of one buffer are one input), and for each tensor
-    which of those its buffers are (one per device): a replay with another pattern needs a capture of its own."""
+def _held(u: UOp) -> list[Buffer] | None:
+    """The buffers a tensor's node holds (None: it is not realized); a buffer or a reshape of one, the usual input,
+    without the general lookup."""
+    if u.op is Ops.BUFFER:
+        return [u.arg]
+    if u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER:
+        return [u.src[0].arg]
+    return old_buffers(u)
+
+
+def _inputs(tensors: list[Tensor], variables: dict[str, int]) -> tuple[list[Buffer], tuple[tuple[int, ...], ...],
+                                                                      Signature]:
+    """Realize the inputs; the memory they are read from, each once (two views of one buffer are one input); for each
+    tensor which of those its buffers are (one per device: a replay with another pattern needs a capture of its
+    own); and their shapes (unbound), dtypes and devices. The values of Variables bound in their shapes go into
+    `variables`. An input a later replay wrote over raises."""
+    held = [_held(t.uop) for t in tensors]
+    if lazy := [t for t, bufs in zip(tensors, held) if bufs is None]:
+        Tensor.realize(*lazy)
+        held = [bufs if bufs is not None else buffers_of(t) for t, bufs in zip(tensors, held)]
     buffers: list[Buffer] = []
     index: dict[int, int] = {}
     pattern = []
-    for t in tensors:
+    shapes = []
+    for t, bufs in zip(tensors, held):
+        assert bufs is not None
+        if overwritten:
+            check_not_overwritten(bufs)
         slots = []
-        for b in buffers_of(t):
-            i = index.get(id(b.storage))
+        for b in bufs:
+            storage = b.base if b.base is not None else b
+            i = index.get(id(storage))
             if i is None:
-                i = index[id(b.storage)] = len(buffers)
+                i = index[id(storage)] = len(buffers)
                 buffers.append(b)
             slots.append(i)
         pattern.append(tuple(slots))
-    return buffers, tuple(pattern)
+        shape = t.shape
+        if not all(type(d) is int for d in shape):  # symbolic: the Variables' values travel with the replay
+            for d in shape:
+                if isinstance(d, UOp):
+                    variables.update({var.arg.name: val for var, val in unbind(d)[1].items()})
+            shape = tuple(map(unbound, shape))
+        shapes.append((shape, t.dtype, t.device))
+    return buffers, tuple(pattern), Signature(tuple(shapes))

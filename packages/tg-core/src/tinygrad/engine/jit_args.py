@@ -15,6 +15,7 @@ import enum
 import functools
 import hashlib
 import types
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,7 @@ MAX_DEPTH = 8
 MAX_VALUES = 20_000
 
 PLAIN = (int, float, bool, str, bytes, complex, type(None), range, slice)
+_EXACT_PLAIN = frozenset((int, bool, str, type(None)))
 # searched neither for tensors nor by value: the same object is the same function
 OPAQUE = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType, type,
            functools.partial)
@@ -37,82 +39,111 @@ OPAQUE = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types
 
 @dataclass
 class Arguments:
-    """One call's arguments, taken apart."""
+    """One call's arguments, taken apart. With `named`, each entry of the key comes with where it was found, as the
+    caller would write it (for error messages: a call's key is compared without them)."""
 
+    named: bool = False
     tensors: list[Tensor] = field(default_factory=list)  # each tensor once, in the order found
-    names: list[str] = field(default_factory=list)  # where each was found, as the caller would write it
-    key: list[tuple[str, Any]] = field(default_factory=list)  # (where, what) for everything else
-    variables: dict[str, int] = field(default_factory=dict)  # values of bound symbolic Variables passed
+    key: list[Any] = field(default_factory=list)  # what each value is, tensors by their number in `tensors`
+    where: list[str] = field(default_factory=list)  # with `named`: where each entry of the key was found
+    variables: dict[str, int] = field(default_factory=dict)  # values of the Variables passed (not in shapes)
     keep: list[Any] = field(default_factory=list)  # objects keyed by identity: kept alive so their id is not reused
+    all_tensors: bool = True  # every argument was a tensor given directly
     _count: int = 0
     _index: dict[int, int] = field(default_factory=dict)  # id of each tensor found -> its number
     _on_path: set[int] = field(default_factory=set)  # containers being searched: a cycle is keyed, not followed
 
-    @property
-    def all_tensors(self) -> bool:
-        """Every argument was a tensor given directly."""
-        return all(what[0] == "tensor" for _, what in self.key)
+    def add(self, where: str | None, what: Any) -> None:
+        self.key.append(what)
+        if where is not None:
+            self.where.append(where)
 
 
-def take_apart(args: tuple, kwargs: dict[str, Any]) -> Arguments:
-    found = Arguments()
+def take_apart(args: tuple, kwargs: dict[str, Any], named: bool = False) -> Arguments:
+    found = Arguments(named)
     for i, a in enumerate(args):
-        _visit(found, a, f"argument {i}", 0)
+        _visit(found, a, f"argument {i}" if named else None, 0)
     for k, a in kwargs.items():
-        _visit(found, a, f"keyword {k}", 0)
+        _visit(found, a, f"keyword {k}" if named else None, 0)
     return found
 
 
-def _visit(found: Arguments, v: Any, where: str, depth: int) -> None:
+def _visit(found: Arguments, v: Any, where: str | None, depth: int) -> None:
     found._count += 1
     if found._count > MAX_VALUES or depth > MAX_DEPTH:
         raise JitError(f"the arguments of a TinyJit function go deeper than {MAX_DEPTH} levels or hold more than "
-                       f"{MAX_VALUES} values (at {where}); a replay must compare them all with the captured ones. "
-                       f"Pass the tensors and values the function needs as arguments of their own")
+                       f"{MAX_VALUES} values; a replay must compare them all with the captured ones. Pass the "
+                       f"tensors and values the function needs as arguments of their own")
     t = type(v)
-    if isinstance(v, Tensor):
+    if t in _EXACT_PLAIN:  # the common values first, without the isinstance chain below
+        found.all_tensors = False
+        found.add(where, (t, v))
+        return
+    if t is Tensor or isinstance(v, Tensor):
         index = found._index.get(id(v))
         if index is None:
             index = found._index[id(v)] = len(found.tensors)
             found.tensors.append(v)
-            found.names.append(where)
-        found.key.append((where, ("tensor", index)))
-        for d in v.shape:
-            if isinstance(d, UOp):
-                found.variables.update({var.arg.name: val for var, val in unbind(d)[1].items()})
-    elif t is float:
-        found.key.append((where, (t, v.hex())))  # nan equals itself, -0.0 differs from 0.0
+        found.add(where, ("tensor", index))
+        if depth:
+            found.all_tensors = False
+        return
+    found.all_tensors = False
+    if t is float:
+        found.add(where, (t, v.hex()))  # nan equals itself, -0.0 differs from 0.0
     elif isinstance(v, PLAIN) or isinstance(v, enum.Enum):
-        found.key.append((where, (t, v)))
+        found.add(where, (t, v))
     elif isinstance(v, UOp):  # a Variable: its bound value travels with the replay, its range is the key
         var, values = unbind(v)
         found.variables.update({u.arg.name: val for u, val in values.items()})
-        found.key.append((where, ("uop", var)))
+        found.add(where, ("uop", var))
     elif isinstance(v, np.generic):
-        found.key.append((where, (t, v.item())))
+        found.add(where, (t, v.item()))
     elif isinstance(v, np.ndarray):
         digest = hashlib.blake2b(np.ascontiguousarray(v).data, digest_size=16).hexdigest()
-        found.key.append((where, ("ndarray", v.shape, v.dtype.str, digest)))
-    elif isinstance(v, OPAQUE) or id(v) in found._on_path or (
-            not isinstance(v, (list, tuple, dict)) and attributes_of(v) is None):
-        # the same function, module or opaque object (a C extension's, say) is the same capture
+        found.add(where, ("ndarray", v.shape, v.dtype.str, digest))
+    elif isinstance(v, (list, tuple)):
+        if _cycle(found, v, where, t):
+            return
+        found.add(where, (t, len(v)))
+        _visit_all(found, v, enumerate(v), where, "[{!r}]", depth)
+    elif isinstance(v, dict):
+        if _cycle(found, v, where, t):
+            return
+        found.add(where, (t, tuple(map(_key_of, v))))
+        _visit_all(found, v, v.items(), where, "[{!r}]", depth)
+    elif not isinstance(v, OPAQUE) and (attrs := attributes_of(v)) is not None:
+        if _cycle(found, v, where, t):
+            return
+        found.add(where, ("object", t, tuple(attrs)))
+        _visit_all(found, v, attrs.items(), where, ".{}", depth)
+    else:  # the same function, module or opaque object (a C extension's, say) is the same capture
         found.keep.append(v)
-        found.key.append((where, ("object", t, id(v))))
-    else:
-        if isinstance(v, (list, tuple)):
-            found.key.append((where, (t, len(v))))
-            items = [(f"{where}[{i}]", x) for i, x in enumerate(v)]
-        elif isinstance(v, dict):
-            found.key.append((where, (t, tuple(map(_key_of, v)))))
-            items = [(f"{where}[{k!r}]", x) for k, x in v.items()]
-        else:
-            attrs = attributes_of(v) or {}
-            found.key.append((where, ("object", t, tuple(attrs))))
-            items = [(f"{where}.{k}", x) for k, x in attrs.items()]
-        found._on_path.add(id(v))
-        for name, x in items:
-            _visit(found, x, name, depth + 1)
-        found._on_path.discard(id(v))
+        found.add(where, ("object", t, id(v)))
+
+
+def _visit_all(found: Arguments, container: Any, items: Iterable[tuple[Any, Any]], where: str | None, step: str,
+               depth: int) -> None:
+    found._on_path.add(id(container))
+    for k, x in items:
+        _visit(found, x, None if where is None else where + step.format(k), depth + 1)
+    found._on_path.discard(id(container))
+
+
+def named_key(args: tuple, kwargs: dict[str, Any]) -> Arguments:
+    """The key of a call with where each entry was found, holding on to none of the call's values."""
+    found = take_apart(args, kwargs, named=True)
+    found.tensors, found.keep = [], []
+    return found
+
+
+def _cycle(found: Arguments, v: Any, where: str | None, t: type) -> bool:
+    """A container inside itself is keyed by identity, not followed."""
+    if id(v) not in found._on_path:
+        return False
+    found.keep.append(v)
+    found.add(where, ("cycle", t, id(v)))
+    return True
 
 
 def _key_of(k: Any) -> Any:
@@ -120,19 +151,20 @@ def _key_of(k: Any) -> Any:
 
 
 def attributes_of(v: Any) -> dict[str, Any] | None:
-    """The attributes of an object that holds state: its fields (a dataclass), its __dict__, its slots."""
+    """The attributes of an object that holds state: its __dict__ (a dataclass's fields are there too), else its
+    fields or slots."""
+    attrs = getattr(v, "__dict__", None)
+    if type(attrs) is dict:
+        return attrs
     if dataclasses.is_dataclass(v) and not isinstance(v, type):
         return {f.name: getattr(v, f.name) for f in dataclasses.fields(v) if hasattr(v, f.name)}
-    attrs = getattr(v, "__dict__", None)
-    if isinstance(attrs, dict):
-        return attrs
     slots = [s for c in type(v).__mro__ for s in getattr(c, "__slots__", ()) if s not in ("__weakref__", "__dict__")]
     return {s: getattr(v, s) for s in slots if hasattr(v, s)} if slots else None
 
 
-def describe_change(old: list[tuple[str, Any]], new: list[tuple[str, Any]]) -> str:
-    """Which arguments differ between two keys, as the caller would name them."""
-    before, after = dict(old), dict(new)
+def describe_change(old: Arguments, new: Arguments) -> str:
+    """Which arguments differ between two calls' keys (both taken apart `named`), as the caller would name them."""
+    before, after = dict(zip(old.where, old.key)), dict(zip(new.where, new.key))
     changed = [w for w in after if w in before and before[w] != after[w]]
     changed += [w for w in after if w not in before] + [w for w in before if w not in after]
     return ", ".join(dict.fromkeys(changed)) or "the arguments' structure"

@@ -24,6 +24,7 @@ from typing import Any
 from tinygrad.device import Buffer, Device, Runner
 from tinygrad.engine import jit_state, profile
 from tinygrad.engine import realize as engine_realize
+from tinygrad.engine.jit_args import Arguments
 from tinygrad.engine.jit_io import (
     StateSlot,
     axis_of,
@@ -93,7 +94,7 @@ def _assigned(t: Tensor, old: UOp) -> None:
 class Capture:
     name: str
     signature: Signature
-    key: list[tuple[str, Any]]
+    key: Arguments  # the capturing call's key, with where each value was found (for error messages)
     recorded: list[Recorded] = field(default_factory=list)
     launches: list[Callable[[], Any]] = field(default_factory=list)
     #: what a replay calls: the launches, with runs of consecutive ones that their backend can run from one native
@@ -267,7 +268,7 @@ class Capture:
                    f".clone().realize() or .numpy()")
             for ref in self.handed:
                 if (b := ref()) is not None:
-                    jit_state.overwritten[b] = why
+                    jit_state.mark_overwritten(b, why)
         handed: list[Buffer] = []
         out = fill(self.outputs, inputs, values, handed)
         self.handed = [weakref.ref(b) for b in handed]

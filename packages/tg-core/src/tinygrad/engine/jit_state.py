@@ -53,17 +53,24 @@ def check_host_read(what: str) -> None:
                        f"from the function and read it outside")
 
 
-#: Buffers a TinyJit replay wrote over, each with what reading it now raises: the outputs of an earlier replay
-#: (replays reuse their output memory, as tinygrad's do). The engine checks the buffers it reads against it.
-overwritten: weakref.WeakKeyDictionary[Buffer, str] = weakref.WeakKeyDictionary()
+#: Buffer objects a TinyJit replay wrote over, by id, each with a weak reference to it and what reading it now
+#: raises: the outputs of an earlier replay (replays reuse their output memory, as tinygrad's do). The engine checks
+#: the buffers it reads against it. A plain dict (an entry leaves when its buffer does): the engine's hot paths test
+#: whether it is empty on every launch.
+overwritten: dict[int, tuple[weakref.ref[Buffer], str]] = {}
+
+
+def mark_overwritten(buf: Buffer, why: str) -> None:
+    key = id(buf)
+    overwritten[key] = (weakref.ref(buf, lambda _: overwritten.pop(key, None)), why)
 
 
 def check_not_overwritten(bufs: Iterable[Buffer]) -> None:
     """Raise JitError if one of `bufs` holds an output that a later replay of its TinyJit wrote over."""
     if overwritten:
         for b in bufs:
-            if (why := overwritten.get(b)) is not None:
-                raise JitError(why)
+            if (entry := overwritten.get(id(b))) is not None and entry[0]() is b:
+                raise JitError(entry[1])
 
 
 #: Called by every assign with the tensor and the graph it held before, while some capture reads memory that a
