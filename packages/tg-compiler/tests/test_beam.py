@@ -14,7 +14,7 @@ from tinygrad.codegen import beam
 from tinygrad.codegen.beam import _cache_file, ast_key, beam_opts, candidate_actions, read_cached, write_cached
 from tinygrad.codegen.lowerer import lower_kernel
 from tinygrad.codegen.opt import Opt, OptOps, OptState
-from tinygrad.helpers import Context
+from tinygrad.helpers import Context, disk_cache_get, disk_cache_put
 
 
 @pytest.fixture(autouse=True)
@@ -52,18 +52,35 @@ def test_cache_entries_round_trip_and_stale_or_corrupt_ones_are_ignored() -> Non
     assert read_cached(key) is None
     write_cached(key, opts)
     assert read_cached(key) == opts
-    path = _cache_file(key)
-    entry = json.loads(path.read_text())
-    path.write_text(json.dumps({**entry, "version": beam.SEARCH_VERSION + 1}))
+    raw = disk_cache_get("beam", key, ".json")
+    assert raw is not None
+    entry = json.loads(raw)
+
+    def store(text: str | bytes) -> None:  # a well-formed record for this key, so the JSON's own checks decide
+        disk_cache_put("beam", key, text if isinstance(text, bytes) else text.encode(), ".json")
+    store(json.dumps({**entry, "version": beam.SEARCH_VERSION + 1}))
     assert read_cached(key) is None  # another version
-    path.write_text(json.dumps({**entry, "key": "test\0kernel-b"}))
+    store(json.dumps({**entry, "key": "test\0kernel-b"}))
     assert read_cached(key) is None  # another kernel under the same file name
-    path.write_text('{"version": 1, "key": "te')
+    store('{"version": 1, "key": "te')
     assert read_cached(key) is None  # truncated
-    path.write_bytes(b"\xff\x00garbage")
+    store(b"\xff\x00garbage")
     assert read_cached(key) is None
-    path.write_text(json.dumps({**entry, "opts": [["NOT_AN_OPT", 0, 1]]}))
+    store(json.dumps({**entry, "opts": [["NOT_AN_OPT", 0, 1]]}))
     assert read_cached(key) is None
+    path = _cache_file(key)
+    path.write_text(json.dumps(entry))  # a bare JSON file: not a record of the disk cache
+    assert read_cached(key) is None
+
+
+def test_another_kernels_entry_copied_over_this_ones_file_is_a_miss() -> None:
+    mine, other = "test\0kernel-a", "test\0kernel-b"
+    write_cached(mine, (Opt(OptOps.UPCAST, 0, 4),))
+    write_cached(other, (Opt(OptOps.UNROLL, 1, 2),))
+    _cache_file(mine).write_bytes(_cache_file(other).read_bytes())
+    assert read_cached(mine) is None
+    write_cached(mine, (Opt(OptOps.UPCAST, 0, 4),))  # the search's new result overwrites it
+    assert read_cached(mine) == (Opt(OptOps.UPCAST, 0, 4),)
 
 
 def test_an_unwritable_cache_warns_and_the_search_result_is_still_used(tmp_path: Path,
@@ -93,11 +110,11 @@ def test_search_result_is_correct_cached_and_rebuilt_when_corrupt(dev_name: str,
         assert beam_opts(ast, lowered, dev, 2) == opts and not calls
         for f in _cache_dir.glob("*.json"):
             f.write_text("corrupt{")
-        beam_opts(ast, lowered, dev, 2)
+        searched_again = beam_opts(ast, lowered, dev, 2)
         assert len(calls) == 1  # searched again, and wrote a valid entry
+        assert beam_opts(ast, lowered, dev, 2) == searched_again and len(calls) == 1  # which the next call is served
     finally:
         beam.beam_search = real  # type: ignore[assignment]
-    assert all(json.loads(f.read_text())["version"] == beam.SEARCH_VERSION for f in _cache_dir.glob("*.json"))
     x = {1: np.random.default_rng(0).standard_normal(8 * 16).astype(np.float32),
          2: np.random.default_rng(1).standard_normal(16 * 12).astype(np.float32)}
     out, _ = run_ast(dev, ast, x, 8 * 12, opts)

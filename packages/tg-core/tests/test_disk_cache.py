@@ -1,10 +1,12 @@
 """The disk cache of `tinygrad.helpers` (`disk_cache_get`/`disk_cache_put`), which the compile and BEAM caches use:
-a failed read is a miss, a failed write warns once per table and goes on, and writes are atomic.
+a failed read is a miss, a failed write warns once per table and goes on, and writes are atomic. An entry is bound
+to its table and key: one copied, renamed, cut short or replaced by a pipe or a device is a miss, never served.
 
 Every test points TINYGRAD_CACHE_DIR at a temporary folder of its own."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from tinygrad import helpers
-from tinygrad.helpers import disk_cache_get, disk_cache_path, disk_cache_put
+from tinygrad.helpers import Context, disk_cache_get, disk_cache_path, disk_cache_put
 
 
 @pytest.fixture
@@ -110,3 +112,115 @@ def test_processes_writing_one_key_at_once_leave_one_whole_entry(cache: Path, tm
     assert files(cache / "table") == [disk_cache_path("table", "shared key").name]  # no temporary files left
     final = disk_cache_get("table", "shared key")
     assert final is not None and len(final) == 1_000_000 and len(set(final)) == 1
+
+
+# ---- entries that must not be served ----
+
+def test_an_entry_copied_over_another_keys_file_is_a_miss(cache: Path) -> None:
+    disk_cache_put("table", "kernel a", b"binary of a")
+    disk_cache_put("table", "kernel b", b"binary of b")
+    disk_cache_path("table", "kernel b").write_bytes(disk_cache_path("table", "kernel a").read_bytes())
+    assert disk_cache_get("table", "kernel b") is None
+    assert disk_cache_get("table", "kernel a") == b"binary of a"
+    assert disk_cache_put("table", "kernel b", b"binary of b")  # the rebuilt value overwrites it
+    assert disk_cache_get("table", "kernel b") == b"binary of b"
+
+
+def test_swapped_entries_are_misses(cache: Path) -> None:
+    keys = ["kernel a", "kernel b", "kernel c"]
+    blobs = {}
+    for k in keys:
+        disk_cache_put("table", k, f"binary of {k}".encode())
+        blobs[k] = disk_cache_path("table", k).read_bytes()
+    for k, moved_in in zip(keys, keys[1:] + keys[:1]):  # every entry moved to the next key's file
+        disk_cache_path("table", k).write_bytes(blobs[moved_in])
+    assert [disk_cache_get("table", k) for k in keys] == [None, None, None]
+
+
+def test_an_entry_of_another_table_under_the_same_key_is_a_miss(cache: Path) -> None:
+    disk_cache_put("beam", "key", b"a beam choice")
+    disk_cache_path("compile", "key").parent.mkdir(parents=True)
+    disk_cache_path("compile", "key").write_bytes(disk_cache_path("beam", "key").read_bytes())
+    assert disk_cache_get("compile", "key") is None
+
+
+@pytest.mark.parametrize("damage", ["empty", "half the header", "no value", "cut short", "one byte more",
+                                    "flipped value byte", "flipped checksum", "previous format"])
+def test_a_damaged_entry_is_a_miss(cache: Path, damage: str) -> None:
+    value = bytes(range(256)) * 4
+    disk_cache_put("table", "key", value)
+    path = disk_cache_path("table", "key")
+    blob = path.read_bytes()
+    header = len(blob) - len(value)
+    checksum_at = blob.index(b" ", len(b"tinygrad-cache-1 ") + 1) + 1
+    path.write_bytes({
+        "empty": b"", "half the header": blob[:header // 2], "no value": blob[:header], "cut short": blob[:-1],
+        "one byte more": blob + b"\0",
+        "flipped value byte": blob[:header + 7] + bytes([blob[header + 7] ^ 1]) + blob[header + 8:],
+        "flipped checksum": blob[:checksum_at] + (b"0" if blob[checksum_at:checksum_at + 1] != b"0" else b"1")
+                            + blob[checksum_at + 1:],
+        "previous format": hashlib.sha256(value).digest() + value,  # what the compile cache wrote before
+    }[damage])
+    assert disk_cache_get("table", "key") is None
+
+
+def test_an_entry_over_the_size_bound_is_a_miss_and_is_not_stored(cache: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    assert disk_cache_put("table", "key", b"x" * 100)
+    monkeypatch.setattr(helpers, "DISK_CACHE_MAX_VALUE_BYTES", 10)
+    assert disk_cache_get("table", "key") is None
+    assert disk_cache_put("table", "big", b"x" * 11) is False and disk_cache_get("table", "big") is None
+    assert disk_cache_put("table", "small", b"x" * 10) and disk_cache_get("table", "small") == b"x" * 10
+
+
+def test_a_skipped_entry_is_reported_once_at_debug(cache: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(helpers, "_disk_cache_skipped", set())
+    disk_cache_put("table", "a", b"a")
+    disk_cache_put("table", "b", b"b")
+    disk_cache_path("table", "b").write_bytes(disk_cache_path("table", "a").read_bytes())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # quiet by default: no warning, nothing printed
+        assert disk_cache_get("table", "b") is None
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(helpers, "_disk_cache_skipped", set())
+    with Context(DEBUG=1):
+        assert disk_cache_get("table", "b") is None and disk_cache_get("table", "b") is None
+    err = capsys.readouterr().err
+    assert err.count("written for another key") == 1 and str(disk_cache_path("table", "b")) in err
+
+
+def test_a_symlinked_cache_folder_is_served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real", target_is_directory=True)
+    monkeypatch.setenv("TINYGRAD_CACHE_DIR", str(tmp_path / "link"))
+    assert disk_cache_put("table", "key", b"value")
+    assert disk_cache_get("table", "key") == b"value"
+    assert (tmp_path / "real" / "table").is_dir()
+
+
+# a read that blocks or never ends would hang or exhaust the test machine: these run in a process of their own with a
+# time limit and an address-space limit far above what the check needs
+ISOLATED = textwrap.dedent("""
+    import resource, sys
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+    from tinygrad.helpers import disk_cache_get, disk_cache_put, disk_cache_path
+    assert disk_cache_get("table", "key") is None, "served"
+    assert disk_cache_put("table", "key", b"rebuilt") and disk_cache_get("table", "key") == b"rebuilt"
+    print("ok")
+""")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo") or not os.path.exists("/dev/zero"), reason="needs FIFOs and /dev/zero")
+@pytest.mark.parametrize("thing", ["fifo", "link to /dev/zero"])
+def test_an_entry_that_is_not_a_regular_file_is_a_miss_without_blocking(cache: Path, thing: str) -> None:
+    path = disk_cache_path("table", "key")
+    path.parent.mkdir(parents=True)
+    if thing == "fifo":  # opening it for reading would wait for a writer forever
+        os.mkfifo(path)
+    else:  # reading it would never end
+        path.symlink_to("/dev/zero")
+    proc = subprocess.run([sys.executable, "-c", ISOLATED], capture_output=True, text=True, timeout=60,
+                          env=os.environ.copy())
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+    assert path.is_file() and not path.is_symlink()  # replaced by a good entry

@@ -13,6 +13,7 @@ import os
 import pathlib
 import platform
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -20,7 +21,7 @@ import urllib.parse
 import urllib.request
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Generic, TypeVar
+from typing import IO, Any, BinaryIO, Generic, Literal, TextIO, TypeVar, overload
 
 T = TypeVar("T")
 
@@ -260,10 +261,21 @@ def cache_dir() -> pathlib.Path:
 # One policy for every on-disk cache (compiled binaries, BEAM choices): the cache only saves time, so it must never
 # stop a program. A read that fails is a miss; a write that fails (read-only or full disk, a home that is not a
 # folder) warns once per table and the program goes on; an entry is written to a temporary file in its folder and
-# renamed into place, so concurrent writers and readers only ever see whole entries. Callers check what they read
-# (a checksum, a version): a corrupt entry is theirs to treat as a miss and overwrite.
+# renamed into place, so concurrent writers and readers only ever see whole entries.
+# Nothing in the cache folder is trusted: a file there may have been copied from another entry, renamed, cut short,
+# or replaced by a pipe or a device. So an entry is a record bound to its table and key (a SHA-256 of both, in its
+# header and in its checksum; callers put what the value was built from, such as a kernel's source, in the key), and
+# a read only opens a regular file, without blocking, and reads at most a bounded size. An entry that fails any check
+# is a miss: the caller rebuilds it and its put overwrites the file.
 
 _disk_cache_warned: set[str] = set()
+_disk_cache_skipped: set[str] = set()
+#: the largest value an entry may hold; a larger file where an entry belongs is a miss and is never read whole
+DISK_CACHE_MAX_VALUE_BYTES = 256 << 20
+#: the first word of every entry: the record's format and its version (entries of another format are misses)
+_DISK_CACHE_FORMAT = b"tinygrad-cache-1"
+#: room for the header line ahead of the value: format, key digest, checksum, length
+_DISK_CACHE_HEADER_BYTES = 256
 
 
 def disk_cache_path(table: str, key: str, suffix: str = ".bin") -> pathlib.Path:
@@ -271,22 +283,88 @@ def disk_cache_path(table: str, key: str, suffix: str = ".bin") -> pathlib.Path:
     return cache_dir() / table / f"{hashlib.sha256(key.encode()).hexdigest()}{suffix}"
 
 
+def _disk_cache_binding(table: str, key: str) -> bytes:
+    return hashlib.sha256(f"{table}\0{key}".encode()).hexdigest().encode()
+
+
+def _disk_cache_checksum(binding: bytes, length: bytes, value: bytes) -> bytes:
+    h = hashlib.sha256(binding)  # the key is inside the checksum: a value cannot be served under another key
+    h.update(b" " + length + b" ")
+    h.update(value)
+    return h.hexdigest().encode()
+
+
+def _read_regular_file(path: pathlib.Path, limit: int) -> bytes | str:
+    """The bytes of the regular file at `path`, or why they were not read (not a regular file, more than `limit`
+    bytes). Raises OSError when it cannot be opened or read."""
+    # a pipe or a device is not even opened (opening one can block or have effects); the open is non-blocking and
+    # checked again, in case the path was swapped for one after the stat
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        return "not a regular file"
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(path, flags)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return "not a regular file"
+        if st.st_size > limit:
+            return f"larger than {limit} bytes"
+        data = f.read(st.st_size + 1)  # a file that grew since the fstat reads long and fails the entry's length check
+    return data
+
+
+def _disk_cache_unpack(record: bytes, binding: bytes) -> bytes | str:
+    """The value of an entry `record` written under `binding`, or why it cannot be served."""
+    end = record.find(b"\n", 0, _DISK_CACHE_HEADER_BYTES)
+    fields = record[:end].split(b" ") if end >= 0 else []
+    if len(fields) != 4 or fields[0] != _DISK_CACHE_FORMAT:
+        return "not an entry of this format"
+    _, bound_to, checksum, length = fields
+    if bound_to != binding:
+        return "written for another key"
+    value = record[end + 1:]
+    if not length.isdigit() or int(length) != len(value):
+        return "truncated or extended"
+    if len(value) > DISK_CACHE_MAX_VALUE_BYTES:
+        return f"larger than {DISK_CACHE_MAX_VALUE_BYTES} bytes"
+    if _disk_cache_checksum(binding, length, value) != checksum:
+        return "checksum mismatch"
+    return value
+
+
 def disk_cache_get(table: str, key: str, suffix: str = ".bin") -> bytes | None:
-    """The bytes stored under `key` in `table`, or None when there are none or they cannot be read."""
+    """The value stored under `key` in `table`, or None (a miss) when there is none or the entry cannot be trusted:
+    not a regular file, too large, truncated, corrupt, or written for another key. DEBUG>=1 reports a skipped
+    entry once."""
+    path = disk_cache_path(table, key, suffix)
     try:
-        return disk_cache_path(table, key, suffix).read_bytes()
+        record = _read_regular_file(path, DISK_CACHE_MAX_VALUE_BYTES + _DISK_CACHE_HEADER_BYTES)
     except OSError:
         return None
+    got = record if isinstance(record, str) else _disk_cache_unpack(record, _disk_cache_binding(table, key))
+    if isinstance(got, bytes):
+        return got
+    if DEBUG >= 1 and str(path) not in _disk_cache_skipped:
+        _disk_cache_skipped.add(str(path))
+        print(f"{table} cache: ignoring {path} ({got}); it is rebuilt", file=sys.stderr)
+    return None
 
 
 def disk_cache_put(table: str, key: str, value: bytes, suffix: str = ".bin") -> bool:
-    """Store `value` under `key` in `table` atomically. Returns whether it was stored; a failure warns once."""
+    """Store `value` under `key` in `table` atomically. Returns whether it was stored; a failure warns once. A value
+    over DISK_CACHE_MAX_VALUE_BYTES is not stored (no read would serve it)."""
+    if len(value) > DISK_CACHE_MAX_VALUE_BYTES:
+        return False
     path = disk_cache_path(table, key, suffix)
+    binding, length = _disk_cache_binding(table, key), str(len(value)).encode()
+    header = b" ".join((_DISK_CACHE_FORMAT, binding, _disk_cache_checksum(binding, length, value), length)) + b"\n"
     tmp: str | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        # no fsync: an entry a crash leaves short or empty fails its checksum and is rebuilt, and compiles stay fast
         with os.fdopen(fd, "wb") as f:
+            f.write(header)
             f.write(value)
         os.replace(tmp, path)
         tmp = None
@@ -457,6 +535,104 @@ def trange(n: int, **kwargs: Any) -> tqdm[int]:
     return tqdm(range(n), total=n, **kwargs)
 
 
+# ---- writing a user's file ----
+# A file written for a user (a checkpoint, a trace, a report) must survive a crash at any instant. It is written to a
+# temporary file in the target's folder (a rename is atomic only within one file system), forced to disk, and only
+# then renamed over the target: the target is always the old file or the new one, whole, never empty or a mix.
+
+@overload
+def atomic_write(path: str | os.PathLike[str], mode: Literal["wb"] = "wb", *,
+                 encoding: None = None) -> contextlib.AbstractContextManager[BinaryIO]: ...
+@overload
+def atomic_write(path: str | os.PathLike[str], mode: Literal["w"], *,
+                 encoding: str | None = None) -> contextlib.AbstractContextManager[TextIO]: ...
+def atomic_write(path: str | os.PathLike[str], mode: str = "wb", *,
+                 encoding: str | None = None) -> contextlib.AbstractContextManager[IO[Any]]:
+    """`with atomic_write(path) as f: f.write(...)` replaces `path` with what the block wrote, or, when the block
+    raises, leaves `path` as it was and removes the temporary file.
+
+    `mode` is "wb" or "w" (with `encoding` as `open`'s). The new file keeps the permission bits of the file it
+    replaces; a new file gets those `open` would give it (0o666 less the umask). A symlink stays a symlink: the file
+    it points to is replaced. A target that is not a regular file (a pipe, /dev/stdout) cannot be replaced and is
+    written in place, as `open` would."""
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_write writes a whole new file, so its mode is 'w' or 'wb', not {mode!r}")
+    return _atomic_write(os.fspath(path), mode, encoding)
+
+
+@contextlib.contextmanager
+def _atomic_write(path: str, mode: str, encoding: str | None) -> Iterator[IO[Any]]:
+    if os.path.islink(path):
+        path = os.path.realpath(path)
+    try:
+        old_mode: int | None = os.stat(path).st_mode
+    except FileNotFoundError:
+        old_mode = None
+    if old_mode is not None and not stat.S_ISREG(old_mode):
+        with open(path, mode, encoding=encoding) as f:
+            yield f
+        return
+    folder = os.path.dirname(path) or "."
+    fd, tmp = _create_beside(folder)
+    try:
+        if old_mode is not None:
+            os.chmod(tmp, stat.S_IMODE(old_mode))
+        with _open_fd(fd, tmp, mode, encoding) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_folder(folder)
+
+
+def _create_beside(folder: str) -> tuple[int, str]:
+    """A new, empty hidden file in `folder`: (its descriptor, its path). Not `tempfile.mkstemp`, which creates the file
+    0o600: created with 0o666 the kernel applies the umask (and a folder's default ACL) as for any new file, and
+    reading the umask from the process would briefly change it for every thread."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        tmp = os.path.join(folder, f".tmp-{os.urandom(6).hex()}")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+        except PermissionError as e:
+            raise PermissionError(e.errno, f"cannot create a temporary file in {folder}: a file is saved by writing "
+                                  f"a temporary file beside it and renaming that over it, so that a crash never "
+                                  f"leaves half a file; make the folder writable or save somewhere else", tmp) from None
+    raise FileExistsError(f"could not create a temporary file in {folder}: every name tried was taken")
+
+
+def _open_fd(fd: int, name: str, mode: str, encoding: str | None) -> IO[Any]:
+    """A file object on `fd` whose `.name` is `name`; `fd` is closed if no file object could be made of it."""
+    handed_over = False
+
+    def opener(_path: str, _flags: int) -> int:
+        nonlocal handed_over
+        handed_over = True
+        return fd
+    try:
+        return open(name, mode, encoding=encoding, opener=opener)
+    except BaseException:
+        if not handed_over:  # once handed over, the failed open() has closed it already
+            os.close(fd)
+        raise
+
+
+def _fsync_folder(folder: str) -> None:
+    """Make the rename itself durable. Best effort: some systems cannot open or sync a folder."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 # ---- downloads ----
 
 def downloads_dir() -> pathlib.Path:
@@ -516,20 +692,16 @@ def fetch(url: str, name: str | pathlib.Path | None = None, subdir: str | None =
 
 
 def _save(src: Any, dest: pathlib.Path, length: int | None, what: str) -> pathlib.Path:
-    """Stream `src` into `dest` through a temporary file in the same directory, renamed at the end, so that an
-    interrupted download never leaves a partial file that the next call would take for the cached one."""
+    """Stream `src` into `dest` through `atomic_write`, so that an interrupted download never leaves a partial file
+    that the next call would take for the cached one."""
     bar: tqdm[Any] = tqdm(total=length, unit="B", unit_scale=True, desc=what, disable=CI or not sys.stderr.isatty())
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")
     try:
-        with os.fdopen(fd, "wb") as out:
+        with atomic_write(dest) as out:
             while chunk := src.read(1 << 16):
                 bar.update(out.write(chunk))
-        written = os.path.getsize(tmp)
-        if length is not None and written < length:
-            raise ConnectionError(f"fetch of {what} stopped after {written} of {length} bytes; try again")
-        os.replace(tmp, dest)
+            written = out.tell()
+            if length is not None and written < length:
+                raise ConnectionError(f"fetch of {what} stopped after {written} of {length} bytes; try again")
     finally:
         bar.close()
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return dest

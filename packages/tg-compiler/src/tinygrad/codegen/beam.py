@@ -6,10 +6,11 @@ scratch buffers, and keeps the n fastest. The search stops when a step finds not
 the timing noise) or after `MAX_STEPS` steps.
 
 The winner is cached on disk, one small JSON file per kernel, under `cache_dir()/beam/`, keyed by the kernel
-AST, the device, the renderer, the compiler (its cache key: version and flags) and the beam width; the file
-repeats the key and a format version, so an entry that is corrupt, from another version, or (after a hash
-collision) for another kernel is ignored and searched again. It is the `beam` table of the disk cache in
-`tinygrad.helpers`: a cache that cannot be written is warned about once and the search result is still used.
+AST, the device, the renderer, the compiler (its cache key: version and flags) and the beam width. It is the `beam`
+table of the disk cache in `tinygrad.helpers`, which binds each entry to its key and checks it on read (an entry
+copied or renamed from another kernel's file, cut short, or not a regular file is a miss); the JSON repeats the key
+and a format version, so an entry from another version or for another kernel is ignored too, and searched again.
+A cache that cannot be written is warned about once and the search result is still used.
 """
 
 from __future__ import annotations

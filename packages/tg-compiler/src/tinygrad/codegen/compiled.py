@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
-import hashlib
 import os
 import sys
 import time
@@ -30,7 +29,6 @@ from tinygrad.helpers import (
     PROFILE,
     cache_dir,
     disk_cache_get,
-    disk_cache_path,
     disk_cache_put,
 )
 from tinygrad.renderer import Renderer
@@ -78,19 +76,16 @@ class Compiler:
 def disk_cache_get_or_make(namespace: str, src: str, make: Callable[[], bytes]) -> bytes:
     """A content-addressed cache of compiled binaries, in the `compile` table of the disk cache (`helpers`).
 
-    Each entry stores a SHA-256 of its payload: a truncated or corrupt entry fails the check and is
-    rebuilt and overwritten. A cache that cannot be written is warned about once and compiling goes on.
+    The key is the compiler's `namespace` and the source, and the disk cache binds each entry to its key and checks
+    it on every read: an entry that is corrupt, truncated, not a regular file, or was written for another source
+    (a file copied or renamed in the cache) is never served; it is rebuilt and overwritten. A cache that cannot be
+    written is warned about once and compiling goes on.
     """
     key = f"{namespace}\0{src}"
-    blob = disk_cache_get("compile", key)
-    if blob is not None:
-        digest, payload = blob[:32], blob[32:]
-        if hashlib.sha256(payload).digest() == digest:
-            return payload
-        if DEBUG >= 1:
-            print(f"compile cache: ignoring corrupt entry {disk_cache_path('compile', key)}", file=sys.stderr)
+    if (payload := disk_cache_get("compile", key)) is not None:
+        return payload
     payload = make()
-    disk_cache_put("compile", key, hashlib.sha256(payload).digest() + payload)
+    disk_cache_put("compile", key, payload)
     return payload
 
 
