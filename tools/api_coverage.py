@@ -55,7 +55,10 @@ def refresh() -> None:
                              check=True, capture_output=True, text=True, cwd=tmp).stdout
     header = (f"# public names of tinygrad {TINYGRAD_VERSION}'s Tensor (dir(Tensor) without leading underscores); "
               "regenerate with tools/api_coverage.py --refresh\n")
-    NAMES_FILE.write_text(header + out)
+    from tinygrad.helpers import atomic_write
+
+    with atomic_write(NAMES_FILE, "w") as f:
+        f.write(header + out)
 
 
 def report() -> tuple[list[str], list[str], list[str]]:

@@ -73,7 +73,10 @@ def main() -> int:
         return 1
     new = render(text)
     if "--write" in sys.argv[1:]:
-        DOC.write_text(new)
+        from tinygrad.helpers import atomic_write
+
+        with atomic_write(DOC, "w") as f:
+            f.write(new)
         return 0
     if new != text:
         sys.stdout.writelines(difflib.unified_diff(text.splitlines(True), new.splitlines(True), "docs (now)",

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from tinygrad.conformance.claims import DeviceClaims
+from tinygrad.helpers import atomic_write
 
 if TYPE_CHECKING:  # the stand-in imports the compiler: only compile-only runs load it
     from tinygrad.conformance.standin import CompileOutcomes
@@ -154,7 +155,8 @@ class KitReport:
 
     def write_json(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.as_json(), indent=1) + "\n")
+        with atomic_write(path, "w") as f:
+            f.write(json.dumps(self.as_json(), indent=1) + "\n")
 
 
 def _skip_reason(report: pytest.TestReport) -> str:

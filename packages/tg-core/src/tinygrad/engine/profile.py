@@ -20,6 +20,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from tinygrad.helpers import atomic_write
+
 if TYPE_CHECKING:
     from tinygrad.device import Runner
 
@@ -90,7 +92,7 @@ def trace() -> dict[str, Any]:
 
 
 def write(path: str) -> None:
-    with open(path, "w") as f:
+    with atomic_write(path, "w") as f:
         json.dump(trace(), f)
 
 

@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tinygrad.helpers import atomic_write
 from tinygrad.uop.ops import Ops, UOp, post_order
 
 if TYPE_CHECKING:
@@ -288,10 +289,8 @@ def save(path: str | None = None, data: dict[str, Any] | None = None) -> str:
     """Write the trace (this process's, unless `data` is given) as JSON; returns the absolute path."""
     path = os.path.abspath(path) if path is not None else default_path()
     data = trace() if data is None else data
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:  # written aside and renamed: a reader never sees half a trace
+    with atomic_write(path, "w") as f:  # a reader, or a crash, never leaves half a trace
         json.dump(data, f, separators=(",", ":"))
-    os.replace(tmp, path)
     return path
 
 

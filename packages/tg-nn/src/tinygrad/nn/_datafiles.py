@@ -13,13 +13,12 @@ from __future__ import annotations
 import hashlib
 import os
 import pathlib
-import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from tinygrad.helpers import cache_dir
+from tinygrad.helpers import atomic_write, cache_dir
 
 
 class DatasetError(RuntimeError):
@@ -109,16 +108,12 @@ def fetch(url: str, dest: pathlib.Path, checksum: str | None) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
     with urllib.request.urlopen(url, timeout=30) as response:
         total = int(response.headers.get("Content-Length") or 0) or None
-        fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")
-        tmp = pathlib.Path(tmp_name)
-        try:
-            with os.fdopen(fd, "wb") as out, tqdm(total=total, unit="B", unit_scale=True, desc=dest.name) as bar:
+        with atomic_write(dest) as out:
+            with tqdm(total=total, unit="B", unit_scale=True, desc=dest.name) as bar:
                 for block in iter(lambda: response.read(1 << 16), b""):
                     out.write(block)
                     bar.update(len(block))
-            if total is not None and tmp.stat().st_size != total:
-                raise DatasetError(f"download of {url} stopped at {tmp.stat().st_size} of {total} bytes")
-            verify(tmp, checksum)
-            tmp.replace(dest)
-        finally:
-            tmp.unlink(missing_ok=True)
+            if total is not None and out.tell() != total:
+                raise DatasetError(f"download of {url} stopped at {out.tell()} of {total} bytes")
+            out.flush()
+            verify(pathlib.Path(out.name), checksum)

@@ -15,13 +15,15 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import struct
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 from tinygrad import Tensor, dtypes
 from tinygrad.dtype import DType
-from tinygrad.helpers import prod
+from tinygrad.helpers import atomic_write, prod
 from tinygrad.nn._bytes import FileLike, read_bytes, tensor_from_raw, tensor_to_raw
 
 # the specification's dtype codes
@@ -34,6 +36,13 @@ SAFE_DTYPES: dict[str, DType] = {
 _CODE_OF = {d.name: code for code, d in SAFE_DTYPES.items()}
 # the reference implementation refuses headers over 100 MB: a larger one is a damaged or hostile file
 MAX_HEADER_BYTES = 100_000_000
+# a valid header nests three deep (header -> tensor entry -> shape list); Python's JSON parser recurses once per level,
+# so a deeply nested header must be refused before it is parsed
+MAX_HEADER_DEPTH = 64
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
+_BRACKET_STEPS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")  # +1 and -1 as int8
+_NESTING_CHUNK = 1 << 20
 
 
 class SafetensorsError(ValueError):
@@ -85,7 +94,7 @@ def safe_save(tensors: Mapping[str, Tensor], fn: str | os.PathLike, metadata: Ma
         offset += len(blob)
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)  # pad so the data starts 8-byte aligned, as the specification recommends
-    with open(fn, "wb") as f:
+    with atomic_write(fn) as f:  # a crash mid-save leaves the previous file, not a truncated one
         f.write(struct.pack("<Q", len(text)))
         f.write(text)
         for blob in blobs:
@@ -107,6 +116,7 @@ def _parse(raw: bytes, where: str) -> tuple[int, dict[str, Any]]:
     if 8 + n > len(raw):
         raise SafetensorsError(f"{where}: the header claims {n} bytes but the file has only {len(raw) - 8} after the "
                                f"length; the file is truncated")
+    _check_nesting(raw[8:8 + n], where)
     try:
         header = json.loads(raw[8:8 + n].decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -134,6 +144,22 @@ def _parse(raw: bytes, where: str) -> tuple[int, dict[str, Any]]:
     if expected != data_len:
         raise SafetensorsError(f"{where}: the tensors cover {expected} data bytes but the file holds {data_len}")
     return 8 + n, header
+
+
+def _check_nesting(text: bytes, where: str) -> None:
+    """Refuse a header whose arrays and objects nest deeper than MAX_HEADER_DEPTH, without recursing. With the
+    strings taken out, the running count of brackets opened and not yet closed is the depth the parser would recurse
+    to at that point (it stops at a stray closing bracket, where the count goes negative)."""
+    steps = _JSON_STRING.sub(b'""', text).translate(_BRACKET_STEPS, _NOT_BRACKET)
+    depth = 0
+    for start in range(0, len(steps), _NESTING_CHUNK):  # in chunks: a hostile header is up to MAX_HEADER_BYTES
+        chunk = np.frombuffer(steps, dtype=np.int8, count=min(_NESTING_CHUNK, len(steps) - start), offset=start)
+        running = depth + np.cumsum(chunk, dtype=np.int32)
+        if running.max() > MAX_HEADER_DEPTH:
+            raise SafetensorsError(f"{where}: the header's JSON nests arrays and objects more than "
+                                   f"{MAX_HEADER_DEPTH} deep; a safetensors header nests three deep, so the file "
+                                   f"is damaged or not safetensors")
+        depth = int(running[-1])
 
 
 def _check_entry(name: str, info: Any, data_len: int, where: str) -> tuple[int, int]:
