@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from tinygrad import Tensor, TinyJit
 from tinygrad.engine.jit import JitError
 
-N = 8
-OPS = ["add_list", "mul_scale", "sum", "rotate", "closure", "state", "dict"]
+N = 256  # more than a vector register holds: a kernel reading what it writes gets it wrong
+OPS = ["add_list", "mul_scale", "sum", "rotate", "flip", "closure", "state", "dict"]
 CALLS = 6
 
 
@@ -39,6 +39,8 @@ class World:
             elif op == "rotate":  # by 1 to N-1: each output element comes from another position
                 k = i % (N - 1) + 1
                 v = v[k:].cat(v[:k])
+            elif op == "flip":
+                v = v.flip(0)
             elif op == "closure":
                 v = v + self.w
             elif op == "state":

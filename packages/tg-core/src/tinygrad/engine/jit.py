@@ -55,6 +55,7 @@ from tinygrad.engine.jit_io import (
     unbound,
     write_back_state,
 )
+from tinygrad.engine.jit_memo import LastCall
 from tinygrad.engine.jit_reads import unrealized_reads
 from tinygrad.engine.jit_state import JitError, RunningJit, check_not_overwritten, overwritten, running
 from tinygrad.engine.schedule import ScheduleItem, base_buffer
@@ -83,6 +84,7 @@ class TinyJit(Generic[R]):
         self.cnt = 0
         self._captures: dict[tuple, Capture] = {}
         self._current: Capture | None = None  # the capture of the last call
+        self._last: LastCall | None = None  # the last call, when it was a replay (jit_memo)
 
     @property
     def captured_kernels(self) -> int:
@@ -99,10 +101,12 @@ class TinyJit(Generic[R]):
         return self if obj is None else functools.partial(self.__call__, obj)
 
     def __call__(self, *args: Any, **kwargs: Any) -> R:
-        cap = self._current
-        if cap is not None and cap.repeat is not None and not running and not kwargs \
-                and (buffers := cap.repeated(args)) is not None:
-            return cap.replay(buffers, {}, repeated=True)  # type: ignore[no-any-return]
+        last, self._last = self._last, None
+        if last is not None and not kwargs and not running and JIT and (buffers := last.matches(args)) is not None:
+            out = last.capture.replay(buffers, {}, repeated=True)
+            last.refresh()
+            self._last = last
+            return out  # type: ignore[no-any-return]
         if running and running[-1].capturing:
             raise JitError(f"TinyJit function {self._name} was called while {running[-1].name} is being captured; a "
                            f"replay of the outer function could not repeat the inner one. Call it outside, or drop "
@@ -121,13 +125,10 @@ class TinyJit(Generic[R]):
                 self._refuse_new_key(args, kwargs)
                 return self._run(args, kwargs, found, buffers, self._new_capture(signature, args, kwargs), key)
             cap.check_signature(signature)
-            if cap is not self._current and self._current is not None:
-                self._current.repeat = None
             self._current = cap
-            cap.repeat = None
             out = cap.replay(buffers, found.variables)
-            if not kwargs and not found.variables and found.all_tensors:
-                cap.remember_repeat(args, buffers)
+            if not kwargs and not found.variables:
+                self._last = LastCall.of(cap, args, found, buffers)
             return out  # type: ignore[no-any-return]
         capture = self._new_capture(signature, args, kwargs) if self.cnt == 1 else None
         out = self._run(args, kwargs, found, buffers, capture, key)
@@ -175,8 +176,6 @@ class TinyJit(Generic[R]):
         records += write_back_state(state)
         capture.state = make_state_slots(state_tensors(state))
         out = capture.finish(self.fn, records, buffers, found.variables, out)
-        if self._current is not None:
-            self._current.repeat = None
         self._captures[key] = self._current = capture
         return out  # type: ignore[no-any-return]
 

@@ -48,7 +48,9 @@ class Arguments:
     where: list[str] = field(default_factory=list)  # with `named`: where each entry of the key was found
     variables: dict[str, int] = field(default_factory=dict)  # values of the Variables passed (not in shapes)
     keep: list[Any] = field(default_factory=list)  # objects keyed by identity: kept alive so their id is not reused
-    all_tensors: bool = True  # every argument was a tensor given directly
+    #: each container and object searched, with what it held (`snapshot`): a call with the same ones, still
+    #: holding the same, need not be taken apart again
+    containers: list[tuple[Any, tuple]] = field(default_factory=list)
     _count: int = 0
     _index: dict[int, int] = field(default_factory=dict)  # id of each tensor found -> its number
     _on_path: set[int] = field(default_factory=set)  # containers being searched: a cycle is keyed, not followed
@@ -76,7 +78,6 @@ def _visit(found: Arguments, v: Any, where: str | None, depth: int) -> None:
                        f"tensors and values the function needs as arguments of their own")
     t = type(v)
     if t in _EXACT_PLAIN:  # the common values first, without the isinstance chain below
-        found.all_tensors = False
         found.add(where, (t, v))
         return
     if t is Tensor or isinstance(v, Tensor):
@@ -85,10 +86,7 @@ def _visit(found: Arguments, v: Any, where: str | None, depth: int) -> None:
             index = found._index[id(v)] = len(found.tensors)
             found.tensors.append(v)
         found.add(where, ("tensor", index))
-        if depth:
-            found.all_tensors = False
         return
-    found.all_tensors = False
     if t is float:
         found.add(where, (t, v.hex()))  # nan equals itself, -0.0 differs from 0.0
     elif isinstance(v, PLAIN) or isinstance(v, enum.Enum):
@@ -124,10 +122,19 @@ def _visit(found: Arguments, v: Any, where: str | None, depth: int) -> None:
 
 def _visit_all(found: Arguments, container: Any, items: Iterable[tuple[Any, Any]], where: str | None, step: str,
                depth: int) -> None:
+    found.containers.append((container, snapshot(container)))
     found._on_path.add(id(container))
     for k, x in items:
         _visit(found, x, None if where is None else where + step.format(k), depth + 1)
     found._on_path.discard(id(container))
+
+
+def snapshot(container: Any) -> tuple:
+    """What a container holds now: its items, or its keys (attribute names) and then its values."""
+    if isinstance(container, (list, tuple)):
+        return tuple(container)
+    items = container if isinstance(container, dict) else attributes_of(container) or {}
+    return (*items.keys(), *items.values())
 
 
 def named_key(args: tuple, kwargs: dict[str, Any]) -> Arguments:

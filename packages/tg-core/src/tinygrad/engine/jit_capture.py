@@ -37,8 +37,8 @@ from tinygrad.engine.jit_io import (
 )
 from tinygrad.engine.jit_reads import Location, find_reads
 from tinygrad.engine.jit_state import JitError
-from tinygrad.engine.schedule import ScheduleItem, base_buffer
-from tinygrad.helpers import DEBUG, JIT, PROFILE, GlobalCounters
+from tinygrad.engine.schedule import ScheduleItem
+from tinygrad.helpers import DEBUG, PROFILE, GlobalCounters
 from tinygrad.tensor import Tensor
 from tinygrad.uop.ops import Ops, UOp
 
@@ -107,9 +107,6 @@ class Capture:
     #: storage: an assign gives a buffer a new name over the same memory) and the values. A replay with the same
     #: memory and values, such as a caller that refills its inputs in place, reuses the launches
     built_for: tuple[list[weakref.ref], dict[str, int]] | None = None
-    #: the last replay's arguments when they were realized tensors and nothing else: weak references to their
-    #: nodes and to their buffers. The same tensors again, unchanged, replay without the per-call checks
-    repeat: tuple[list[weakref.ref], list[weakref.ref]] | None = None
     outputs: Any = None  # the structure returned, with OutputSlot in place of each tensor
     var_vals: dict[str, int] = field(default_factory=dict)
     state: list[StateSlot] = field(default_factory=list)  # the tensors the function assigns
@@ -168,21 +165,6 @@ class Capture:
                            f"fit the captured shapes and dtypes. Call .reset() to capture again, or use a separate "
                            f"TinyJit for each shape (or a symbolic Variable for a changing dimension)")
 
-    def repeated(self, args: tuple) -> list[Buffer] | None:
-        """The input buffers when `args` are the tensors of the last replay, each still the same realized node (its
-        buffer, under the same name: no assign since); else None. Those passed the checks of a call then."""
-        assert self.repeat is not None
-        nodes, buffers = self.repeat
-        if len(args) != len(nodes) or not all(type(a) is Tensor and a.uop is r() for a, r in zip(args, nodes)):
-            return None
-        out = [b for r in buffers if (b := r()) is not None]
-        return out if JIT and len(out) == len(buffers) else None
-
-    def remember_repeat(self, args: tuple, buffers: list[Buffer]) -> None:
-        """After a replay: the same tensors again may skip the per-call checks."""
-        if all(type(a) is Tensor and base_buffer(a.uop) is not None for a in args) and len(args) == len(buffers):
-            self.repeat = ([weakref.ref(a.uop) for a in args], [weakref.ref(b) for b in buffers])
-
     def _check_reads(self) -> None:
         if self.lost is not None:
             raise JitError(f"TinyJit function {self.name} read the tensor {self.lost} when it was captured, and that "
@@ -229,8 +211,8 @@ class Capture:
         return staged
 
     def replay(self, inputs: list[Buffer], var_vals: dict[str, int], repeated: bool = False) -> Any:
-        """Launch the captured kernels on `inputs`. `repeated`: they are the last replay's, so the launches were
-        built for them (the last replay built them, and any other call since would have ended the repeat)."""
+        """Launch the captured kernels on `inputs`. `repeated`: they are the last call's, which was a replay of this
+        capture, so the launches were built for them."""
         self._check_reads()
         jit_state.check_not_overwritten(inputs)
         self._bring_in_assigned()
@@ -282,10 +264,20 @@ class Capture:
             and built_values == values
 
     def _rebuild(self, inputs: list[Buffer], values: dict[str, int]) -> None:
-        """Rebuild the launches that take inputs or variables for these."""
+        """Rebuild the launches that take inputs or variables for these: those whose inputs or variables changed
+        since the last build (a model's weights passed as inputs stay; a new batch changes one or two launches)."""
         regroup = False
+        changed: set[int] | None = None  # the inputs whose memory changed; None: rebuild every dynamic launch
+        values_changed = True
+        if self.built_for is not None and len(self.built_for[0]) == len(inputs):
+            refs, built_values = self.built_for
+            changed = {i for i, (r, b) in enumerate(zip(refs, inputs)) if r() is not b.storage}
+            values_changed = built_values != values
         for i in self.dynamic:
             rec = self.recorded[i]
+            if changed is not None and not (rec.takes_vars and values_changed) \
+                    and not any(slot in changed for _, slot in rec.input_slots):
+                continue
             bufs = list(rec.item.bufs)
             for pos, slot in rec.input_slots:
                 bufs[pos] = inputs[slot]
