@@ -49,7 +49,7 @@ from tinygrad.engine.jit_capture import Capture, Signature, make_state_slots
 from tinygrad.engine.jit_io import (
     buffers_of,
     collect_outputs,
-    old_buffers,
+    held_buffers,
     returns_inputs,
     state_tensors,
     unbound,
@@ -61,7 +61,7 @@ from tinygrad.engine.jit_state import JitError, RunningJit, check_not_overwritte
 from tinygrad.engine.schedule import ScheduleItem, base_buffer
 from tinygrad.helpers import JIT
 from tinygrad.tensor import Tensor
-from tinygrad.uop.ops import Ops, UOp, unbind
+from tinygrad.uop.ops import UOp, unbind
 
 R = TypeVar("R")
 
@@ -102,9 +102,10 @@ class TinyJit(Generic[R]):
 
     def __call__(self, *args: Any, **kwargs: Any) -> R:
         last, self._last = self._last, None
-        if last is not None and not kwargs and not running and JIT and (buffers := last.matches(args)) is not None:
-            out = last.capture.replay(buffers, {}, repeated=True)
-            last.refresh()
+        if last is not None and not kwargs and not running and JIT and (same := last.matches(args)) is not None:
+            buffers, changed = same
+            out = last.capture.replay(buffers, {}, changed)
+            last.adopt(args, buffers, changed)
             self._last = last
             return out  # type: ignore[no-any-return]
         if running and running[-1].capturing:
@@ -128,7 +129,7 @@ class TinyJit(Generic[R]):
             self._current = cap
             out = cap.replay(buffers, found.variables)
             if not kwargs and not found.variables:
-                self._last = LastCall.of(cap, args, found, buffers)
+                self._last = LastCall.of(cap, args, found, buffers, memory_pattern)
             return out  # type: ignore[no-any-return]
         capture = self._new_capture(signature, args, kwargs) if self.cnt == 1 else None
         out = self._run(args, kwargs, found, buffers, capture, key)
@@ -184,23 +185,13 @@ class TinyJit(Generic[R]):
         return getattr(self.fn, "__qualname__", repr(self.fn))
 
 
-def _held(u: UOp) -> list[Buffer] | None:
-    """The buffers a tensor's node holds (None: it is not realized); a buffer or a reshape of one, the usual input,
-    without the general lookup."""
-    if u.op is Ops.BUFFER:
-        return [u.arg]
-    if u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER:
-        return [u.src[0].arg]
-    return old_buffers(u)
-
-
 def _inputs(tensors: list[Tensor], variables: dict[str, int]) -> tuple[list[Buffer], tuple[tuple[int, ...], ...],
                                                                       Signature]:
     """Realize the inputs; the memory they are read from, each once (two views of one buffer are one input); for each
     tensor which of those its buffers are (one per device: a replay with another pattern needs a capture of its
     own); and their shapes (unbound), dtypes and devices. The values of Variables bound in their shapes go into
     `variables`. An input a later replay wrote over raises."""
-    held = [_held(t.uop) for t in tensors]
+    held = [held_buffers(t.uop) for t in tensors]
     if lazy := [t for t, bufs in zip(tensors, held) if bufs is None]:
         Tensor.realize(*lazy)
         held = [bufs if bufs is not None else buffers_of(t) for t, bufs in zip(tensors, held)]

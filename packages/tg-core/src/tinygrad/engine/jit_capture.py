@@ -17,7 +17,7 @@ import functools
 import sys
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,7 +102,8 @@ class Capture:
     #: run, None when it is called on its own)
     runs: list[Callable[[], Any]] = field(default_factory=list)
     placed: list[tuple[int, int | None]] = field(default_factory=list)
-    dynamic: list[int] = field(default_factory=list)  # launches rebuilt on every replay: they take inputs or variables
+    dynamic: list[int] = field(default_factory=list)  # launches taking inputs or variables: rebuilt when those change
+    readers_of: dict[int, list[int]] = field(default_factory=dict)  # the launches taking each input
     #: what the dynamic launches were last built for: weak references to the memory of the input buffers (their
     #: storage: an assign gives a buffer a new name over the same memory) and the values. A replay with the same
     #: memory and values, such as a caller that refills its inputs in place, reuses the launches
@@ -142,6 +143,10 @@ class Capture:
         self.launches = [_prepare(r, r.item.bufs, r.item.var_vals) for r in self.recorded]
         self.runs, self.placed = _run_together(self.launches)
         self.dynamic = [i for i, r in enumerate(self.recorded) if r.input_slots or r.takes_vars]
+        self.readers_of = {slot: [] for slot in range(len(inputs))}
+        for i, r in enumerate(self.recorded):
+            for slot in dict.fromkeys(slot for _, slot in r.input_slots):
+                self.readers_of[slot].append(i)
         runners = [r.runner for r in self.recorded if r.runner is not None]
         self.replay_ops = sum(r.estimated_ops for r in runners)
         self.replay_mem = sum(r.estimated_bytes for r in runners)
@@ -195,32 +200,35 @@ class Capture:
                     copy_into(old, new, old.device)
             followed.node = t.uop
 
-    def _stage(self, inputs: list[Buffer]) -> list[Buffer]:
-        """The inputs the kernels read: one whose memory the replay writes (an earlier output passed back in) is
-        copied into memory of its own first, so that no kernel reads what it writes."""
-        if not any(id(b.storage) in self.written for b in inputs):
+    def _stage(self, inputs: list[Buffer], slots: Iterable[int]) -> list[Buffer]:
+        """The inputs the kernels read: one (of `slots`) whose memory the replay writes (an earlier output passed back
+        in) is copied into memory of its own first, so that no kernel reads what it writes."""
+        written = self.written
+        aliased = [i for i in slots if id(inputs[i].storage) in written]
+        if not aliased:
             return inputs
         staged = list(inputs)
-        for i, b in enumerate(inputs):
-            if id(b.storage) in self.written:
-                private = self.staging.get(i)
-                if private is None:
-                    private = self.staging[i] = Buffer(b.device, b.size, b.dtype).ensure_allocated()
-                copy_into(private, b, b.device)
-                staged[i] = private
+        for i in aliased:
+            b = inputs[i]
+            private = self.staging.get(i)
+            if private is None:
+                private = self.staging[i] = Buffer(b.device, b.size, b.dtype).ensure_allocated()
+            copy_into(private, b, b.device)
+            staged[i] = private
         return staged
 
-    def replay(self, inputs: list[Buffer], var_vals: dict[str, int], repeated: bool = False) -> Any:
-        """Launch the captured kernels on `inputs`. `repeated`: they are the last call's, which was a replay of this
-        capture, so the launches were built for them."""
+    def replay(self, inputs: list[Buffer], var_vals: dict[str, int], changed: set[int] | None = None) -> Any:
+        """Launch the captured kernels on `inputs`. `changed`: when the last call was a replay of this capture with
+        the same variables, the inputs that may differ from its (the launches were built for the others); None: any
+        may."""
         self._check_reads()
         jit_state.check_not_overwritten(inputs)
         self._bring_in_assigned()
-        values = {**self.var_vals, **var_vals}
-        launched_on = self._stage(inputs)
+        values = {**self.var_vals, **var_vals} if var_vals else self.var_vals
+        launched_on = self._stage(inputs, range(len(inputs)) if changed is None else changed)
         launches = self.launches
-        if self.dynamic and not repeated and not self._built_for_these(launched_on, values):
-            self._rebuild(launched_on, values)
+        if self.dynamic and (changed is None or changed) and not self._built_for_these(launched_on, values, changed):
+            self._rebuild(launched_on, values, changed)
         if DEBUG >= 1:
             print(f"TinyJit {self.name}: replaying {len(launches)} launches", file=sys.stderr)
         if PROFILE:
@@ -256,28 +264,38 @@ class Capture:
         self.handed = [weakref.ref(b) for b in handed]
         return out
 
-    def _built_for_these(self, inputs: list[Buffer], values: dict[str, int]) -> bool:
+    def _built_for_these(self, inputs: list[Buffer], values: dict[str, int], only: set[int] | None) -> bool:
+        """Whether the launches were last built for these inputs' memory (those numbered in `only`, when given) and
+        these values."""
         if self.built_for is None:
             return False
         refs, built_values = self.built_for
+        if only is not None:
+            return all(refs[i]() is inputs[i].storage for i in only)
         return len(refs) == len(inputs) and all(r() is b.storage for r, b in zip(refs, inputs)) \
             and built_values == values
 
-    def _rebuild(self, inputs: list[Buffer], values: dict[str, int]) -> None:
+    def _rebuild(self, inputs: list[Buffer], values: dict[str, int], only: set[int] | None) -> None:
         """Rebuild the launches that take inputs or variables for these: those whose inputs or variables changed
-        since the last build (a model's weights passed as inputs stay; a new batch changes one or two launches)."""
+        since the last build (a model's weights passed as inputs stay; a new batch changes one or two launches).
+        `only`: the inputs that may have changed (the values have not)."""
         regroup = False
         changed: set[int] | None = None  # the inputs whose memory changed; None: rebuild every dynamic launch
         values_changed = True
         if self.built_for is not None and len(self.built_for[0]) == len(inputs):
             refs, built_values = self.built_for
-            changed = {i for i, (r, b) in enumerate(zip(refs, inputs)) if r() is not b.storage}
-            values_changed = built_values != values
-        for i in self.dynamic:
+            candidates = range(len(inputs)) if only is None else only
+            changed = {i for i in candidates if refs[i]() is not inputs[i].storage}
+            values_changed = only is None and built_values != values
+        if changed is None:
+            rebuilt: Iterable[int] = self.dynamic
+        else:
+            picked = {i for slot in changed for i in self.readers_of[slot]}
+            if values_changed:
+                picked.update(i for i in self.dynamic if self.recorded[i].takes_vars)
+            rebuilt = sorted(picked)
+        for i in rebuilt:
             rec = self.recorded[i]
-            if changed is not None and not (rec.takes_vars and values_changed) \
-                    and not any(slot in changed for _, slot in rec.input_slots):
-                continue
             bufs = list(rec.item.bufs)
             for pos, slot in rec.input_slots:
                 bufs[pos] = inputs[slot]
@@ -289,7 +307,13 @@ class Capture:
                 regroup = True
         if regroup:
             self.runs, self.placed = _run_together(self.launches)
-        self.built_for = ([weakref.ref(b.storage) for b in inputs], values)
+        if changed is not None and self.built_for is not None:
+            refs = self.built_for[0]
+            for i in changed:
+                refs[i] = weakref.ref(inputs[i].storage)
+            self.built_for = (refs, values)
+        else:
+            self.built_for = ([weakref.ref(b.storage) for b in inputs], values)
 
     def _replay_profiled(self, launches: list[Callable[[], Any]]) -> None:
         """PROFILE=1: each launch recorded. A prepared launch has no device timer, so each is timed by the wall

@@ -29,6 +29,16 @@ class StateSlot:
     node: UOp
 
 
+def held_buffers(u: UOp) -> list[Buffer] | None:
+    """The buffers a tensor's node holds (None: it is not realized); a buffer or a reshape of one, the usual case,
+    without the general lookup."""
+    if u.op is Ops.BUFFER:
+        return [u.arg]
+    if u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER:
+        return [u.src[0].arg]
+    return old_buffers(u)
+
+
 def old_buffers(old: UOp) -> list[Buffer] | None:
     view = realized_views.get(old)
     return realized_buffers(view if view is not None else old)
