@@ -65,6 +65,9 @@ class Numpy:
     def jit(self, kernels: int) -> Callable[[], Result]:
         raise NotAvailable("numpy has no JIT; see the eager dispatch table")
 
+    def jit_call(self, layers: int, calls: int, fresh_inputs: bool) -> Callable[[], Result]:
+        raise NotAvailable("numpy has no JIT or modules")
+
     def firstcall(self, n: int) -> Callable[[], Result]:
         a, b = (x.reshape(n, n) for x in _inputs(n * n, 2))
         return lambda: per_call(lambda: a @ b, 1)
@@ -118,6 +121,19 @@ class Torch:
         def measure() -> Result:
             return {"seconds": per_call(chain, 1)["seconds"] / kernels}
         return measure
+
+    def jit_call(self, layers: int, calls: int, fresh_inputs: bool) -> Callable[[], Result]:
+        # the module called in plain eager: what the Python of one call costs without a capture to replay
+        torch = self.torch
+        model = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(layers)])
+        xs = [torch.full((1, 4), float(i)) for i in range(calls)]
+
+        def run() -> None:
+            with torch.no_grad():
+                for x in xs:
+                    model(x) * 2
+        run()
+        return lambda: {"seconds": per_call(run, 1)["seconds"] / calls}
 
     def firstcall(self, n: int) -> Callable[[], Result]:
         a, b = (x.reshape(n, n) for x in self._tensors(n * n, 2))
@@ -203,6 +219,39 @@ class TinygradApi:
             self.sync()
             return {"seconds": (time.perf_counter() - began) / kernels}
         return measure
+
+    def jit_call(self, layers: int, calls: int, fresh_inputs: bool) -> Callable[[], Result]:
+        """The Python of one replay of a `@TinyJit` method whose object holds 2 * `layers` tensors, given an input
+        tensor (a new one each call, or else the same one: nothing to rebuild) and an int (tinygrad's examples jit
+        methods so). The int stays the same: tinygrad 0.14.0 replays the value of its capture whatever is passed."""
+        from tinygrad import nn
+        tiny_jit = getattr(self.tg, "TinyJit", None)
+        if tiny_jit is None:
+            raise NotAvailable("TinyJit missing")
+        def forward(model: Any, x: Any, scale: int) -> Any:
+            for layer in model.layers:
+                x = layer(x)
+            return (x * scale).realize()
+
+        class Model:
+            def __init__(self) -> None:
+                self.layers = [nn.Linear(4, 4) for _ in range(layers)]
+
+            __call__ = tiny_jit(forward)
+
+        model = Model()
+        xs = self._fresh([np.full((1, 4), i, np.float32) for i in range(calls)])
+        for i in range(6):  # captures happen on early calls; replays after that must still be right
+            x = xs[i % len(xs)]
+            _check(model(x, 2).numpy(), forward(model, x, 2).numpy(), f"TinyJit method call {i}")
+
+        inputs = xs if fresh_inputs else [xs[0]] * len(xs)
+
+        def run() -> None:
+            for x in inputs:
+                model(x, 2)
+            self.sync()
+        return lambda: {"seconds": per_call(run, 1)["seconds"] / calls}
 
     def mnist_sample(self, sampling: str, rows: int, batch: int, steps: int) -> Callable[[], Result]:
         """beautiful_mnist's TinyJit training step on a dataset of `rows` 28x28 images, its batch drawn either the

@@ -33,7 +33,7 @@ from harness import (
 )
 
 MODULE = "cpu_workloads"
-WORKLOADS = ["matmul", "elementwise", "dispatch", "jit", "mnistsample", "firstcall"]
+WORKLOADS = ["matmul", "elementwise", "dispatch", "jit", "jitcall", "mnistsample", "firstcall"]
 # both tinygrad-API frameworks run on their CPU backends (this project's default device is otherwise CL)
 DEVICE_ENV = {"tinygrad": {"DEV": "CPU"}, "ours": {"DEV": "CPU"}}
 
@@ -44,6 +44,7 @@ class Sizes:
     elementwise: int
     dispatch_seconds: float
     jit_kernels: int
+    jit_calls: int
     firstcall: int
     rounds: int
     cold_rounds: int
@@ -51,10 +52,11 @@ class Sizes:
     settle_s: float = SETTLE_S  # idle time before each measurement (harness.SETTLE_S says why)
 
 
-FULL = Sizes(matmul=(256, 1024, 2048), elementwise=16 * 2**20, dispatch_seconds=0.1, jit_kernels=100,
+FULL = Sizes(matmul=(256, 1024, 2048), elementwise=16 * 2**20, dispatch_seconds=0.1, jit_kernels=100, jit_calls=200,
              firstcall=1024, rounds=7, cold_rounds=3)
-QUICK = Sizes(matmul=(64,), elementwise=2**16, dispatch_seconds=0.005, jit_kernels=10, firstcall=64,
+QUICK = Sizes(matmul=(64,), elementwise=2**16, dispatch_seconds=0.005, jit_kernels=10, jit_calls=10, firstcall=64,
               rounds=2, cold_rounds=1, mnist=(2048, 32, 1), settle_s=0.0)
+JIT_CALL_LAYERS = 10
 REFERENCES = ["numpy", "PyTorch 2.13.0", "tinygrad 0.14.0"]
 
 
@@ -97,6 +99,17 @@ def jit_table(fws: list[Framework], workers: dict[str, Worker], sizes: Sizes) ->
     return render_table(f"TinyJit replay of {sizes.jit_kernels} separately realized x + 1 kernels "
                         "(PyTorch: the same chain in plain eager, no torch.compile)", rows,
                         latency("µs per kernel", 1e6), REFERENCES)
+
+
+def jit_call_table(fws: list[Framework], workers: dict[str, Worker], sizes: Sizes) -> str:
+    rows = [Row(f"{fw.label}{how}", fw, "jit_call", {"layers": JIT_CALL_LAYERS, "calls": sizes.jit_calls,
+                                                     "fresh_inputs": fresh})
+            for fw in fws for fresh, how in ((True, ""), (False, ", same input"))
+            if fresh or fw.key in ("tinygrad", "ours")]
+    run_rows(rows, workers, sizes.rounds, 0.0)  # single-threaded microseconds: back to back (SETTLE_S)
+    return render_table(f"a @TinyJit method over {JIT_CALL_LAYERS} Linear(4, 4) layers, called with a new input "
+                        "tensor (or the same one again) and an int (PyTorch: the module in plain eager)", rows,
+                        latency("µs per call", 1e6), REFERENCES)
 
 
 def mnist_sample_table(fws: list[Framework], workers: dict[str, Worker], sizes: Sizes) -> str:
@@ -158,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             "elementwise": lambda: [elementwise_table(fws, workers, sizes)],
             "dispatch": lambda: [dispatch_table(fws, workers, sizes)],
             "jit": lambda: [jit_table(fws, workers, sizes)],
+            "jitcall": lambda: [jit_call_table(fws, workers, sizes)],
             "mnistsample": lambda: [mnist_sample_table(fws, workers, sizes)],
         }
         for name in only:

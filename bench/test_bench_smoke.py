@@ -40,10 +40,10 @@ def missing_venvs() -> list[str]:
 def test_cpu_bench_prints_every_table() -> None:
     output = run_bench("run.py")
     for title in ("fp32 matmul N=64", "fused elementwise a*b+c", "eager dispatch", "TinyJit replay",
-                  "first realize of a 64 fp32 matmul"):
+                  "a @TinyJit method", "first realize of a 64 fp32 matmul"):
         assert f"### {title}" in output, f"no table {title!r} in:\n{output}"
     ours = table_rows(output, "this project")
-    assert len(ours) == 5 and not any("error:" in row for row in ours), "\n".join(ours)
+    assert len(ours) == 6 and not any("error:" in row for row in ours), "\n".join(ours)
     numpy_rows = table_rows(output, "numpy")
     assert numpy_rows and "GFLOP/s" in output and not any("error:" in row for row in numpy_rows)
     for missing in missing_venvs():  # their rows say why, they are not failures

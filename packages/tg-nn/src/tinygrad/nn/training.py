@@ -31,10 +31,10 @@ def fresh_buffer(value: float, shape: tuple[int, ...], dtype: DTypeLike | None =
 
 def write_in_place(t: Tensor, value: Any) -> None:
     """Fill a state tensor (a learning rate, a momentum, a parameter) with `value` (a number or an array of t's
-    shape) by writing into the buffer it holds. A TinyJit step captured earlier reads that very buffer;
-    `t.assign(...)` outside the step would give `t` a new buffer, which the replays would never see (they would
-    keep the value it had at capture). Only for a tensor whose buffer is its own (`fresh_buffer` makes such): a
-    realized constant such as `Tensor.zeros(n)` is one buffer shared by every equal constant."""
+    shape) by writing into the buffer it holds, from the host: no kernel, and a TinyJit step captured earlier reads
+    that very buffer. (`t.assign(...)` outside the step also reaches its replays: the next one copies the new value
+    into the buffer it reads.) Only for a tensor whose buffer is its own (`fresh_buffer` makes such): a realized
+    constant such as `Tensor.zeros(n)` is one buffer shared by every equal constant."""
     import numpy as np
     from tinygrad.dtype import to_numpy
     from tinygrad.multi import realized_buffers, sharding
