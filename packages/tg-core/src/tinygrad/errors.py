@@ -28,4 +28,9 @@ class DTypeError(TypeError, RuntimeError):
     numbers, a float op on integers (tinygrad and PyTorch raise RuntimeError)."""
 
 
-__all__ = ["BroadcastError", "ConcatError", "DTypeError", "ShapeError"]
+class DeviceDTypeError(TypeError):
+    """A dtype the device cannot hold (float64 on a device without it, say): a limit of the device, not a mistake in
+    the program; callers that try another device or skip the case tell it apart by this type."""
+
+
+__all__ = ["BroadcastError", "ConcatError", "DTypeError", "DeviceDTypeError", "ShapeError"]

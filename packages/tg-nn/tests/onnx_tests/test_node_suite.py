@@ -17,6 +17,7 @@ onnx = pytest.importorskip("onnx", reason="the node tests and their data come fr
 
 from node_data import node_data_dir, read_value  # noqa: E402
 from tinygrad import Tensor  # noqa: E402
+from tinygrad.errors import DeviceDTypeError  # noqa: E402
 from tinygrad.onnx import OnnxRunner  # noqa: E402
 
 DATA = node_data_dir(onnx)
@@ -80,10 +81,8 @@ def _load(case_dir: Path) -> OnnxRunner:
         return OnnxRunner(case_dir / "model.onnx")
     except NotImplementedError as e:
         pytest.skip(f"unsupported: {e}")
-    except TypeError as e:
-        if "cannot hold" in str(e):
-            pytest.skip(f"device dtype: {e}")
-        raise
+    except DeviceDTypeError as e:
+        pytest.skip(f"device dtype: {e}")
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -108,10 +107,8 @@ def test_node(case: str, request: pytest.FixtureRequest) -> None:
             out = runner(feed)
         except NotImplementedError as e:
             pytest.skip(f"unsupported: {e}")
-        except TypeError as e:
-            if "cannot hold" in str(e):
-                pytest.skip(f"device dtype: {e}")
-            raise
+        except DeviceDTypeError as e:
+            pytest.skip(f"device dtype: {e}")
         for o, w in zip(g.output, want):
             assert_matches(_to_numpy(out[o.name]), w, f"{case} output {o.name!r} ({ds.name})", shape_only)
 

@@ -27,6 +27,7 @@ import numpy as np
 import pluggy
 
 from tinygrad.dtype import DType, dtypes, to_numpy
+from tinygrad.errors import DeviceDTypeError
 from tinygrad.helpers import DEBUG, GlobalCounters
 
 if TYPE_CHECKING:
@@ -511,5 +512,5 @@ Device = _DeviceRegistry()
 def dtype_error(dtype: DType, device: str) -> TypeError:
     dev = Device[device]
     ok = [d.name for d in dtypes.all() if dev.supports_dtype(d)]
-    return TypeError(f"device {device} cannot hold {dtype.name}; it supports {ok}. Cast the tensor "
+    return DeviceDTypeError(f"device {device} cannot hold {dtype.name}; it supports {ok}. Cast the tensor "
                      f"(for example .cast(dtypes.float32)) or move it to a device that supports {dtype.name}")

@@ -30,6 +30,7 @@ import numpy as np
 from tinygrad import Device, Tensor, TinyJit
 from tinygrad.dtype import DType
 from tinygrad.engine.jit import JitError
+from tinygrad.errors import DeviceDTypeError
 from tinygrad.onnx import _ops  # noqa: F401  (fills the registries)
 from tinygrad.onnx._base import HOST_OPS, OPS, RANDOM_OPS, SCOPE_OPS, Absent, HostRead, NodeCtx, Value
 from tinygrad.onnx._checks import check_node
@@ -218,12 +219,6 @@ class _Graph:
 _MALFORMED = (TypeError, AttributeError, IndexError, KeyError, ValueError, ZeroDivisionError, OverflowError)
 
 
-def _device_lacks_dtype(e: Exception) -> bool:
-    """tinygrad's TypeError for a dtype the device cannot hold: a limit of the device, not a fault of the model,
-    and callers tell it apart by its type."""
-    return isinstance(e, TypeError) and "cannot hold" in str(e)
-
-
 class _Scope:
     """One execution of a graph: its values, and the scope of the enclosing graph (for subgraphs)."""
 
@@ -258,7 +253,7 @@ class _Scope:
             outs = [np.asarray(o) if isinstance(o, np.generic) else o for o in outs]
             self._check_sizes(ctx, outs)
         except _MALFORMED as e:
-            if isinstance(e, OnnxError) or _device_lacks_dtype(e):
+            if isinstance(e, (OnnxError, DeviceDTypeError)):  # the device's limit, not the model's fault
                 raise
             # building the node tripped over something the model got wrong (a missing or misshapen attribute,
             # an input of the wrong rank, shapes that do not fit): name the node; the original stays the cause
