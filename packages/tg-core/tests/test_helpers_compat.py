@@ -354,3 +354,20 @@ def test_default_float_rejects_an_unknown_name() -> None:
 
 def test_default_float_is_float32_without_the_variable() -> None:
     assert dtypes.default_float == dtypes.float32 or os.environ.get("DEFAULT_FLOAT")
+
+
+def test_context_vars_take_the_type_of_their_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    # tinygrad's extra/bench_log.py makes ContextVar("BENCHMARK_LOG", ""): a string knob
+    monkeypatch.setenv("TG_TEST_STR_KNOB", "run-7")
+    monkeypatch.setenv("TG_TEST_FLOAT_KNOB", "0.25")
+    text, ratio, count = (ContextVar("TG_TEST_STR_KNOB", ""), ContextVar("TG_TEST_FLOAT_KNOB", 1.0),
+                          ContextVar("TG_TEST_INT_KNOB", 3))
+    assert (text.value, ratio.value, count.value) == ("run-7", 0.25, 3)
+    with Context(TG_TEST_STR_KNOB="other", TG_TEST_FLOAT_KNOB=2, TG_TEST_INT_KNOB=True):
+        assert (text.value, ratio.value, count.value) == ("other", 2.0, 1)
+        assert type(ratio.value) is float and type(count.value) is int
+    assert (text.value, ratio.value, count.value) == ("run-7", 0.25, 3)
+    assert count >= 3 and int(count) == 3 and count == 3
+    monkeypatch.setenv("TG_TEST_BAD_KNOB", "lots")
+    with pytest.raises(ValueError, match=r"TG_TEST_BAD_KNOB='lots' is not an int"):
+        ContextVar("TG_TEST_BAD_KNOB", 0)

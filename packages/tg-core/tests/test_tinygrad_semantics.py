@@ -209,3 +209,16 @@ def test_dtype_errors_are_type_and_runtime_errors(fn: Any, message: str) -> None
     for caught in (TypeError, RuntimeError, DTypeError):
         with pytest.raises(caught, match=message):
             fn()
+
+
+def test_movement_ops_take_tinygrads_keywords() -> None:
+    # tinygrad's examples write reshape(shape=...), permute(order=...), expand(shape=...), flip(axis=...)
+    t = Tensor(np.arange(6, dtype=np.float32))
+    np.testing.assert_array_equal(t.reshape(shape=(2, 3)).numpy(), np.arange(6).reshape(2, 3))
+    np.testing.assert_array_equal(t.reshape(shape=[3, -1]).numpy(), np.arange(6).reshape(3, 2))
+    np.testing.assert_array_equal(t.reshape(2, 3).permute(order=(1, 0)).numpy(), np.arange(6).reshape(2, 3).T)
+    np.testing.assert_array_equal(Tensor([[1], [2]]).expand(shape=(2, 3)).numpy(), [[1, 1, 1], [2, 2, 2]])
+    np.testing.assert_array_equal(t.flip(axis=0).numpy(), np.arange(6)[::-1])
+    np.testing.assert_array_equal(t.reshape(2, 3).flip(axis=(0, 1)).numpy(), np.arange(6).reshape(2, 3)[::-1, ::-1])
+    with pytest.raises(TypeError, match=r"reshape\(\) got its shape both as arguments \(2,\) and as shape="):
+        t.reshape(2, shape=(3, 2))

@@ -11,6 +11,8 @@ import http.server
 import io
 import pathlib
 import struct
+import subprocess
+import sys
 import tarfile
 import threading
 
@@ -198,3 +200,15 @@ def test_real_fashion_mnist_from_the_debian_package():
     counts = np.bincount(y_train.numpy(), minlength=10)
     assert counts.tolist() == [6000] * 10  # Fashion-MNIST is balanced
     assert x_test.numpy().max() == 255
+
+
+def test_nn_datasets_is_reached_as_an_attribute() -> None:
+    # tinygrad's examples call nn.datasets.mnist() after `from tinygrad import nn` alone; a fresh interpreter, so
+    # that no earlier import has loaded the module
+    code = ("import sys; from tinygrad import nn; assert 'tinygrad.nn.datasets' not in sys.modules; "
+            "print(nn.datasets.mnist.__module__, nn.onnx.__name__)\n"
+            "try:\n    nn.no_such_thing\nexcept AttributeError as e:\n    print(e)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["tinygrad.nn.datasets tinygrad.nn.onnx",
+                                        "module 'tinygrad.nn' has no attribute 'no_such_thing'"]

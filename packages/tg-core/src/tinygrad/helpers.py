@@ -147,33 +147,44 @@ def colored(text: str, color: str | None, background: bool = False) -> str:
     return f"\033[{code}m{text}\033[0m"
 
 
-class ContextVar:
-    """A named integer knob, initialised from the environment and overridable with `Context`."""
+V = TypeVar("V", int, float, str)
 
-    registry: dict[str, ContextVar] = {}
 
-    def __init__(self, key: str, default: int):
+class ContextVar(Generic[V]):
+    """A named knob of the type of its default (int, float or str, as tinygrad's: `ContextVar("BENCHMARK_LOG", "")`),
+    initialised from the environment and overridable with `Context`."""
+
+    registry: dict[str, ContextVar[Any]] = {}
+
+    def __init__(self, key: str, default: V):
         self.key = key
-        self.value = int(os.environ.get(key, default))
+        kind = type(default)
+        raw = os.environ.get(key)
+        try:
+            self.value: V = default if raw is None else kind(raw)
+        except ValueError:
+            article = "an" if kind.__name__[0] in "aeiou" else "a"
+            raise ValueError(f"the environment variable {key}={raw!r} is not {article} {kind.__name__}, which {key} "
+                             f"takes (its default is {default!r})") from None
         ContextVar.registry[key] = self
 
     def __bool__(self) -> bool:
         return bool(self.value)
 
-    def __ge__(self, other: int) -> bool:
+    def __ge__(self, other: V) -> bool:
         return self.value >= other
 
-    def __gt__(self, other: int) -> bool:
+    def __gt__(self, other: V) -> bool:
         return self.value > other
 
-    def __le__(self, other: int) -> bool:
+    def __le__(self, other: V) -> bool:
         return self.value <= other
 
-    def __lt__(self, other: int) -> bool:
+    def __lt__(self, other: V) -> bool:
         return self.value < other
 
     def __int__(self) -> int:
-        return self.value
+        return int(self.value)
 
     def __eq__(self, other: object) -> bool:
         # `DEBUG == 2` compares the value, as tinygrad's ContextVar does; two knobs are equal only if they are one
@@ -231,17 +242,18 @@ TRAINING = ContextVar("TRAINING", 0)
 class Context(contextlib.ContextDecorator):
     """Temporarily set knobs: `with Context(DEBUG=2): ...`."""
 
-    def __init__(self, **kwargs: int):
+    def __init__(self, **kwargs: Any):
         unknown = [k for k in kwargs if k not in ContextVar.registry]
         if unknown:
             raise KeyError(f"unknown Context variable(s) {unknown}; known ones are {sorted(ContextVar.registry)}")
         self.kwargs = kwargs
-        self.saved: dict[str, int] = {}
+        self.saved: dict[str, Any] = {}
 
     def __enter__(self) -> Context:
         for k, v in self.kwargs.items():
-            self.saved[k] = ContextVar.registry[k].value
-            ContextVar.registry[k].value = int(v)
+            var = ContextVar.registry[k]
+            self.saved[k] = var.value
+            var.value = type(var.value)(v)  # the knob's own type: Context(DEBUG=True) is DEBUG=1
         return self
 
     def __exit__(self, *exc: object) -> None:

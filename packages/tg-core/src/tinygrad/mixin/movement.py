@@ -34,9 +34,9 @@ class MovementMixin(TensorBase):
             raise IndexError(f"axis {axis} is out of range for a tensor with {n} dimensions (shape {self.shape})")
         return int(axis) % max(n, 1)
 
-    def reshape(self: Tensor, *shape: Any) -> Tensor:
-        """The same elements in a new shape (`reshape(2, 3)` or `reshape((2, 3))`); one size may be -1 (inferred).
-        A view: nothing is copied, and assigning to the result writes into self.
+    def reshape(self: Tensor, *dims: Any, shape: Any = None) -> Tensor:
+        """The same elements in a new shape (`reshape(2, 3)`, `reshape((2, 3))` or `reshape(shape=(2, 3))`); one size
+        may be -1 (inferred). A view: nothing is copied, and assigning to the result writes into self.
 
         Examples:
             >>> Tensor.arange(6).reshape(2, 3).tolist()
@@ -44,8 +44,7 @@ class MovementMixin(TensorBase):
             >>> Tensor.arange(6).reshape(-1, 2).shape
             (3, 2)
         """
-        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-            shape = tuple(shape[0])
+        shape = _sizes(dims, shape, "reshape", "shape")
         if any(isinstance(s, UOp) for s in (*shape, *self.shape)):
             return _symbolic_reshape(self, tuple(shape))
         if sum(1 for s in shape if s == -1) > 1:
@@ -64,8 +63,9 @@ class MovementMixin(TensorBase):
                              f"({prod(new)} elements); the sizes must match")
         return self._moved(self.uop.reshape(new))
 
-    def permute(self: Tensor, *order: Any) -> Tensor:
-        """The dimensions in the order `order` (`permute(1, 0)` or `permute((1, 0))`), as a view.
+    def permute(self: Tensor, *axes_in_order: Any, order: Any = None) -> Tensor:
+        """The dimensions in the order `order` (`permute(1, 0)`, `permute((1, 0))` or `permute(order=(1, 0))`), as a
+        view.
 
         Examples:
             >>> Tensor.zeros(2, 3, 4).permute(2, 0, 1).shape
@@ -73,16 +73,15 @@ class MovementMixin(TensorBase):
             >>> Tensor([[1, 2], [3, 4]]).permute(1, 0).tolist()
             [[1, 3], [2, 4]]
         """
-        if len(order) == 1 and isinstance(order[0], (tuple, list)):
-            order = tuple(order[0])
+        order = _sizes(axes_in_order, order, "permute", "order")
         axes = tuple(self._axis(a) for a in order)
         if sorted(axes) != list(range(self.ndim)):
             raise ShapeError(f"permute order {order} is not a permutation of the {self.ndim} axes of {self.shape}")
         return self._moved(self.uop.permute(axes))
 
-    def expand(self: Tensor, *shape: Any) -> Tensor:
+    def expand(self: Tensor, *dims: Any, shape: Any = None) -> Tensor:
         """Broadcast size-1 dimensions to `shape` without copying (-1 keeps a size; new leading dimensions may be
-        added). Only size-1 dimensions can grow.
+        added); `expand(2, 3)`, `expand((2, 3))` or `expand(shape=(2, 3))`. Only size-1 dimensions can grow.
 
         Examples:
             >>> Tensor([[1], [2]]).expand(2, 3).tolist()
@@ -90,8 +89,7 @@ class MovementMixin(TensorBase):
             >>> Tensor([1, 2]).expand(2, -1).tolist()
             [[1, 2], [1, 2]]
         """
-        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-            shape = tuple(shape[0])
+        shape = _sizes(dims, shape, "expand", "shape")
         if len(shape) < self.ndim:
             raise ShapeError(f"expand to {shape} has fewer dimensions than the tensor's shape {self.shape}")
         padded = (1,) * (len(shape) - self.ndim) + self.shape
@@ -199,9 +197,9 @@ class MovementMixin(TensorBase):
                                  f"must fit)")
         return self._moved(self.uop.shrink(bs))
 
-    def flip(self: Tensor, *axis: Any) -> Tensor:
-        """Reverse the order of the elements along the given axes (`flip(0)`, `flip(0, 1)` or `flip((0, 1))`), as a
-        view.
+    def flip(self: Tensor, *axes: Any, axis: Any = None) -> Tensor:
+        """Reverse the order of the elements along the given axes (`flip(0)`, `flip(0, 1)`, `flip((0, 1))` or
+        `flip(axis=0)`), as a view.
 
         Examples:
             >>> Tensor([[1, 2], [3, 4]]).flip(1).tolist()
@@ -209,10 +207,8 @@ class MovementMixin(TensorBase):
             >>> Tensor([[1, 2], [3, 4]]).flip(0, 1).tolist()
             [[4, 3], [2, 1]]
         """
-        if len(axis) == 1 and isinstance(axis[0], (tuple, list)):
-            axis = tuple(axis[0])
-        axes = {self._axis(a) for a in axis}
-        return self._moved(self.uop.flip(tuple(i in axes for i in range(self.ndim))))
+        flipped = {self._axis(a) for a in _sizes(axes, axis, "flip", "axis")}
+        return self._moved(self.uop.flip(tuple(i in flipped for i in range(self.ndim))))
 
     def transpose(self: Tensor, dim0: int = 1, dim1: int = 0) -> Tensor:
         """Swap dimensions `dim0` and `dim1` (by default 1 and 0), as a view.
@@ -813,3 +809,14 @@ def _symbolic_reshape(x: Tensor, shape: tuple[Any, ...]) -> Tensor:
                          f"element counts must be equal for every value of the Variables (adding or removing "
                          f"size-1 dimensions always is)")
     return x._moved(x.uop.reshape(tuple(new)))
+
+
+def _sizes(args: tuple[Any, ...], keyword: Any, method: str, name: str) -> tuple[Any, ...]:
+    """The sizes or axes given as `f(2, 3)`, `f((2, 3))` or tinygrad's keyword `f(name=(2, 3))` (or one int)."""
+    if keyword is not None:
+        if args:
+            raise TypeError(f"{method}() got its {name} both as arguments {args} and as {name}={keyword!r}; give one")
+        args = tuple(keyword) if isinstance(keyword, (tuple, list)) else (keyword,)
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        return tuple(args[0])
+    return args
