@@ -371,3 +371,27 @@ def test_context_vars_take_the_type_of_their_default(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("TG_TEST_BAD_KNOB", "lots")
     with pytest.raises(ValueError, match=r"TG_TEST_BAD_KNOB='lots' is not an int"):
         ContextVar("TG_TEST_BAD_KNOB", 0)
+
+
+def test_tinygrads_small_helpers_temp_mv_address_and_dtype_tables() -> None:
+    # names tinygrad's own test files import: helpers.temp, helpers.mv_address, dtype.DTYPES_DICT,
+    # tensor._to_np_dtype
+    import getpass
+    import tempfile
+
+    from tinygrad.dtype import DTYPES_DICT
+    from tinygrad.helpers import mv_address, temp
+    from tinygrad.tensor import _to_np_dtype
+
+    assert temp("scratch") == (Path(tempfile.gettempdir()) / "scratch").as_posix()
+    assert temp("scratch", append_user=True).endswith(f"scratch.{getpass.getuser()}")
+    arr = np.arange(8, dtype=np.int32)
+    assert mv_address(memoryview(arr).cast("B")) == arr.ctypes.data
+    with pytest.raises(ValueError, match="writable memoryview"):
+        mv_address(memoryview(b"read only"))
+    assert DTYPES_DICT["float32"] is dtypes.float32 and DTYPES_DICT["half"] is dtypes.float16
+    assert not any(name.startswith(("default", "void", "_")) for name in DTYPES_DICT)
+    assert _to_np_dtype(dtypes.int16) is np.int16 and _to_np_dtype(dtypes.bool) is np.bool_
+    # the emulated floats come back from numpy() as float32, and so their numpy type is float32
+    assert _to_np_dtype(dtypes.bfloat16) is np.float32
+    assert Tensor([1.5], dtype=dtypes.bfloat16).numpy().dtype == _to_np_dtype(dtypes.bfloat16)

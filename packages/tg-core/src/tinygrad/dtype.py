@@ -280,6 +280,18 @@ def to_numpy(d: DType) -> np.dtype:
     return _NP_BY_NAME[d.name]
 
 
+def _to_np_dtype(d: DType) -> type:
+    """tinygrad's spelling: the numpy scalar type `Tensor.numpy()` returns for `d` (float32 for bfloat16 and the
+    8-bit floats, which numpy has no type of)."""
+    return np.float32 if d.scalar in EMULATED_FLOATS else _NP_BY_NAME[d.scalar.name].type
+
+
+#: tinygrad's table of dtypes by the names `dtypes` gives them (aliases such as `half` and `float` included; not the
+#: defaults, which follow settings)
+DTYPES_DICT: dict[str, DType] = {name: d for name, d in vars(dtypes).items()
+                                 if isinstance(d, DType) and not name.startswith(("default", "void", "_"))}
+
+
 #: from_numpy's answers by numpy dtype: a numpy dtype's name is computed in Python each time it is read, a cost
 #: every Tensor made from an array paid
 _FROM_NUMPY: dict[np.dtype, DType] = {}

@@ -547,6 +547,27 @@ def trange(n: int, **kwargs: Any) -> tqdm[int]:
     return tqdm(range(n), total=n, **kwargs)
 
 
+# ---- tinygrad's small helpers ----
+
+def temp(name: str, append_user: bool = False) -> str:
+    """The path of `name` in the system's temporary folder (with `.<user>` appended when asked, so that users of
+    one machine do not share the file), as tinygrad's tests and examples name their scratch files."""
+    if append_user:
+        import getpass
+
+        name = f"{name}.{getpass.getuser()}"
+    return (pathlib.Path(tempfile.gettempdir()) / name).as_posix()
+
+
+def mv_address(mv: memoryview) -> int:
+    """The address of the first byte of a writable, contiguous memoryview (tinygrad's tests hand it to devices)."""
+    import ctypes
+
+    if mv.readonly:
+        raise ValueError("mv_address needs a writable memoryview (a bytearray's or a numpy array's, not bytes')")
+    return ctypes.addressof(ctypes.c_char.from_buffer(mv))
+
+
 # ---- writing a user's file ----
 # A file written for a user (a checkpoint, a trace, a report) must survive a crash at any instant. It is written to a
 # temporary file in the target's folder (a rename is atomic only within one file system), forced to disk, and only

@@ -27,6 +27,7 @@ from tinygrad.dtype import (
     to_dtype,
     to_numpy,
 )
+from tinygrad.dtype import _to_np_dtype as _to_np_dtype  # tinygrad's tests import it from here
 from tinygrad.engine import dispatch
 from tinygrad.engine.jit_state import check_host_read, check_not_overwritten, note_assign
 from tinygrad.engine.realize import run_schedule
