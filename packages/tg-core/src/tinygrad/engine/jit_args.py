@@ -39,10 +39,9 @@ OPAQUE = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types
 
 @dataclass
 class Arguments:
-    """One call's arguments, taken apart. With `named`, each entry of the key comes with where it was found, as the
-    caller would write it (for error messages: a call's key is compared without them)."""
+    """One call's arguments, taken apart. Taken apart `named`, each entry of the key comes with where it was found, as
+    the caller would write it (for error messages: a call's key is compared without them)."""
 
-    named: bool = False
     tensors: list[Tensor] = field(default_factory=list)  # each tensor once, in the order found
     key: list[Any] = field(default_factory=list)  # what each value is, tensors by their number in `tensors`
     where: list[str] = field(default_factory=list)  # with `named`: where each entry of the key was found
@@ -62,7 +61,7 @@ class Arguments:
 
 
 def take_apart(args: tuple, kwargs: dict[str, Any], named: bool = False) -> Arguments:
-    found = Arguments(named)
+    found = Arguments()
     for i, a in enumerate(args):
         _visit(found, a, f"argument {i}" if named else None, 0)
     for k, a in kwargs.items():

@@ -119,7 +119,6 @@ class Capture:
     locations: list[Location] = field(default_factory=list)
     lost: str | None = None  # a read tensor found in an object was dropped: the replays would read a stale one
     handed: list[weakref.ref[Buffer]] = field(default_factory=list)  # the last call's outputs that a replay rewrites
-    replays: int = 0
 
     # ---- capture ----
     def finish(self, fn: Callable[..., Any], records: list[tuple[ScheduleItem, Runner | None]], inputs: list[Buffer],
@@ -251,7 +250,6 @@ class Capture:
 
     def _outputs_for(self, inputs: list[Buffer], values: dict[str, int]) -> Any:
         """This call's outputs; the last call's, whose memory this call wrote, are marked overwritten."""
-        self.replays += 1
         if self.handed:
             why = (f"this output of TinyJit function {self.name} was overwritten by a later call (replays write their "
                    f"outputs into the same memory, as tinygrad's do); keep a result past the next call with "
