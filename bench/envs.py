@@ -47,7 +47,7 @@ def _pip(python: Path, *args: str) -> None:
     subprocess.run(cmd, check=True)
 
 
-def _ensure_venv(name: str, requirements: list[str]) -> Path:
+def ensure_venv(name: str, requirements: list[str]) -> Path:
     """A venv named `name` holding `requirements`; rebuilt when the requirement list changes."""
     path = cache_root() / name
     marker = path / "bench-requirements.json"
@@ -104,7 +104,7 @@ def frameworks(wanted: list[str], setup: bool = True) -> list[Framework]:
     """
     def existing(name: str, requirements: list[str]) -> Callable[[], object]:
         if setup:
-            return lambda: _ensure_venv(name, requirements)
+            return lambda: ensure_venv(name, requirements)
 
         def only_existing() -> Path:
             python = _venv_python(cache_root() / name)

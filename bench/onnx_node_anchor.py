@@ -138,14 +138,14 @@ def main() -> None:
     os.environ.setdefault("DEV", "CPU")
     sys.path[:0] = [str(NODE_TESTS), str(Path(__file__).resolve().parent)]
     import onnx
-    from envs import TINYGRAD_REQUIREMENTS, _ensure_venv
+    from envs import TINYGRAD_REQUIREMENTS, ensure_venv
     from harness import tinygrad_path
     from node_data import node_data_dir, read_value
     from test_node_suite import _is_random
 
     # tinygrad 0.14.0's bench venv plus ml_dtypes (the version onnx brings here), so that inputs of bfloat16, the
     # 8- and 4-bit floats and the 4-bit ints reach its runner as they reach ours
-    anchor_python = str(_ensure_venv("tinygrad-0.14.0-onnx", [*TINYGRAD_REQUIREMENTS, "ml_dtypes==0.7.0"]))
+    anchor_python = str(ensure_venv("tinygrad-0.14.0-onnx", [*TINYGRAD_REQUIREMENTS, "ml_dtypes==0.7.0"]))
     data = node_data_dir(onnx)
     cases = sorted(p.name for p in data.iterdir() if (p / "model.onnx").is_file() and re.search(args.cases, p.name))
     env = {**os.environ, **tinygrad_path(), "DEV": "CPU", "CPU": "1"}

@@ -28,12 +28,14 @@ ALL = dtypes.all()
 UNSUPPORTED_BY_TORCH = {dtypes.uint16, dtypes.uint32, dtypes.uint64}
 
 
-def test_there_are_fifteen_dtypes() -> None:
+def test_there_are_seventeen_dtypes() -> None:
     assert [d.name for d in ALL] == ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64",
-                                     "uint64", "float16", "bfloat16", "float32", "float64", "fp8e4m3", "fp8e5m2"]
+                                     "uint64", "float16", "bfloat16", "float32", "float64", "fp8e4m3", "fp8e5m2",
+                                     "fp8e4m3fnuz", "fp8e5m2fnuz"]
 
 
-TORCH_NAMES = {"fp8e4m3": "float8_e4m3fn", "fp8e5m2": "float8_e5m2"}
+TORCH_NAMES = {"fp8e4m3": "float8_e4m3fn", "fp8e5m2": "float8_e5m2", "fp8e4m3fnuz": "float8_e4m3fnuz",
+               "fp8e5m2fnuz": "float8_e5m2fnuz"}
 
 
 def _torch_promote(a: DType, b: DType) -> str | None:

@@ -73,7 +73,7 @@ def ties(d: DType) -> list[tuple[Fraction, int]]:
 def test_the_formats_are_one_byte_and_named_like_torch_and_tinygrad() -> None:
     for d in FP8:
         assert d.itemsize == 1 and d.is_float and d in dtypes.all() and to_numpy(d) == np.uint8
-    assert dtypes.fp8s == FP8
+    assert dtypes.fp8_ocp == FP8 and dtypes.fp8s == FP8 + dtypes.fp8_fnuz
     assert to_dtype("fp8e4m3") is dtypes.fp8e4m3 and to_dtype("float8_e4m3fn") is dtypes.fp8e4m3
     assert to_dtype("float8_e5m2") is dtypes.fp8e5m2
     assert (dtypes.fp8e4m3.max, dtypes.fp8e4m3.min) == (448.0, -448.0)  # no infinity: max reductions start at -448

@@ -257,10 +257,11 @@ def test_tolist_and_item() -> None:
 
 
 def test_bool_of_tensor() -> None:
-    assert bool(Tensor([2.0]) > 1)
-    assert not bool(Tensor(0))
-    with pytest.raises(RuntimeError, match="2 elements"):
-        bool(Tensor([1, 2]))
+    # tinygrad defines no truth value at all (PyTorch does for one element): read the value explicitly
+    for t in (Tensor([2.0]) > 1, Tensor(0), Tensor([1, 2])):
+        with pytest.raises(TypeError, match="no truth value"):
+            bool(t)
+    assert (Tensor([2.0]) > 1).item() and not Tensor(0).item()
 
 
 # ---- casts -----------------------------------------------------------------------------------------------------
@@ -343,8 +344,10 @@ def test_bitcast(frm: DType, to: DType, values: list) -> None:
 
 
 def test_bitcast_size_mismatch() -> None:
-    with pytest.raises(TypeError, match=r"int32.*int64|4 bytes.*8 bytes"):
-        Tensor([1, 2]).bitcast(dtypes.int64)
+    # another size rescales the last axis (tinygrad's rule); a last axis whose bytes do not divide evenly raises
+    assert Tensor([1, 2], dtype=dtypes.int32).bitcast(dtypes.int64).tolist() == [1 + (2 << 32)]
+    with pytest.raises(TypeError, match=r"4 bytes.*8 bytes.*3 x 4"):
+        Tensor([1, 2, 3], dtype=dtypes.int32).bitcast(dtypes.int64)
 
 
 def _np_bf16_round(x: np.ndarray) -> np.ndarray:

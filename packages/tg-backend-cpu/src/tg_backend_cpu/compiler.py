@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 
 from tinygrad.codegen.compiled import CompileError, Compiler
+from tinygrad.helpers import DEV
 
 # clang first: gcc 12's loop vectorizer miscompiles some of our kernels unless its loop if-conversion is off.
 # clang older than 15 cannot compile _Float16 on x86, so it is passed over.
@@ -26,12 +27,21 @@ COMPILER_CHOICES = ("llvm", "clang", "gcc")
 
 
 def compiler_choice() -> str | None:
-    """$CPU_COMPILER, checked; None when unset."""
+    """$CPU_COMPILER, else the renderer of DEV's CPU entry (tinygrad's `DEV=CPU:LLVM`, `DEV=CPU:CLANG`), checked;
+    None when neither is set."""
     value = os.environ.get(COMPILER_ENV, "").strip().lower()
-    if value and value not in COMPILER_CHOICES:
-        raise ValueError(f"{COMPILER_ENV}={value!r} is not one of {', '.join(COMPILER_CHOICES)}; unset it for the "
-                         f"default C compiler")
-    return value or None
+    if value:
+        if value not in COMPILER_CHOICES:
+            raise ValueError(f"{COMPILER_ENV}={value!r} is not one of {', '.join(COMPILER_CHOICES)}; unset it for "
+                             f"the default C compiler")
+        return value
+    renderer = DEV.target("CPU").renderer.lower()
+    if renderer and not renderer.isdigit():  # DEV=CPU:1 names a device, not a renderer
+        if renderer not in COMPILER_CHOICES:
+            raise ValueError(f"DEV asks the CPU for the renderer {renderer.upper()!r}, which it does not have; it "
+                             f"has {', '.join(c.upper() for c in COMPILER_CHOICES)} (DEV=CPU:LLVM)")
+        return renderer
+    return None
 
 
 def uses_llvm() -> bool:

@@ -116,7 +116,10 @@ define internal float @tg_{n}_to_f32(i8 %b) alwaysinline nounwind {{
   %nb = or i32 %nb0, %mb
   %normalf = bitcast i32 %nb to float
   %finite = select i1 %issub, float %subf, float %normalf
-  %r = select i1 %special, float %specialf, float %finite
+  %r0 = select i1 %special, float %specialf, float %finite
+  %isnegzero = icmp eq i32 %w, 128
+  %fnuznan = and i1 %isnegzero, {fnuz}
+  %r = select i1 %fnuznan, float 0x7FF8000000000000, float %r0
   ret float %r
 }}
 define internal i8 @tg_f32_to_{n}(float %f) alwaysinline nounwind {{
@@ -155,9 +158,12 @@ define internal i8 @tg_f32_to_{n}(float %f) alwaysinline nounwind {{
   %code = select i1 %sub, i32 %qr, i32 %normal
   %over = icmp ugt i32 %code, {max_code}
   %sat = select i1 %over, i32 {max_code}, i32 %code
-  %finite = or i32 %sign, %sat
+  %zsign = select i1 {fnuz}, i32 0, i32 %sign
+  %satzero = icmp eq i32 %sat, 0
+  %fsign = select i1 %satzero, i32 %zsign, i32 %sign
+  %finite = or i32 %fsign, %sat
   %zero = or i1 %tiny, %toosmall
-  %r0 = select i1 %zero, i32 %sign, i32 %finite
+  %r0 = select i1 %zero, i32 %zsign, i32 %finite
   %infcode = or i32 %sign, {inf_code}
   %r1 = select i1 %isinf, i32 %infcode, i32 %r0
   %nancode = or i32 %sign, {nan_code}
@@ -182,7 +188,7 @@ def fp8_helpers(d: DType) -> str:
         n=d.scalar.name, m=m, emask=(1 << fmt.exponent_bits) - 1, mmask=(1 << m) - 1, max_code=fmt.max_code,
         inf_code=fmt.inf_code, special_inf=0x7F800000 if fmt.has_inf else 0x7FC00000,
         subnormal_step=literal(2.0 ** (1 - fmt.bias - m), dtypes.float32), rebias=127 - fmt.bias, shift=23 - m,
-        min_exp=1 - fmt.bias, bias_m1=fmt.bias - 1, nan_code=fmt.nan_code)
+        min_exp=1 - fmt.bias, bias_m1=fmt.bias - 1, nan_code=fmt.nan_code, fnuz="true" if fmt.fnuz else "false")
 
 
 def helper_name(d: DType, what: str) -> str:

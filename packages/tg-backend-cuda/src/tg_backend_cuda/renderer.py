@@ -71,7 +71,8 @@ CUDA_TYPES: dict[DType, str] = {
     dtypes.bool: "bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
     dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long long",
     dtypes.uint64: "unsigned long long", dtypes.float16: "float", dtypes.bfloat16: "float", dtypes.float32: "float",
-    dtypes.float64: "double", dtypes.fp8e4m3: "float", dtypes.fp8e5m2: "float",
+    dtypes.float64: "double", dtypes.fp8e4m3: "float", dtypes.fp8e5m2: "float", dtypes.fp8e4m3fnuz: "float",
+    dtypes.fp8e5m2fnuz: "float",
 }
 #: the unsigned integer type of each size, for bit casts
 _UNSIGNED = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}

@@ -47,7 +47,8 @@ CL_TYPES: dict[DType, str] = {
     dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.int16: "short",
     dtypes.uint16: "ushort", dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "long",
     dtypes.uint64: "ulong", dtypes.float16: "half", dtypes.bfloat16: "float", dtypes.float32: "float",
-    dtypes.float64: "double", dtypes.fp8e4m3: "float", dtypes.fp8e5m2: "float",
+    dtypes.float64: "double", dtypes.fp8e4m3: "float", dtypes.fp8e5m2: "float", dtypes.fp8e4m3fnuz: "float",
+    dtypes.fp8e5m2fnuz: "float",
 }
 
 
@@ -141,21 +142,24 @@ class OpenCLRenderer(CStyleRenderer):
         return super().render_const(value, d)
 
     def render_bitcast(self, x: str, frm: DType, to: DType) -> str:
+        # `as_<type>` needs an operand of exactly the size: C's integer promotion makes `c ? short : short` an int
+        own = x if frm.scalar.itemsize >= 4 or frm.scalar == dtypes.bool or is_emulated_float(frm) or self._half(frm) \
+            else f"(({self.value_type(frm)})({x}))"
         if self._half(frm):
             bits = f"tg_f16_bits({x})"
             return f"tg_bf16_to_f32({bits})" if to.scalar == dtypes.bfloat16 else f"as_{self.value_type(to)}({bits})"
         if self._half(to):
-            bits = f"tg_f32_to_bf16({x})" if frm.scalar == dtypes.bfloat16 else f"as_ushort({x})"
+            bits = f"tg_f32_to_bf16({x})" if frm.scalar == dtypes.bfloat16 else f"as_ushort({own})"
             return f"tg_f16_from_bits({bits})"
         if is_emulated_float(frm) and is_emulated_float(to):
             return f"{self.decoder(to)}({self.encoder(frm)}({x}))"
         if is_emulated_float(frm):
             return f"as_{self.value_type(to)}({self.encoder(frm)}({x}))"
         if is_emulated_float(to):
-            return f"{self.decoder(to)}(as_{self.memory_type(to)}({x}))"
+            return f"{self.decoder(to)}(as_{self.memory_type(to)}({own}))"
         if frm.scalar == dtypes.bool or to.scalar == dtypes.bool:
             return f"(({self.value_type(to)})({x}))"  # bool has no defined size in OpenCL C: 0/1 either way
-        return f"as_{self.value_type(to)}({x})"
+        return f"as_{self.value_type(to)}({own})"
 
     def math_fn(self, op: Ops, d: DType) -> str:
         return self.math_fns[op]  # OpenCL overloads the math functions by argument type

@@ -6,9 +6,10 @@ a signed/unsigned mix goes to the smallest signed type holding both; float16
 with bfloat16 becomes float32, and the two 8-bit floats together become
 float16 (tinygrad's answer; PyTorch refuses to promote them).
 
-bfloat16 and the OCP 8-bit floats (fp8e4m3, fp8e5m2) have no numpy type: buffers
-hold their raw bit patterns (`to_numpy` gives uint16 and uint8), and kernels
-compute them in float32, rounding back to the dtype after every op.
+bfloat16 and the 8-bit floats (the OCP fp8e4m3 and fp8e5m2, and the "fnuz" variants
+fp8e4m3fnuz and fp8e5m2fnuz: no infinities, no negative zero, one NaN at 0x80) have
+no numpy type: buffers hold their raw bit patterns (`to_numpy` gives uint16 and
+uint8), and kernels compute them in float32, rounding back to the dtype after every op.
 `DEFAULT_FLOAT=HALF` (or FLOAT16, BFLOAT16, FP8E4M3, ...) in the environment sets
 `dtypes.default_float` when tinygrad is imported.
 """
@@ -16,13 +17,17 @@ compute them in float32, rounding back to the dtype after every op.
 from __future__ import annotations
 
 import builtins
+import functools
 import math
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Literal
 
 import numpy as np
+
+from tinygrad.errors import UnknownDTypeError
 
 Kind = Literal["bool", "int", "uint", "float", "void"]
 _INTERNED: dict[tuple, DType] = {}
@@ -121,7 +126,18 @@ class dtypes:
     #: the OCP 8-bit floats (OFP8): E4M3 (max 448, no infinities) and E5M2 (IEEE-like, max 57344)
     fp8e4m3: Final = DType("fp8e4m3", 1, "float", None)
     fp8e5m2: Final = DType("fp8e5m2", 1, "float", None)
-    fp8s: Final = (fp8e4m3, fp8e5m2)
+    #: the "fnuz" 8-bit floats (AMD's and Graphcore's): exponent bias one larger than the OCP formats', all 128
+    #: non-negative patterns finite (max 240 and 57344), 0x80 the only NaN, no infinities and no negative zero
+    fp8e4m3fnuz: Final = DType("fp8e4m3fnuz", 1, "float", None)
+    fp8e5m2fnuz: Final = DType("fp8e5m2fnuz", 1, "float", None)
+    fp8_ocp: Final = (fp8e4m3, fp8e5m2)
+    fp8_fnuz: Final = (fp8e4m3fnuz, fp8e5m2fnuz)
+    fp8s: Final = fp8_ocp + fp8_fnuz
+    # tinygrad's groups of dtypes, for membership tests (`d in dtypes.ints`)
+    floats: Final = fp8s + (float16, bfloat16, float32, float64)
+    uints: Final = (uint8, uint16, uint32, uint64)
+    sints: Final = (int8, int16, int32, int64)
+    ints: Final = uints + sints
     void: Final = DType("void", 0, "void", None)  # statements (STORE, SINK, loops) have no value
     # aliases people type
     half = float16
@@ -152,7 +168,7 @@ class dtypes:
         try:
             return _BY_NAME[name]
         except KeyError:
-            raise TypeError(f"unknown dtype {name!r}; known dtypes: {sorted(_BY_NAME)}") from None
+            raise UnknownDTypeError(f"unknown dtype {name!r}; known dtypes: {sorted(_BY_NAME)}") from None
 
     @staticmethod
     def from_py(x: object) -> DType:
@@ -178,21 +194,34 @@ class dtypes:
     def is_unsigned(d: DType) -> builtins.bool:
         return d.is_unsigned
 
+    @staticmethod
+    def is_bool(d: DType) -> builtins.bool:
+        return d.is_bool
+
+    @staticmethod
+    def finfo(d: DType) -> tuple[builtins.int, builtins.int]:
+        """(exponent bits, explicit mantissa bits) of a float dtype, as tinygrad gives them: float32 is (8, 23)."""
+        if not d.is_float or d.scalar.name not in _MANTISSA_BITS:
+            raise ValueError(f"{d} is not a floating point type")
+        mantissa = _MANTISSA_BITS[d.scalar.name] - 1
+        return d.scalar.bits - 1 - mantissa, mantissa
+
 
 ALL_DTYPES: tuple[DType, ...] = (
     dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32,
     dtypes.int64, dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64,
-    dtypes.fp8e4m3, dtypes.fp8e5m2,
+    dtypes.fp8e4m3, dtypes.fp8e5m2, dtypes.fp8e4m3fnuz, dtypes.fp8e5m2fnuz,
 )
 _BY_NAME = {d.name: d for d in ALL_DTYPES} | {"half": dtypes.float16, "float": dtypes.float32, "double": dtypes.float64,
                                                "long": dtypes.int64, "int": dtypes.int32,
                                                # PyTorch's and tinygrad's names of the 8-bit floats
                                                "float8_e4m3fn": dtypes.fp8e4m3, "float8_e4m3": dtypes.fp8e4m3,
-                                               "float8_e5m2": dtypes.fp8e5m2}
+                                               "float8_e5m2": dtypes.fp8e5m2, "float8_e4m3fnuz": dtypes.fp8e4m3fnuz,
+                                               "float8_e5m2fnuz": dtypes.fp8e5m2fnuz}
 
 #: float dtypes without a numpy type, with the unsigned type of the bit patterns their buffers hold
-EMULATED_FLOATS: dict[DType, DType] = {dtypes.bfloat16: dtypes.uint16, dtypes.fp8e4m3: dtypes.uint8,
-                                       dtypes.fp8e5m2: dtypes.uint8}
+EMULATED_FLOATS: dict[DType, DType] = {dtypes.bfloat16: dtypes.uint16,
+                                       **{d: dtypes.uint8 for d in dtypes.fp8s}}
 
 
 def is_emulated_float(d: DType) -> bool:
@@ -217,7 +246,7 @@ def to_dtype(x: DTypeLike) -> DType:
     mod = type(x).__module__
     if mod.startswith("torch"):
         return dtypes.from_name(str(x).removeprefix("torch."))
-    raise TypeError(f"expected a DType or a dtype name, got {type(x).__name__} {x!r}")
+    raise UnknownDTypeError(f"expected a DType or a dtype name, got {type(x).__name__} {x!r}")
 
 
 def _promote_ints(a: DType, b: DType) -> DType:
@@ -286,10 +315,37 @@ def _to_np_dtype(d: DType) -> type:
     return np.float32 if d.scalar in EMULATED_FLOATS else _NP_BY_NAME[d.scalar.name].type
 
 
+class DTypeSet(frozenset[DType]):
+    """A set of dtypes that can also be called for itself: renderers here declare `supported_dtypes` as an attribute,
+    while tinygrad's code calls it (`renderer.supported_dtypes()`); a renderer's set answers both."""
+
+    def __call__(self) -> DTypeSet:
+        return self
+
+
+def strong_dtype(d: DType) -> DType:
+    """tinygrad maps its weak (Python-scalar) dtypes to the defaults here; this project gives a Python scalar its
+    default dtype when it becomes a tensor, so every dtype is already strong."""
+    return d
+
+
+@functools.cache
+def _to_torch_dtype(d: DType) -> object | None:
+    """The torch dtype holding `d` as tinygrad maps it: bfloat16 as torch.bfloat16, the 8-bit floats as their bit
+    patterns (torch.uint8), the rest by name; None for dtypes that no tensor has (void, index)."""
+    import torch  # only the callers that compare against torch pay its import
+
+    if d.scalar in FP8_FORMATS:
+        return torch.uint8
+    if d.scalar not in ALL_DTYPES:
+        return None
+    return getattr(torch, d.scalar.name, None)
+
+
 #: tinygrad's table of dtypes by the names `dtypes` gives them (aliases such as `half` and `float` included; not the
 #: defaults, which follow settings)
 DTYPES_DICT: dict[str, DType] = {name: d for name, d in vars(dtypes).items()
-                                 if isinstance(d, DType) and not name.startswith(("default", "void", "_"))}
+                                 if isinstance(d, DType) and d in ALL_DTYPES and not name.startswith("default")}
 
 
 #: from_numpy's answers by numpy dtype: a numpy dtype's name is computed in Python each time it is read, a cost
@@ -338,7 +394,7 @@ def bits_to_float(bits: int, d: DType) -> float:
 
 # ---- exact value conversion, shared by constant folding and the reference ALU ----
 
-def truncate(value: float | int | bool, d: DType) -> float | int | bool:
+def _truncate(value: float | int | bool, d: DType) -> float | int | bool:
     """Convert a Python number into what a `d` variable holds (wrap-around ints, rounded floats)."""
     kind = d.kind
     if kind == "float":
@@ -355,7 +411,8 @@ def truncate(value: float | int | bool, d: DType) -> float | int | bool:
     if kind == "bool":
         return bool(value)
     if kind == "int" or kind == "uint":
-        if isinstance(value, float):
+        if isinstance(value, (float, np.floating)):
+            value = float(value)
             if math.isnan(value) or math.isinf(value):
                 return 0
             value = int(value)
@@ -366,7 +423,36 @@ def truncate(value: float | int | bool, d: DType) -> float | int | bool:
     raise TypeError(f"cannot truncate to {d}")
 
 
-_MANTISSA_BITS = {"float64": 53, "float32": 24, "float16": 11, "bfloat16": 8, "fp8e4m3": 4, "fp8e5m2": 3}
+class _Truncation:
+    """`truncate(value, d)`, and tinygrad's spelling `truncate[d](value)`: the table of one-argument converters by
+    dtype."""
+
+    def __call__(self, value: float | int | bool, d: DType) -> float | int | bool:
+        return _truncate(value, d)
+
+    def __getitem__(self, d: DType) -> Callable[[float | int | bool], float | int | bool]:
+        if d not in _TRUNCATABLE:
+            raise KeyError(d)
+        return functools.partial(_truncate_to, d)
+
+    def __contains__(self, d: object) -> bool:
+        return d in _TRUNCATABLE
+
+    def get(self, d: DType, default: Callable[[float | int | bool], float | int | bool] | None = None
+            ) -> Callable[[float | int | bool], float | int | bool] | None:
+        return self[d] if d in _TRUNCATABLE else default
+
+
+def _truncate_to(d: DType, value: float | int | bool) -> float | int | bool:
+    return _truncate(value, d)
+
+
+truncate: Final = _Truncation()
+_TRUNCATABLE: Final = frozenset(ALL_DTYPES)
+
+
+_MANTISSA_BITS = {"float64": 53, "float32": 24, "float16": 11, "bfloat16": 8, "fp8e4m3": 4, "fp8e5m2": 3,
+                  "fp8e4m3fnuz": 4, "fp8e5m2fnuz": 3}
 
 
 def significand_bits(d: DType) -> int:
@@ -411,34 +497,41 @@ def bf16_bits_to_float(bits: int) -> float:
 
 @dataclass(frozen=True)
 class FP8Format:
-    """An OCP OFP8 format: 1 sign bit, `exponent_bits`, `mantissa_bits`. E5M2 follows IEEE 754 (infinities at the
-    top exponent, NaNs above them); E4M3 gives the top exponent to finite values and keeps only S.1111.111 for NaN."""
+    """An 8-bit float format: 1 sign bit, `exponent_bits`, `mantissa_bits`. The OCP OFP8 ones: E5M2 follows IEEE 754
+    (infinities at the top exponent, NaNs above them); E4M3 gives the top exponent to finite values and keeps only
+    S.1111.111 for NaN. The `fnuz` ones ("finite, no unsigned zero") have a bias one larger, every pattern 0x00-0x7F
+    finite (and their negatives), and the negative-zero pattern 0x80 as their only NaN."""
 
     exponent_bits: int
     mantissa_bits: int
     has_inf: bool
+    fnuz: bool = False
 
     @property
     def bias(self) -> int:
-        return (1 << (self.exponent_bits - 1)) - 1
+        return (1 << (self.exponent_bits - 1)) - (0 if self.fnuz else 1)
 
     @property
     def max_code(self) -> int:
-        """The pattern of the largest finite value (0x7E for E4M3: 448, 0x7B for E5M2: 57344)."""
+        """The pattern of the largest finite value (0x7E for E4M3: 448, 0x7B for E5M2: 57344, 0x7F for the fnuz
+        formats: 240 and 57344)."""
         top = (1 << self.exponent_bits) - 1
+        if self.fnuz:
+            return 0x7F
         if self.has_inf:
             return ((top - 1) << self.mantissa_bits) | ((1 << self.mantissa_bits) - 1)
         return (top << self.mantissa_bits) | ((1 << self.mantissa_bits) - 2)
 
     @property
     def nan_code(self) -> int:
-        """The NaN this project writes: E4M3's only one, E5M2's quiet NaN (top mantissa bit set, as IEEE's)."""
-        return 0x7F if not self.has_inf else (((1 << self.exponent_bits) - 1) << self.mantissa_bits) | \
-            (1 << (self.mantissa_bits - 1))
+        """The NaN this project writes (the sign bit is or-ed in): all exponent and mantissa bits set for the OCP
+        formats, as PyTorch and tinygrad write it; 0x80 for the fnuz formats, whatever the sign."""
+        return 0x80 if self.fnuz else 0x7F
 
     @property
     def inf_code(self) -> int:
-        """The pattern of +infinity; E4M3 has none, and an infinity becomes NaN (as in tinygrad and PyTorch)."""
+        """The pattern of +infinity; E4M3 and the fnuz formats have none, and an infinity becomes NaN (as in tinygrad
+        and PyTorch)."""
         return ((1 << self.exponent_bits) - 1) << self.mantissa_bits if self.has_inf else self.nan_code
 
     @property
@@ -454,6 +547,8 @@ class FP8Format:
 def fp8_decode(bits: int, fmt: FP8Format) -> float:
     """The value of an 8-bit pattern: (-1)^sign * 2^(exponent - bias) * 1.mantissa, or 0.mantissa * 2^(1 - bias) for
     exponent 0 (subnormals); NaN keeps its sign."""
+    if fmt.fnuz and bits == 0x80:
+        return math.nan
     sign = -1.0 if bits & 0x80 else 1.0
     exponent = (bits >> fmt.mantissa_bits) & ((1 << fmt.exponent_bits) - 1)
     mantissa = bits & ((1 << fmt.mantissa_bits) - 1)
@@ -471,13 +566,15 @@ def fp8_encode(value: float, fmt: FP8Format) -> int:
     their sign (OCP's saturating mode, as tinygrad converts); NaN stays NaN, and infinity stays infinity in E5M2 and
     becomes NaN in E4M3, which has none. Exact for any float64: the rounding happens once, here."""
     sign = 0x80 if math.copysign(1.0, value) < 0 else 0
+    if fmt.fnuz and not math.isfinite(value):
+        return 0x80
     if math.isnan(value):
         return sign | fmt.nan_code
     if math.isinf(value):
         return sign | fmt.inf_code
     magnitude = abs(value)
     if magnitude == 0:
-        return sign
+        return 0 if fmt.fnuz else sign
     # the spacing of representable values where `magnitude` lies: 2^(exponent - mantissa_bits), constant below the
     # smallest normal exponent (subnormals)
     exponent = max(math.frexp(magnitude)[1] - 1, 1 - fmt.bias)
@@ -486,11 +583,15 @@ def fp8_encode(value: float, fmt: FP8Format) -> int:
         code = steps  # subnormal (steps == 2^mantissa_bits carries into the smallest normal)
     else:
         code = ((exponent + fmt.bias - 1) << fmt.mantissa_bits) + steps  # a carry moves up one exponent
+    if code == 0 and fmt.fnuz:
+        return 0  # a value that rounds to zero is +0: the negative-zero pattern is NaN
     return sign | min(code, fmt.max_code)
 
 
 FP8_FORMATS: dict[DType, FP8Format] = {dtypes.fp8e4m3: FP8Format(4, 3, has_inf=False),
-                                       dtypes.fp8e5m2: FP8Format(5, 2, has_inf=True)}
+                                       dtypes.fp8e5m2: FP8Format(5, 2, has_inf=True),
+                                       dtypes.fp8e4m3fnuz: FP8Format(4, 3, has_inf=False, fnuz=True),
+                                       dtypes.fp8e5m2fnuz: FP8Format(5, 2, has_inf=False, fnuz=True)}
 
 
 def float_to_fp8_bits(value: float, d: DType) -> int:
@@ -499,6 +600,20 @@ def float_to_fp8_bits(value: float, d: DType) -> int:
 
 def fp8_bits_to_float(bits: int, d: DType) -> float:
     return fp8_decode(int(bits) & 0xFF, FP8_FORMATS[d.scalar])
+
+
+def float_to_fp8(x: float, dtype: DType) -> int:
+    """tinygrad's name: the 8-bit pattern (0-255) nearest to `x` in the 8-bit float `dtype` (see `fp8_encode`)."""
+    if dtype.scalar not in FP8_FORMATS:
+        raise ValueError(f"float_to_fp8 converts to the 8-bit floats {dtypes.fp8s}, not {dtype}")
+    return float_to_fp8_bits(float(x), dtype)
+
+
+def fp8_to_float(x: int, dtype: DType) -> float:
+    """tinygrad's name: the value of the 8-bit pattern `x` of the 8-bit float `dtype`."""
+    if dtype.scalar not in FP8_FORMATS:
+        raise ValueError(f"fp8_to_float converts from the 8-bit floats {dtypes.fp8s}, not {dtype}")
+    return fp8_bits_to_float(x, dtype)
 
 
 _FP8_TABLE_CACHE: dict[FP8Format, tuple[np.ndarray, np.ndarray]] = {}
@@ -523,7 +638,10 @@ def _encode_fp8_array(x: np.ndarray, fmt: FP8Format) -> np.ndarray:
     code = np.where(on_mid & (below % 2 == 1), below + 1, below).astype(np.uint8)
     code = np.where(np.isinf(x), fmt.inf_code, code)
     code = np.where(np.isnan(x), fmt.nan_code, code)
-    return (code | np.where(np.signbit(x), 0x80, 0)).astype(np.uint8)
+    sign = np.where(np.signbit(x), 0x80, 0)
+    if fmt.fnuz:
+        sign = np.where(code == 0, 0, sign)  # no negative zero: its pattern is the NaN
+    return (code | sign).astype(np.uint8)
 
 
 # ---- DEFAULT_FLOAT: the dtype of Python floats, read once when tinygrad is imported ----

@@ -28,9 +28,20 @@ class DTypeError(TypeError, RuntimeError):
     numbers, a float op on integers (tinygrad and PyTorch raise RuntimeError)."""
 
 
+class ShapeArgError(TypeError, ValueError):
+    """A shape argument that is not a tuple of ints: `Tensor.zeros((2, 2), 2)` (tinygrad raises ValueError, PyTorch
+    TypeError)."""
+
+
+class UnknownDTypeError(TypeError, AttributeError):
+    """A dtype given by a name that is not one, or by something that is not a dtype (tinygrad looks the name up
+    as an attribute of `dtypes` and raises AttributeError)."""
+
+
 class DeviceDTypeError(TypeError):
     """A dtype the device cannot hold (float64 on a device without it, say): a limit of the device, not a mistake in
     the program; callers that try another device or skip the case tell it apart by this type."""
 
 
-__all__ = ["BroadcastError", "ConcatError", "DTypeError", "DeviceDTypeError", "ShapeError"]
+__all__ = ["BroadcastError", "ConcatError", "DTypeError", "DeviceDTypeError", "ShapeArgError", "ShapeError",
+           "UnknownDTypeError"]

@@ -19,7 +19,11 @@ What this asks of the body (tinygrad's rules for functions):
     the signature when hashable, and a call with an unhashable non-tensor argument (a numpy array) is traced anew.
   * It returns a Tensor or a tuple of Tensors.
   * It reads no value on the host (`.numpy()`, `.item()`, `.tolist()`, `if t:`): that raises RuntimeError.
-  * It does not assign to its arguments, and does not keep tensors it computes (in globals or attributes).
+  * It may `assign` to argument tensors, as a layer updates its state (BatchNorm's running statistics in training):
+    each call, traced or not, gives those tensors the value the body assigned, computed from this call's arguments,
+    as the plain call would (lazily, like any assign). Other writes to arguments (`realize()` of one) raise
+    RuntimeError. It keeps no tensor it computes in globals or attributes; a body that assigns to a tensor that
+    is not an argument runs its Python code again on every call.
   * A tensor it reads that is not an argument (a global weight) is an implicit input, taken as it is. Realized
     buffers read that way are refused unless `allow_implicit=True`, so that weights are passed explicitly by
     default. A trace whose implicit input has since been replaced by `assign` (an optimizer step) is traced again;
@@ -37,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, overload
 
 from tinygrad.engine import jit_state
+from tinygrad.engine.jit_state import note_assign
 from tinygrad.gradient import define_gradient
 from tinygrad.helpers import DEBUG, GlobalCounters
 from tinygrad.tensor import Tensor
@@ -137,6 +142,7 @@ class _Trace:
     outputs: tuple[UOp, ...]
     devices: tuple[str, ...]
     is_tuple: bool
+    updates: tuple[tuple[int, UOp], ...]  # (argument number, its new value) for each argument the body assigned
     implicit_grad: bool  # an implicit input is a parameter (requires_grad=True)
     implicit: frozenset[UOp]  # the nodes that depend on no argument: the implicit inputs and what is made of them
     generation: int  # jit_state.assign_generation when `implicit` was last found current
@@ -201,6 +207,12 @@ class _Function(Generic[R]):
                      for i, t in enumerate(tensors)]
         originals = [t.uop for t in tensors]
         kernels = GlobalCounters.kernel_count
+        # Assigns in the body: note which tensors they hit. An assign to an argument is noted for TinyJit when the
+        # call applies it (with the argument's real graph), not here, where the tensor holds its stand-in.
+        assigned: dict[int, Tensor] = {}
+        jit_noted = dict(jit_state.running[-1].assigned) if jit_state.running else None
+        outer_hook = jit_state.on_assign
+        jit_state.on_assign = lambda t, old: assigned.__setitem__(id(t), t)
         jit_state.tracing_functions.append(self.name)
         _Function.depth += 1
         try:
@@ -214,18 +226,29 @@ class _Function(Generic[R]):
                 raise RuntimeError(f"function {self.name} returned {type(ret).__name__}{inner}; a function returns "
                                    f"a Tensor or a tuple of Tensors")
             outputs = tuple(x.uop for x in rets)
+            updates = tuple((i, tensors[i].uop) for i in changed if id(tensors[i]) in assigned)
         finally:
             for t, u in zip(tensors, originals):
                 t.uop = u
             _Function.depth -= 1
             jit_state.tracing_functions.pop()
-        if changed:
-            raise RuntimeError(f"function {self.name} changed its argument tensor(s) {changed} (assign() or realize() "
-                               f"on an argument); a function must not write its inputs: return the new value instead")
+            jit_state.on_assign = outer_hook
+            if jit_noted is not None:
+                noted = jit_state.running[-1].assigned
+                for k in [k for k in noted if k not in jit_noted and any(id(t) == k for t in tensors)]:
+                    del noted[k]
+        if written := [i for i in changed if id(tensors[i]) not in assigned]:
+            raise RuntimeError(f"function {self.name} changed its argument tensor(s) {written} other than by assign() "
+                               f"(realize() on an argument); a function must not write its inputs that way")
+        arg_ids = {id(t) for t in tensors}
+        foreign = [t for t in assigned.values() if id(t) not in arg_ids]  # assigned tensors that are not arguments
+        if outer_hook is not None:
+            for t in foreign:
+                outer_hook(t, t.uop)
         if self.grad_fxn is not None and isinstance(ret, tuple):
             raise RuntimeError(f"function {self.name} has a grad_fxn and returns a tuple; a custom gradient is "
                                f"supported for functions that return one Tensor")
-        implicit = _independent(outputs, set(stand_ins))
+        implicit = _independent(outputs + tuple(u for _, u in updates), set(stand_ins))
         if not self.allow_implicit and (bufs := [u.arg for u in implicit if u.op is Ops.BUFFER]):
             listing = "\n  ".join(f"{i}: dtype={b.dtype}, size={b.size}, device={b.device}" for i, b in enumerate(bufs))
             raise RuntimeError(f"function {self.name} reads {len(bufs)} realized buffer(s) that are not arguments, but "
@@ -234,15 +257,24 @@ class _Function(Generic[R]):
         params = {t.uop for t in Tensor._grad_tensors.values()}
         # the kept trace reads stand-ins that hold no graph of this call, so that it keeps no input of it alive
         holes = {s: UOp(Ops.NOOP, s.dtype, (), ("function_input", token, i)) for i, s in enumerate(stand_ins)}
-        trace = _Trace(tuple(holes.values()), tuple(UOp(Ops.SINK, src=outputs).substitute(holes).src),
-                       tuple(x.device for x in rets), isinstance(ret, tuple), any(u in params for u in implicit),
-                       frozenset(implicit), jit_state.assign_generation)
-        return trace, GlobalCounters.kernel_count == kernels
+        kept = UOp(Ops.SINK, src=outputs + tuple(u for _, u in updates)).substitute(holes).src
+        trace = _Trace(tuple(holes.values()), kept[:len(outputs)], tuple(x.device for x in rets),
+                       isinstance(ret, tuple), tuple((i, u) for (i, _), u in zip(updates, kept[len(outputs):])),
+                       any(u in params for u in implicit), frozenset(implicit), jit_state.assign_generation)
+        # not reusable: the body launched kernels, or assigned to tensors that are not arguments (a later call that
+        # skipped the body would skip those assigns)
+        return trace, GlobalCounters.kernel_count == kernels and not foreign
 
     def _apply(self, trace: _Trace, tensors: list[Tensor]) -> list[Tensor]:
         """The trace's outputs over this call's argument tensors."""
         mapping = {hole: t.uop for hole, t in zip(trace.inputs, tensors)}
-        outputs = UOp(Ops.SINK, src=trace.outputs).substitute(mapping).src if mapping else trace.outputs
+        graphs = trace.outputs + tuple(u for _, u in trace.updates)
+        graphs = UOp(Ops.SINK, src=graphs).substitute(mapping).src if mapping else graphs
+        outputs = graphs[:len(trace.outputs)]
+        for (i, _), new in zip(trace.updates, graphs[len(trace.outputs):]):
+            # the argument's state update, as the assign in the body would have made it on this call's tensors
+            note_assign(tensors[i])
+            tensors[i].uop = new
         any_grad = trace.implicit_grad or any(t._requires_grad is True for t in tensors)
         outs = []
         for uop, device in zip(outputs, trace.devices):

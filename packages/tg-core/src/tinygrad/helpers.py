@@ -6,6 +6,7 @@ Nothing here imports the rest of tinygrad: every other module may import this on
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import gzip
 import hashlib
@@ -195,6 +196,13 @@ class ContextVar(Generic[V]):
     def __repr__(self) -> str:
         return f"ContextVar({self.key}={self.value})"
 
+    def tolist(self, obj: Any = None) -> list[Any]:
+        """A comma-separated string knob's entries, each looked up as an attribute of `obj` when one is given
+        (tinygrad's `EMULATED_DTYPES.tolist(dtypes)`)."""
+        if not isinstance(self.value, str):
+            raise TypeError(f"{self.key} is not a list knob: its value {self.value!r} is not a string")
+        return [getattr(obj, x) if obj is not None else x for x in self.value.split(",") if x]
+
 
 class _GlobalCounters:
     """What this process has run, as tinygrad counts it: kernels launched (`kernel_count`, JIT replays and copy
@@ -237,6 +245,75 @@ PROFILE = ContextVar("PROFILE", 0)
 VIZ = ContextVar("VIZ", 0)
 #: TRAINING=1 (or `Context(TRAINING=1)`, tinygrad's spelling): training mode, as `Tensor.training = True` is
 TRAINING = ContextVar("TRAINING", 0)
+#: EMULATED_DTYPES=half,long (tinygrad's knob, a list of dtype names): the dtypes tinygrad's compiler lowers to
+#: others. Here each backend's renderer decides what it emulates (bfloat16 and the 8-bit floats always are, as
+#: float32), so the knob is read by code that asks about it (`EMULATED_DTYPES.tolist(dtypes)`) and changes no kernel
+EMULATED_DTYPES = ContextVar("EMULATED_DTYPES", "")
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """One entry of DEV, in tinygrad's syntax `[interface[:indices]+]device[:renderer[:arch]]`: `CPU`, `CPU:LLVM`,
+    `CPU:CLANG`, `CL`. The device part picks `Device.DEFAULT`; the backend named reads its renderer and arch
+    (`DEV.target("CPU").renderer`), and refuses one it does not have. As an exception kept for this project's
+    users, a number after the device (`DEV=CPU:1`) is a device index, not a renderer."""
+
+    device: str = ""
+    renderer: str = ""
+    arch: str = ""
+    interface: str = ""
+    indices: str = ""
+
+    @staticmethod
+    def parse(text: str) -> Target:
+        interface = indices = ""
+        if "+" in text:
+            head, _, text = text.partition("+")
+            if "+" in text:
+                raise ValueError(f"DEV entry {text!r}: more than one '+'; the form is [interface[:indices]+]device"
+                                 f"[:renderer[:arch]]")
+            interface, _, indices = head.partition(":")
+        parts = text.split(":")
+        if len(parts) > 3:
+            raise ValueError(f"DEV entry {text!r}: more than two ':'; the form is device[:renderer[:arch]], as in "
+                             f"CPU:LLVM")
+        parts += [""] * (3 - len(parts))
+        return Target(parts[0].upper(), parts[1].upper(), parts[2], interface, indices)
+
+    def __repr__(self) -> str:
+        front = ":".join(p for p in (self.interface, self.indices) if p)
+        back = ":".join([self.device, self.renderer, self.arch]).rstrip(":")
+        return f"{front}+{back}" if front else back
+
+
+class _DevTargets(ContextVar[str]):
+    """DEV: which device tensors go to by default, and optionally its renderer (`DEV=CPU:LLVM`); several entries
+    separated by ';' each name one device's choices (`DEV=CPU:CLANG;CL`), the first is the default. `DEV.device`,
+    `DEV.renderer`, `DEV.arch` read the first entry, as tinygrad's do."""
+
+    @property
+    def targets(self) -> list[Target]:
+        return [Target.parse(t) for t in self.value.split(";") if t.strip()] or [Target()]
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("device", "renderer", "arch", "interface", "indices"):
+            return getattr(self.targets[0], name)
+        raise AttributeError(f"DEV has no attribute {name!r}")
+
+    def target(self, device: str) -> Target:
+        """The entry for `device` (an entry without a device applies to all), or a bare Target of that device."""
+        device = device.partition(":")[0].upper()
+        found = next((t for t in self.targets if t.device in ("", device)), Target(device))
+        return dataclasses.replace(found, device=device)
+
+    def __repr__(self) -> str:
+        return ";".join(repr(t) for t in self.targets)
+
+
+#: DEV=device[:renderer[:arch]]: the default device and its renderer (tinygrad's syntax; Target)
+DEV = _DevTargets("DEV", "")
+#: IMAGE=1 in tinygrad uses image (texture) buffers for some convolutions; this project has none, so it stays 0
+IMAGE = ContextVar("IMAGE", 0)
 
 
 class Context(contextlib.ContextDecorator):
@@ -440,6 +517,14 @@ class Profiling(contextlib.ContextDecorator):
         if self.fn:
             self.profile.dump_stats(self.fn)
         pstats.Stats(self.profile).strip_dirs().sort_stats(self.sort).print_stats(self.frac)
+
+
+def profile_marker(name: str, color: str = "gray") -> None:
+    """Mark a named point in the PROFILE=1 trace (a phase of a program: "load weights", "step 3"); with PROFILE
+    off it does nothing, so programs may leave their markers in."""
+    if PROFILE:
+        from tinygrad.engine.profile import record_marker  # the engine imports helpers: import it when used
+        record_marker(name, color)
 
 
 # ---- progress bars ----
@@ -738,3 +823,34 @@ def _save(src: Any, dest: pathlib.Path, length: int | None, what: str) -> pathli
     finally:
         bar.close()
     return dest
+
+
+#: FUSE_OPTIM=1 in tinygrad lays an optimizer's state out in one fused buffer; the updates' values are the same, so
+#: here it is a knob that Context and the environment accept and that changes nothing
+FUSE_OPTIM = ContextVar("FUSE_OPTIM", 0)
+
+
+class _DefaultFloat(ContextVar[str]):
+    """DEFAULT_FLOAT as a Context knob, `Context(DEFAULT_FLOAT="half")` (tinygrad's spelling): its value is the name of
+    `dtypes.default_float`, the dtype of Python floats, and setting it sets that dtype. (The environment variable is
+    read by tinygrad.dtype at import; this module cannot import tinygrad.dtype at its own import.)"""
+
+    def __init__(self) -> None:  # no environment read here: see above
+        self.key = "DEFAULT_FLOAT"
+        ContextVar.registry[self.key] = self
+
+    @property  # type: ignore[override]
+    def value(self) -> str:
+        from tinygrad.dtype import dtypes
+        return dtypes.default_float.name
+
+    @value.setter
+    def value(self, name: str) -> None:
+        from tinygrad.dtype import dtypes, to_dtype
+        d = to_dtype(name.lower())
+        if not d.is_float:
+            raise ValueError(f"DEFAULT_FLOAT={name!r} is not a float dtype")
+        dtypes.default_float = d
+
+
+DEFAULT_FLOAT = _DefaultFloat()

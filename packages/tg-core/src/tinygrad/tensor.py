@@ -11,6 +11,7 @@ import struct
 import weakref
 from collections.abc import Sequence
 from typing import Any, ClassVar
+from typing import cast as cast  # tinygrad's model files import typing.cast from here
 
 import numpy as np
 
@@ -252,6 +253,8 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         elif isinstance(data, Tensor):
             self.uop = data.uop if want is None else data.uop.cast(want)
             self.device = data.device if device is None else self.device
+        elif data is None:  # tinygrad's Tensor(None): a 0-d zero
+            self.uop = UOp.const(want or dtypes.default_float, 0)
         elif isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
             d = want or dtypes.from_py(data)
             if want is None and d == dtypes.int32 and not dtypes.int32.min <= data <= dtypes.int32.max:
@@ -371,10 +374,10 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
     __hash__ = object.__hash__
 
     def __bool__(self) -> bool:
-        if self.numel() != 1:
-            raise RuntimeError(f"the truth value of a tensor with {self.numel()} elements is ambiguous; "
-                               f"use .any() or .all()")
-        return bool(self.item())
+        # tinygrad defines no truth value, not even for one element (PyTorch does): `if t:` and `t in [a, b]`
+        # would otherwise realize the tensor behind the program's back
+        raise TypeError("a Tensor has no truth value; compare explicitly and read it: `if t.item():`, "
+                        "`(t > 0).all().item()`")
 
     @property
     def requires_grad(self) -> bool | None:
@@ -615,6 +618,17 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         """
         return self._derive(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 
+    def contiguous_backward(self) -> Tensor:
+        """The same value. tinygrad's spelling for "make the gradient that flows back through here contiguous", a
+        scheduling hint; this scheduler places gradient kernels itself, so values and gradients are unchanged.
+
+        Examples:
+            >>> x = Tensor([1.0, 2.0], requires_grad=True)
+            >>> (x.contiguous_backward() * 3).sum().backward().tolist(), x.grad.tolist()
+            (9.0, [3.0, 3.0])
+        """
+        return self
+
     def detach(self) -> Tensor:
         """The same value with the gradient stopped: backward() sends nothing through the result. Its
         requires_grad is the default None (PyTorch: False).
@@ -697,6 +711,10 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
     # ---- elementwise helpers ----
     def _const_operand(self, x: Scalar) -> Tensor:
         d = self.dtype
+        if isinstance(x, UOp):  # a symbolic int (a bound Variable, `start_pos + 1`): promotes as a Python int does
+            if not d.is_float and not d.is_int:
+                d = dtypes.default_int
+            return Tensor(x, device=self.device).cast(d)
         px = dtypes.from_py(x)
         if (px.is_float and not d.is_float) or (px.is_int and d.is_bool):
             d = px
@@ -785,17 +803,41 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         return self if d == self.dtype else self._derive(self.uop.cast(d))
 
     def bitcast(self, dtype: DTypeLike) -> Tensor:
-        """Reinterpret the bits of each element as `dtype`, which must have the same size (no value conversion).
+        """Reinterpret the bits of each element as `dtype` (no value conversion). If the sizes differ, the last axis
+        is rescaled: the bytes of each row are read as `dtype` (little-endian), so its length times the old size
+        must be a multiple of the new size.
 
         Examples:
             >>> Tensor([1.0, 2.0]).bitcast(dtypes.int32).tolist()
             [1065353216, 1073741824]
+            >>> Tensor([1, 2], dtype=dtypes.uint8).bitcast(dtypes.uint16).tolist()
+            [513]
         """
         d = to_dtype(dtype)
         if d.itemsize != self.dtype.itemsize:
-            raise DTypeError(f"bitcast from {self.dtype} ({self.dtype.itemsize} bytes) to {d} ({d.itemsize} bytes) "
-                            f"needs dtypes of one size")
+            return self._bitcast_resized(d)
         return Tensor(self.uop.bitcast(d), device=self.device)
+
+    def _bitcast_resized(self, d: DType) -> Tensor:
+        # same-size bitcasts to unsigned integers, then shifts: k narrow elements (little-endian, low bytes first)
+        # make one wide one, or one wide one splits into k narrow ones (casting to a narrower unsigned keeps the low
+        # bits), which every backend computes exactly
+        src, n = self.dtype, (self.shape[-1] if self.ndim else 1)
+        if src.is_bool or d.is_bool or not self.ndim or (n * src.itemsize) % d.itemsize:
+            raise DTypeError(f"bitcast from {src} ({src.itemsize} bytes) to {d} ({d.itemsize} bytes) needs a last "
+                             f"axis whose bytes ({n} x {src.itemsize}) are a multiple of {d.itemsize}")
+        unsigned = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
+        bits = self.bitcast(unsigned[src.itemsize])
+        if d.itemsize > src.itemsize:
+            k = d.itemsize // src.itemsize
+            rows = bits.reshape(*self.shape[:-1], n // k, k).cast(unsigned[d.itemsize])
+            wide = rows[..., 0]
+            for i in range(1, k):
+                wide = wide | (rows[..., i] << (8 * src.itemsize * i))
+            return wide.bitcast(d)
+        k = src.itemsize // d.itemsize
+        parts = [(bits >> (8 * d.itemsize * i)).cast(unsigned[d.itemsize]) for i in range(k)]
+        return parts[0].stack(*parts[1:], dim=-1).reshape(*self.shape[:-1], n * k).bitcast(d)
 
     # ---- autograd ----
     def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
@@ -878,6 +920,10 @@ def _list_to_numpy(data: list | tuple, want: DType | None) -> tuple[np.ndarray, 
     """The array of a nested list, and the dtype its numbers take (None: the array's own, or object for junk)."""
     try:
         arr = np.array(data, dtype=to_numpy(want) if want is not None and not is_emulated_float(want) else None)
+    except OverflowError:
+        # a Python int outside an integer dtype's range wraps around, as a cast does (tinygrad and PyTorch)
+        assert want is not None
+        arr = np.array(data).astype(to_numpy(want))
     except ValueError as e:  # numpy's message talks about "inhomogeneous parts"; say what the user passed
         raise ValueError(f"cannot make a Tensor from {data!r}: nested lists must be rectangular and hold numbers "
                          f"({e})") from None

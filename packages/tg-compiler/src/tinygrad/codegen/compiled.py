@@ -144,6 +144,10 @@ class CompiledRunner:
 class Compiled:
     """A device made of the four pieces of the contract. Backends subclass or instantiate this."""
 
+    #: tinygrad's devices name a graph-runner class here (None: none); a TinyJit replay here batches launches through
+    #: the backend's `run_together` instead, so there is never one
+    graph: None = None
+
     def __init__(self, name: str, allocator: Allocator, renderer: Renderer, compiler: Compiler,
                  runtime: Callable[[str, bytes], Program]):
         self.name, self.allocator, self.renderer = name, allocator, renderer

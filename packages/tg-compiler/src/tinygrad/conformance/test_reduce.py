@@ -29,7 +29,7 @@ SUM_DTYPES = tuple(d for d in dtypes.all() if d.is_float or d.is_int)
 MAX_DTYPES = dtypes.all()
 #: the largest integer every partial sum may reach and stay exact, per float dtype (2**(mantissa bits))
 _EXACT_UP_TO = {"float16": 2**11, "bfloat16": 2**8, "float32": 2**24, "float64": 2**53, "fp8e4m3": 2**4,
-                "fp8e5m2": 2**3}
+                "fp8e5m2": 2**3, "fp8e4m3fnuz": 2**4, "fp8e5m2fnuz": 2**3}
 
 
 def sum_data(n: int, d: DType, rng: np.random.Generator) -> np.ndarray:

@@ -11,7 +11,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from tinygrad.device import DeviceKnobs
-from tinygrad.dtype import DType, dtypes
+from tinygrad.dtype import DType, DTypeSet, dtypes
 from tinygrad.renderer.tensor_core import TensorCore
 from tinygrad.uop.ops import AxisKind, GroupOp, Ops, UOp
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 class Renderer:
     device: str = ""
     #: dtypes this target can hold in memory and compute with (directly or by emulation in the renderer)
-    supported_dtypes: frozenset[DType] = frozenset(dtypes.all())
+    supported_dtypes: frozenset[DType] = DTypeSet(dtypes.all())
     #: ALU ops this target writes itself; the decomposition pass rewrites every other ALU op into these before
     #: rendering (or refuses the kernel, naming the op). The default is every op, so nothing is rewritten
     supported_ops: frozenset[Ops] = GroupOp.ALU
@@ -73,6 +73,12 @@ class Renderer:
     #: the matrix instructions the renderer can write (`render_wmma`), which the TC opt may use
     #: (`tinygrad.renderer.tensor_core`); none by default
     tensor_cores: tuple[TensorCore, ...] = ()
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        # a subclass's plain frozenset becomes a DTypeSet, so tinygrad's call spelling works on every renderer
+        if type(cls.__dict__.get("supported_dtypes")) is frozenset:
+            cls.supported_dtypes = DTypeSet(cls.supported_dtypes)
 
     @property
     def knobs(self) -> DeviceKnobs:

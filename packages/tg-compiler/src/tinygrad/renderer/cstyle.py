@@ -58,6 +58,7 @@ F64_TO_F32_ODD = """{q} float tg_f64_to_f32_odd(double d) {{
 _FP8_HELPERS = """{q} float tg_{n}_to_f32(unsigned char b) {{
   unsigned int sign = ((unsigned int)b & 0x80u) << 24;
   unsigned int e = ((unsigned int)b >> {m}) & {emask}u, m = (unsigned int)b & {mmask}u;
+  if ({fnuz}u && b == 0x80u) return tg_bits_f32(0x7fc00000u);  /* fnuz: the negative-zero pattern is NaN */
   if (((unsigned int)b & 0x7fu) > {max_code}u) return tg_bits_f32(sign | {special});
   if (e == 0u) {{ float v = (float)m * {subnormal_step}f; return sign ? -v : v; }}  /* subnormal */
   return tg_bits_f32(sign | ((e + {rebias}u) << 23) | (m << {shift}));
@@ -66,14 +67,16 @@ _FP8_HELPERS = """{q} float tg_{n}_to_f32(unsigned char b) {{
   unsigned int u = tg_f32_bits(f), sign = (u >> 24) & 0x80u, a = u & 0x7fffffffu;
   if (a > 0x7f800000u) return (unsigned char)(sign | {nan_code}u);  /* NaN keeps its sign */
   if (a == 0x7f800000u) return (unsigned char)(sign | {inf_code}u);
-  if (a < 0x00800000u) return (unsigned char)sign;  /* zero, and float32 subnormals: far below the smallest step */
+  unsigned int zero = {fnuz}u ? 0u : sign;  /* fnuz has no negative zero: that pattern is its NaN */
+  if (a < 0x00800000u) return (unsigned char)zero;  /* zero, and float32 subnormals: far below the smallest step */
   int e = (int)(a >> 23) - 127, sub = e < {min_exp};
   unsigned int m = (a & 0x7fffffu) | 0x800000u;
   int drop = {shift} + (sub ? {min_exp} - e : 0);  /* significand bits below this binade's step */
-  if (drop > 24) return (unsigned char)sign;
+  if (drop > 24) return (unsigned char)zero;
   unsigned int q = m >> drop, rest = m & ((1u << drop) - 1u), halfway = 1u << (drop - 1);
   if (rest > halfway || (rest == halfway && (q & 1u))) q++;  /* round to nearest, ties to even */
   unsigned int code = sub ? q : ((unsigned int)(e + {bias_m1}) << {m}) + q;  /* a carry moves up one binade */
+  if (code == 0u) return (unsigned char)zero;
   return (unsigned char)(sign | (code > {max_code}u ? {max_code}u : code));  /* finite values saturate */
 }}
 {q} float tg_round_{n}(float f) {{ return tg_{n}_to_f32(tg_f32_to_{n}(f)); }}
@@ -93,7 +96,7 @@ def fp8_prelude(d: DType, qualifier: str = "static inline") -> str:
         q=qualifier, n=d.scalar.name, m=m, emask=(1 << fmt.exponent_bits) - 1, mmask=(1 << m) - 1,
         max_code=fmt.max_code, special=special, subnormal_step=repr(2.0 ** (1 - fmt.bias - m)),
         rebias=127 - fmt.bias, shift=23 - m, nan_code=fmt.nan_code, inf_code=fmt.inf_code, min_exp=1 - fmt.bias,
-        bias_m1=fmt.bias - 1)
+        bias_m1=fmt.bias - 1, fnuz=int(fmt.fnuz))
 
 
 #: longer expressions get a variable, so that a long elementwise chain does not become one enormous line
@@ -164,7 +167,7 @@ class CStyleRenderer(Renderer):
         dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int",
         dtypes.int64: "long long", dtypes.uint64: "unsigned long long", dtypes.float16: "_Float16",
         dtypes.bfloat16: "float", dtypes.float32: "float", dtypes.float64: "double",
-        dtypes.fp8e4m3: "float", dtypes.fp8e5m2: "float",
+        dtypes.fp8e4m3: "float", dtypes.fp8e5m2: "float", dtypes.fp8e4m3fnuz: "float", dtypes.fp8e5m2fnuz: "float",
     }
     #: math functions by (op, dtype class): float32 and smaller use the f-suffixed versions
     math_fns = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.TRUNC: "trunc",

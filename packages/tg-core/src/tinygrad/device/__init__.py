@@ -28,7 +28,7 @@ import pluggy
 
 from tinygrad.dtype import DType, dtypes, to_numpy
 from tinygrad.errors import DeviceDTypeError
-from tinygrad.helpers import DEBUG, GlobalCounters
+from tinygrad.helpers import DEBUG, DEV, GlobalCounters, Target
 
 if TYPE_CHECKING:
     from tinygrad.uop.ops import UOp
@@ -229,6 +229,25 @@ class Buffer:
             _own_memory(self, self._allocator, self._opaque, nbytes)
         return self
 
+    def deallocate(self) -> int:
+        """Give this buffer's own memory back now, rather than when the buffer dies (a TinyJit capture's
+        free_intermediates); the next use allocates it again, with its contents lost. Returns the bytes freed."""
+        if self.base is not None or self._opaque is None:
+            return 0
+        ref = next((r for r in _owned_memory if r() is self and r.nbytes), None)
+        self._opaque = None
+        if ref is None:  # memory this buffer does not own (from_blob): just forget it
+            return 0
+        nbytes, ref.nbytes = ref.nbytes, 0  # the reference stays, emptied, until the buffer dies
+        ref.allocator.free(ref.opaque, nbytes)
+        GlobalCounters.mem_used -= nbytes
+        return nbytes
+
+    def forget_memory(self) -> None:
+        """A view of a buffer whose memory was given back: look the address up again at its next use."""
+        if self.base is not None:
+            self._opaque = None
+
     @property
     def opaque(self) -> Any:
         opaque = self._opaque  # read on every launch: no call when the memory is there
@@ -297,8 +316,9 @@ def _own_memory(buf: Buffer, allocator: Allocator, opaque: Any, nbytes: int) -> 
 
 def _free_owned(ref: _Memory) -> None:
     del _owned_memory[ref]
-    ref.allocator.free(ref.opaque, ref.nbytes)
-    GlobalCounters.mem_used -= ref.nbytes
+    if ref.nbytes:  # 0: given back early by Buffer.deallocate
+        ref.allocator.free(ref.opaque, ref.nbytes)
+        GlobalCounters.mem_used -= ref.nbytes
 
 
 @functools.cache
@@ -485,7 +505,7 @@ class _DeviceRegistry:
             return self._default
         requested = os.environ.get("DEV")
         if requested:
-            key = self.canonicalize(requested)
+            key = self.canonicalize(_default_device_of(requested))
             reason = self.availability(key.split(":")[0])
             if reason is not None:
                 raise RuntimeError(f"DEV={requested} asks for an unavailable device: {reason}")
@@ -504,6 +524,16 @@ class _DeviceRegistry:
 
     def reset_default(self) -> None:
         self._default = None
+
+
+def _default_device_of(dev: str) -> str:
+    """The device that DEV's first entry names: `CPU:LLVM` is CPU with the LLVM renderer (which the CPU backend
+    reads from DEV), `CPU:1` is this project's spelling of the second CPU device."""
+    try:
+        first = DEV.targets[0] if dev == DEV.value else Target.parse(dev.split(";")[0])
+    except ValueError as e:
+        raise UnknownDeviceError(f"DEV={dev!r}: {e}") from None
+    return f"{first.device}:{first.renderer}" if first.renderer.isdigit() else first.device
 
 
 Device = _DeviceRegistry()

@@ -74,8 +74,14 @@ MAX_CAPTURES = 8
 class TinyJit(Generic[R]):
     """Decorate a function whose work is tensor operations; see the module docstring for the rules."""
 
-    def __init__(self, fn: Callable[..., R]):
+    def __init__(self, fn: Callable[..., R], prune: bool = False, optimize: bool = False):
+        """`prune=True`: kernels that read neither the inputs nor anything the function writes (work on constant
+        weights, say) run once at the capture and are left out of replays; they run again if memory they read is
+        assigned a new value. `optimize` is tinygrad's switch for batching a replay's launches, which replays
+        here always do where the backend can (run_together); it is accepted and changes nothing."""
         self.fn = fn
+        self.prune = prune
+        self.optimize = optimize
         functools.update_wrapper(self, fn)  # type: ignore[arg-type]
         self.reset()
 
@@ -85,6 +91,12 @@ class TinyJit(Generic[R]):
         self._captures: dict[tuple, Capture] = {}
         self._current: Capture | None = None  # the capture of the last call
         self._last: LastCall | None = None  # the last call, when it was a replay (jit_memo)
+
+    @property
+    def captured(self) -> Capture | None:
+        """The capture the last call replayed or made (None before the capture): its `free_intermediates()` gives
+        back the memory that only lives between its launches."""
+        return self._current
 
     @property
     def captured_kernels(self) -> int:
@@ -157,7 +169,7 @@ class TinyJit(Generic[R]):
         records: list[tuple[ScheduleItem, Runner | None]] = []
         if capture is not None and (lazy := unrealized_reads(self.fn)):
             Tensor.realize(*lazy)
-        state = RunningJit(self._name, capture is not None, self)
+        state = RunningJit(self._name, capture is not None, self, inputs=frozenset(id(b.storage) for b in buffers))
         running.append(state)
         if capture is not None:
             engine_realize.capture_hooks.append(lambda si, runner: records.append((si, runner)))
@@ -176,7 +188,7 @@ class TinyJit(Generic[R]):
         assert key is not None
         records += write_back_state(state)
         capture.state = make_state_slots(state_tensors(state))
-        out = capture.finish(self.fn, records, buffers, found.variables, out)
+        out = capture.finish(self.fn, records, buffers, found.variables, out, prune=self.prune)
         self._captures[key] = self._current = capture
         return out  # type: ignore[no-any-return]
 

@@ -63,10 +63,32 @@ class Arguments:
 def take_apart(args: tuple, kwargs: dict[str, Any], named: bool = False) -> Arguments:
     found = Arguments()
     for i, a in enumerate(args):
-        _visit(found, a, f"argument {i}" if named else None, 0)
+        _visit_argument(found, a, f"argument {i}" if named else None)
     for k, a in kwargs.items():
-        _visit(found, a, f"keyword {k}" if named else None, 0)
+        _visit_argument(found, a, f"keyword {k}" if named else None)
     return found
+
+
+def _visit_argument(found: Arguments, a: Any, where: str | None) -> None:
+    """One argument. An object (not a container) too large or deep to compare, such as a whole model passed to a
+    jitted step as tinygrad programs do, is keyed by identity instead: tinygrad does not look inside objects, the
+    captured kernels read its tensors' buffers in place, and another object is captured anew."""
+    marks = (len(found.tensors), len(found.key), len(found.where), len(found.keep), len(found.containers),
+             found._count, dict(found.variables))
+    try:
+        _visit(found, a, where, 0)
+    except JitError:
+        if isinstance(a, (list, tuple, dict, Tensor, OPAQUE)) or attributes_of(a) is None:
+            raise
+        n_tensors, n_key, n_where, n_keep, n_containers, count, variables = marks
+        for t in found.tensors[n_tensors:]:
+            found._index.pop(id(t), None)
+        del found.tensors[n_tensors:], found.key[n_key:], found.where[n_where:], found.keep[n_keep:]
+        del found.containers[n_containers:]
+        found._count, found.variables = count, variables
+        found._on_path.clear()  # the search stopped inside the object, before leaving what it had entered
+        found.keep.append(a)
+        found.add(where, ("object", type(a), id(a)))
 
 
 def _visit(found: Arguments, v: Any, where: str | None, depth: int) -> None:

@@ -119,10 +119,15 @@ class Capture:
     locations: list[Location] = field(default_factory=list)
     lost: str | None = None  # a read tensor found in an object was dropped: the replays would read a stale one
     handed: list[weakref.ref[Buffer]] = field(default_factory=list)  # the last call's outputs that a replay rewrites
+    #: prune=True: the launches that read neither inputs, variables nor memory the capture writes, run once at the
+    #: capture and left out of replays; they run again when memory they read is assigned a new value
+    pruned: list[Recorded] = field(default_factory=list)
+    pruned_reads: set[int] = field(default_factory=set)  # ids of the memory the pruned launches read
+    freed: bool = False  # free_intermediates() dropped the memory between launches: the next replay reallocates it
 
     # ---- capture ----
     def finish(self, fn: Callable[..., Any], records: list[tuple[ScheduleItem, Runner | None]], inputs: list[Buffer],
-               var_vals: dict[str, int], out: Any) -> Any:
+               var_vals: dict[str, int], out: Any, prune: bool = False) -> Any:
         """Turn the launches of the capturing call into a replayable capture; returns the call's outputs as a replay
         returns them."""
         slot_of = {id(b.storage): i for i, b in enumerate(inputs)}
@@ -138,6 +143,8 @@ class Capture:
                 self.written.add(id(si.bufs[0].storage))
         self.var_vals = dict(var_vals)
         state_memory = {id(b.storage) for held in self.state for b in held.buffers}
+        if prune:
+            self._prune(state_memory)
         self.outputs = template_of(out, slot_of, self.written - state_memory)
         self.launches = [_prepare(r, r.item.bufs, r.item.var_vals) for r in self.recorded]
         self.runs, self.placed = _run_together(self.launches)
@@ -160,6 +167,63 @@ class Capture:
 
     def _lose(self, where: str) -> None:
         self.lost = where
+
+    def _prune(self, state_memory: set[int]) -> None:
+        """Move the launches whose results are the same on every call into `pruned`: those reading no input and no
+        variable, whose reads are memory that no kept launch writes, and whose output memory only they write."""
+        writers: dict[int, list[int]] = {}
+        for i, r in enumerate(self.recorded):
+            writers.setdefault(id(r.item.bufs[0].storage), []).append(i)
+        fixed: set[int] = set()
+        grew = True
+        while grew:  # a launch reading only what fixed launches wrote before it is fixed too
+            grew = False
+            for i, r in enumerate(self.recorded):
+                if i in fixed or r.input_slots or r.takes_vars or id(r.item.bufs[0].storage) in state_memory:
+                    continue
+                if any(w != i for w in writers[id(r.item.bufs[0].storage)]):
+                    continue
+                if all(all(w in fixed and w < i for w in writers.get(id(b.storage), ())) for b in r.item.bufs[1:]):
+                    fixed.add(i)
+                    grew = True
+        self.pruned = [r for i, r in enumerate(self.recorded) if i in fixed]
+        self.recorded = [r for i, r in enumerate(self.recorded) if i not in fixed]
+        self.pruned_reads = {id(b.storage) for r in self.pruned for b in r.item.bufs[1:]}
+        if DEBUG >= 1 and self.pruned:
+            print(f"TinyJit {self.name}: pruned {len(self.pruned)} launches that do not depend on the inputs",
+                  file=sys.stderr)
+
+    def _rerun_pruned(self) -> None:
+        for r in self.pruned:
+            _prepare(r, r.item.bufs, r.item.var_vals)()
+
+    def free_intermediates(self) -> int:
+        """Free the memory that only lives between this capture's launches (and the outputs of the last call, which
+        the next replay writes anew): a captured function kept for later uses no memory for them meanwhile. The
+        next replay allocates it again. Reading an output of an earlier call afterwards raises. Returns the bytes
+        freed."""
+        kept = {id(b.storage) for held in self.state for b in held.buffers} | self.pruned_reads
+        kept |= {id(b.storage) for r in self.pruned for b in r.item.bufs}
+        for r in self.recorded:  # inputs given at the capture are the caller's memory, not the capture's
+            kept |= {id(r.item.bufs[pos].storage) for pos, _ in r.input_slots}
+        for ref in self.handed:
+            if (b := ref()) is not None:
+                jit_state.mark_overwritten(b, f"this output of TinyJit function {self.name} was freed by "
+                                              f"free_intermediates(); keep a result with .clone().realize() or "
+                                              f".numpy() before freeing")
+        targets: dict[int, Buffer] = {}
+        for r in self.recorded:
+            storage = r.item.bufs[0].storage
+            if id(storage) in self.written and id(storage) not in kept and storage.is_allocated:
+                targets[id(storage)] = storage
+        freed = sum(b.deallocate() for b in targets.values())
+        if targets:
+            for r in self.recorded:  # views of the freed memory forget its address too
+                for b in r.item.bufs:
+                    if b.base is not None and id(b.base) in targets:
+                        b.forget_memory()
+            self.freed = True
+        return freed
 
     # ---- replay ----
     def check_signature(self, signature: Signature) -> None:
@@ -189,6 +253,7 @@ class Capture:
                 # from the captured buffer, so the new value goes there
                 for old, new in zip(held.buffers, buffers_of(t)):
                     copy_into(old, new, old.device)
+        stale = False
         for followed in list(self.followed.values()):
             t = followed.tensor()
             if t is None or t.uop is followed.node:
@@ -197,7 +262,10 @@ class Capture:
             for old, new in zip(followed.buffers, news):
                 if new.storage is not old.storage:
                     copy_into(old, new, old.device)
+                    stale = stale or id(old.storage) in self.pruned_reads
             followed.node = t.uop
+        if stale:  # a pruned launch read the old value: its result must follow
+            self._rerun_pruned()
 
     def _stage(self, inputs: list[Buffer], slots: Iterable[int]) -> list[Buffer]:
         """The inputs the kernels read: one (of `slots`) whose memory the replay writes (an earlier output passed back
@@ -223,6 +291,10 @@ class Capture:
         self._check_reads()
         jit_state.check_not_overwritten(inputs)
         self._bring_in_assigned()
+        if self.freed:  # memory was given back: allocate it again and rebuild every launch
+            self.freed, self.built_for = False, None
+            self.launches = [_prepare(r, r.item.bufs, r.item.var_vals) for r in self.recorded]
+            self.runs, self.placed = _run_together(self.launches)
         values = {**self.var_vals, **var_vals} if var_vals else self.var_vals
         launched_on = self._stage(inputs, range(len(inputs)) if changed is None else changed)
         launches = self.launches

@@ -26,6 +26,9 @@ class RunningJit:
     # tensors assigned to, each with the graph it held before its first assign: they are realized with the outputs,
     # and a capture writes their new value back into the buffer they held (the model state a replay reads)
     assigned: dict[int, tuple[Tensor, UOp]] = field(default_factory=dict)
+    #: the memory of the call's input tensors (ids of their storage): while capturing, a node computed from them is
+    #: computed again even if an equal node was realized before the call, so that the capture records its kernel
+    inputs: frozenset[int] = frozenset()
 
 
 running: list[RunningJit] = []

@@ -81,6 +81,18 @@ def record_compile(device: str, kernel: str, start: float, seconds: float, compi
             {"kernel": kernel, "compiler": compiler})
 
 
+def record_marker(name: str, color: str) -> None:
+    """A named point in time (`helpers.profile_marker`): an instant event across the host's whole trace."""
+    global _path
+    with _lock:
+        if _path is None:
+            _path = os.path.abspath(os.environ.get("PROFILE_PATH") or DEFAULT_PATH)
+            atexit.register(_write_at_exit)
+        pid, tid = _lane("HOST", "markers")
+        _events.append({"name": name, "cat": "marker", "ph": "i", "s": "g", "pid": pid, "tid": tid,
+                        "ts": round((time.perf_counter() - _start) * 1e6, 3), "args": {"color": color}})
+
+
 def trace() -> dict[str, Any]:
     """The trace so far: the events, preceded by metadata events naming each process and thread."""
     with _lock:

@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 from tinygrad.device import Buffer
 from tinygrad.dtype import DType
+from tinygrad.engine import jit_state
 from tinygrad.engine.memory import plan_memory
 from tinygrad.engine.schedule_cache import SCHEDULE_CACHE, Template, graph_key, schedule_cache
 from tinygrad.engine.schedule_item import ScheduleItem, buffer_view
@@ -81,9 +82,18 @@ def _substitute_realized(roots: list[UOp]) -> list[UOp]:
     """`roots` with every node realized before replaced by the buffer view holding its value."""
     sink = UOp(Ops.SINK, src=tuple(roots))
     on_device: dict[UOp, bool] = {}  # whether a node reads a buffer (else it is constants, computed anywhere)
+    # A TinyJit capture records the kernels it runs: a node of the call's inputs that an equal graph realized before
+    # the call would launch nothing, and every replay would hand back that old value. So it is computed again.
+    capturing = jit_state.running[-1].inputs if jit_state.running and jit_state.running[-1].capturing else None
+    from_inputs: dict[UOp, bool] = {}
     mapping: dict[UOp, UOp] = {}
     for u in sink.toposort():
         on_device[u] = u.op in (Ops.BUFFER, Ops.COPY) or any(on_device[s] for s in u.src)
+        if capturing:
+            from_inputs[u] = (u.op is Ops.BUFFER and id(u.arg.storage) in capturing) or \
+                any(from_inputs[s] for s in u.src)
+            if from_inputs[u]:
+                continue
         # Leaves keep their place: a buffer is its own value, and a constant is cheaper inline than read from memory.
         # So does a graph of constants, computed again wherever it is used: it is one node on every device
         # (hash-consing) and for all time, while the buffer it was realized into belongs to one device and may be

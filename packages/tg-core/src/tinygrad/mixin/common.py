@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tinygrad.dtype import DType, DTypeLike, dtypes, to_dtype
-from tinygrad.errors import BroadcastError
+from tinygrad.errors import BroadcastError, ShapeArgError
 from tinygrad.uop.ops import Ops, UOp, resolve_size, sint, ssimplify
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ def shape_args(shape: tuple[Any, ...], symbolic: bool = False) -> tuple[Any, ...
         return tuple(symbolic_size(s) if isinstance(s, UOp) else next(ints) for s in shape)
     for s in shape:
         if not isinstance(s, (int, np.integer)) or isinstance(s, bool):
-            raise TypeError(f"shape entries must be ints, got {type(s).__name__} {s!r} in {shape}")
+            raise ShapeArgError(f"shape entries must be ints, got {type(s).__name__} {s!r} in {shape}")
         if s < 0:
             raise ValueError(f"negative dimension {s} in shape {tuple(shape)}")
     return tuple(int(s) for s in shape)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -52,6 +52,14 @@ class CreationMixin(TensorBase):
             devs = canonical_devices(device)
             return cls(multi_node([cls.empty(*shape, device=d, dtype=dtype).uop for d in devs], None), device=devs,
                        **kwargs)
+        if isinstance(device, str) and device[:5].upper() == "DISK:" and all(isinstance(s, int) for s in sh):
+            # tinygrad's `device="disk:PATH"`: a tensor over the file's first bytes. There is no disk device here,
+            # so the bytes are read into a host tensor; the `.to(device)` such programs do next is then a copy
+            raw = np.fromfile(device[5:], dtype=np.uint8, count=prod(sh) * d.itemsize)
+            if raw.size != prod(sh) * d.itemsize:
+                raise ValueError(f"{device[5:]} holds {raw.size} bytes, less than a {d} tensor of shape {sh} needs")
+            t = cls(raw, dtype=dtypes.uint8, **kwargs)
+            return (t if d == dtypes.uint8 else t.bitcast(d)).reshape(sh)
         dev = Device.canonicalize(device)
         if all(isinstance(s, int) for s in sh):
             return cls(buffer_view(Buffer(dev, prod(sh), d), sh), device=dev, **kwargs)
@@ -174,8 +182,8 @@ class CreationMixin(TensorBase):
         return whole.shrink(((0, length),))
 
     @classmethod
-    def linspace(cls: type[Tensor], start: Scalar, stop: Scalar, steps: int, device: DeviceLike = None,
-                 dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
+    def linspace(cls: type[Tensor], start: Scalar | Tensor, stop: Scalar | Tensor, steps: int,
+                 device: DeviceLike = None, dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
         """`steps` evenly spaced values from start to stop, both included (integer dtypes truncate, as PyTorch).
         `steps` may be a bound Variable: the spacing is then computed from its value at run time.
 
@@ -193,6 +201,16 @@ class CreationMixin(TensorBase):
             values = ((i < half) | (i == 0)).where(float(start) + i * step, float(stop) - (n - 1 - i) * step)
             return cls(values.cast(d).uop, device=device, **kwargs)
         _check_count(steps, "linspace steps")
+        if isinstance(start, TensorBase) or isinstance(stop, TensorBase):
+            # an endpoint that is a (0-d) tensor, as tinygrad accepts: the values are computed from it in a
+            # kernel, with the same two-ended spacing as below, instead of reading it back to the host
+            like = start if isinstance(start, TensorBase) else cast("Tensor", stop)
+            dev = device if device is not None else like.device
+            at = cls.arange(steps, device=dev, dtype=dtypes.float32)
+            lo, hi = (x.to(dev) if isinstance(x, TensorBase) else x for x in (start, stop))
+            gap = (hi - lo) / (steps - 1) if steps > 1 else lo * 0.0
+            spaced = ((at < steps // 2) | (at == 0)).where(lo + at * gap, hi - (steps - 1 - at) * gap)
+            return cls(spaced.cast(d).uop, device=dev, **kwargs)
         i = np.arange(steps, dtype=np.float64)
         step = (float(stop) - float(start)) / (steps - 1) if steps > 1 else 0.0
         # each half is counted from its own end, so that both ends come out exact
@@ -346,9 +364,10 @@ class CreationMixin(TensorBase):
             ((1000,), True, True)
         """
         sh = shape_args(shape)
-        d = _float_dtype(dtype, "randn")
+        want = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        d = want if want.is_float else dtypes.float32  # tinygrad: any other dtype is drawn in float32 and cast
         dev = canonical_device(device)  # several devices: drawn on the first, replicated
-        return cls(normal_bits(cls, prod(sh), d, dev).reshape(sh).uop, device=dev, **kwargs)
+        return cls(normal_bits(cls, prod(sh), d, dev).reshape(sh).cast(want).uop, device=dev, **kwargs)
 
     def rand_like(self: Tensor, **kwargs: Any) -> Tensor:
         """Uniform values in [0, 1) of self's shape and device; self's dtype, which must be a float (or `dtype=`).
@@ -362,14 +381,15 @@ class CreationMixin(TensorBase):
                                               **kwargs})
 
     def randn_like(self: Tensor, **kwargs: Any) -> Tensor:
-        """Standard normal values of self's shape and device; self's dtype, which must be a float (or `dtype=`).
+        """Standard normal values of self's shape and device, in self's dtype (or `dtype=`); a dtype that is not a
+        float is drawn in float32 and cast, as in tinygrad.
 
         Examples:
             >>> Tensor.manual_seed(0)
             >>> Tensor.zeros(3, dtype=dtypes.float16).randn_like().dtype
             dtypes.float16
         """
-        return type(self).randn(self.shape, **{"dtype": self._like_dtype(kwargs, "randn_like"),
+        return type(self).randn(self.shape, **{"dtype": kwargs.pop("dtype", None) or self.dtype,
                                                "device": self.device, **kwargs})
 
     def _like_dtype(self: Tensor, kwargs: dict[str, Any], name: str) -> DType:

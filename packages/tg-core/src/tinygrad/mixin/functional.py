@@ -134,7 +134,8 @@ class FunctionalMixin(TensorBase):
         return out if bias is None else out + laid(bias, "bias")
 
     def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
-        """int64 one-hot encoding along a new last axis (PyTorch's `F.one_hot`). `num_classes=-1` infers it from
+        """One-hot encoding along a new last axis, in the default int dtype (int32) as tinygrad's (PyTorch's
+        `F.one_hot` gives int64; cast it where that matters). `num_classes=-1` infers it from
         the largest value, which reads it back to the host.
 
         Examples:
@@ -152,7 +153,7 @@ class FunctionalMixin(TensorBase):
         if not isinstance(num_classes, int) or num_classes < 0:
             raise ValueError(f"num_classes must be a non-negative int or -1, got {num_classes!r}")
         _check_targets(self, num_classes, None, "one_hot")
-        return _class_mask(self, num_classes, self.ndim, self.ndim + 1).cast(dtypes.int64)
+        return _class_mask(self, num_classes, self.ndim, self.ndim + 1).cast(dtypes.default_int)
 
     # ---- attention ----
     def scaled_dot_product_attention(self: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,

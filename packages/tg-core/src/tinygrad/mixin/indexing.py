@@ -148,33 +148,67 @@ class IndexingMixin(TensorBase):
             v = scalar_like(self, value)
         return select(mask, v, self)
 
-    def masked_select(self: Tensor, mask: Tensor) -> Tensor:
-        """The elements where the boolean `mask` is True, as a 1-D tensor. Realizes the mask to learn the size.
+    def masked_select(self: Tensor, mask: Tensor, size: int | None = None, fill_value: Scalar = 0) -> Tensor:
+        """The elements where the boolean `mask` is True, as a 1-D tensor. Without `size`, the mask is realized
+        to learn the length; with `size`, the result has exactly that length (cut, or filled with `fill_value`)
+        and stays lazy, so it can run inside a TinyJit.
 
         Examples:
             >>> t = Tensor([[1, 2], [3, 4]])
             >>> t.masked_select(t > 1).tolist()
             [2, 3, 4]
+            >>> t.masked_select(t > 1, size=4, fill_value=-1).tolist()
+            [2, 3, 4, -1]
         """
         shape = _check_mask(self, mask, "masked_select", both_ways=True)
+        if size is not None:
+            picks = _first_true_positions(mask._broadcast_to(shape).flatten(), size)  # (size, n) one-hot rows
+            taken = (picks.where(self._broadcast_to(shape).flatten().unsqueeze(0), 0)).sum(1).cast(self.dtype)
+            return select(picks.any(1), taken, scalar_like(taken, fill_value))
         return self._broadcast_to(shape)[mask._broadcast_to(shape)]
 
-    def nonzero(self: Tensor, as_tuple: bool = False) -> Tensor | tuple[Tensor, ...]:
+    def nonzero(self: Tensor, as_tuple: bool = False, size: int | None = None,
+                fill_value: Scalar = 0) -> Tensor | tuple[Tensor, ...]:
         """The coordinates of the nonzero elements, one row each (int32 as in tinygrad, int64 for a dimension too
-        long for int32); with as_tuple, one 1-D tensor per dimension. The count decides the shape, so this
-        realizes self and reads it on the host.
+        long for int32); with as_tuple, one 1-D tensor per dimension. Without `size`, the count decides the shape,
+        so this realizes self and reads it on the host; with `size`, there are exactly `size` rows (cut, or filled
+        with `fill_value`) and it stays lazy, so it can run inside a TinyJit.
 
         Examples:
             >>> Tensor([[0, 1], [2, 0]]).nonzero().tolist()
             [[0, 1], [1, 0]]
             >>> [t.tolist() for t in Tensor([0, 3, 0, 5]).nonzero(as_tuple=True)]
             [[1, 3]]
+            >>> Tensor([0, 3, 0, 5]).nonzero(size=3, fill_value=-1).tolist()
+            [[1], [3], [-1]]
         """
+        if size is not None:
+            idx_dtype = index_dtype(max(self.shape, default=1))
+            picks = _first_true_positions((self != 0).flatten(), size)  # (size, n)
+            flat = type(self).arange(max(self.numel(), 0), device=self.device, dtype=idx_dtype)
+            columns = []
+            for d in range(self.ndim):  # the coordinate along d of each flat position
+                inner = prod(self.shape[d + 1:])
+                columns.append((flat // inner) % self.shape[d] if self.shape[d] else flat)
+            coords = type(self).stack(*columns, dim=1) if columns else flat.unsqueeze(1)[:, :0]  # (n, ndim)
+            got = (picks.unsqueeze(2).where(coords.unsqueeze(0), 0)).sum(1).cast(idx_dtype)
+            out = select(picks.any(1, keepdim=True), got, scalar_like(got, fill_value))
+            return tuple(out[:, d] for d in range(self.ndim)) if as_tuple else out
         coords = np.argwhere(self.numpy() != 0)  # (count, ndim)
         coords = coords.astype(to_numpy(index_dtype(max(self.shape, default=1))))
         if as_tuple:
             return tuple(type(self)(coords[:, d].copy(), device=self.device) for d in range(max(self.ndim, 1)))
         return type(self)(coords, device=self.device)
+
+
+def _first_true_positions(flags: Tensor, size: int) -> Tensor:
+    """(size, n) bool: row k is True at the position of the k-th True of the 1-D `flags` (all False when there are
+    fewer than k+1): the fixed-size form of a data-dependent selection, computed on the device."""
+    if not isinstance(size, int) or size < 0:
+        raise ValueError(f"size must be a non-negative int, got {size!r}")
+    rank = flags.cast(dtypes.int32).cumsum() - 1  # the k of each True
+    k = type(flags).arange(size, device=flags.device, dtype=dtypes.int32).unsqueeze(1)
+    return flags.unsqueeze(0) & (rank.unsqueeze(0) == k)
 
 
 # ---- parsing an index ----
@@ -219,6 +253,10 @@ def _parse(t: Tensor, index: Any) -> list[tuple[Any, ...]]:
         elif isinstance(i, (list, np.ndarray)):
             arr = _host_index(i)
             items.append(("mask", arr) if arr.dtype == np.bool_ else ("tensor", arr))
+        elif isinstance(i, UOp) and i.op in (Ops.BIND, Ops.DEFINE_VAR) and not i.dtype.is_float:
+            # a (bound) Variable, as tinygrad takes it: a 0-d integer tensor of its value, so that one graph built
+            # with it serves every value it is bound to
+            items.append(("tensor", type(t)(i, device=t.device)))
         elif isinstance(i, float):
             raise IndexError(f"tensor indices must be ints, slices, None, ..., tensors or lists, not float ({i})")
         else:

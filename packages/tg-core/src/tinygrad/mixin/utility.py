@@ -172,8 +172,9 @@ class UtilityMixin(TensorBase):
 
     @classmethod
     def from_url(cls: type[Tensor], url: str, device: DeviceLike = None, dtype: DTypeLike | None = None,
-                 timeout: float = 30.0, **kwargs: Any) -> Tensor:
-        """The bytes at `url` (http(s) or file://, or a plain local path) as a 1-D uint8 tensor (or `dtype`).
+                 timeout: float = 30.0, gunzip: bool = False, **kwargs: Any) -> Tensor:
+        """The bytes at `url` (http(s) or file://, or a plain local path) as a 1-D uint8 tensor (or `dtype`);
+        `gunzip=True` decompresses them (gzip) first.
 
         Examples:
             >>> import tempfile
@@ -194,6 +195,9 @@ class UtilityMixin(TensorBase):
                 data = resp.read()
         else:
             raise ValueError(f"from_url supports http(s)://, file:// and local paths, not {parsed.scheme}://")
+        if gunzip:
+            import gzip
+            data = gzip.decompress(data)
         out = cls(data, device=device, **kwargs)
         return out if dtype is None else out.bitcast_bytes(dtype)
 

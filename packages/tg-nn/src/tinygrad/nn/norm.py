@@ -41,7 +41,9 @@ class BatchNorm:
         """The batch's mean and biased variance per channel."""
         axes = tuple(a for a in range(x.ndim) if a != 1)
         mean = x.mean(axes)
-        var = (x - mean.reshape((1, -1) + (1,) * (x.ndim - 2))).square().mean(axes)
+        # the mean is detached in the variance (tinygrad's graph): d(var)/d(mean) is 0 at the batch mean, and
+        # leaving that path out keeps its rounding out of the gradients
+        var = (x - mean.detach().reshape((1, -1) + (1,) * (x.ndim - 2))).square().mean(axes)
         return mean, var
 
     def __call__(self, x: Tensor) -> Tensor:

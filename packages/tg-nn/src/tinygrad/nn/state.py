@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import pathlib
 import warnings
 from collections.abc import Mapping
 from typing import Any, cast
@@ -13,7 +15,7 @@ from tinygrad.nn.safetensors import SafetensorsError, safe_load, safe_load_metad
 from tinygrad.nn.torch_load import TorchLoadError, torch_load
 
 __all__ = ["GGUFError", "SafetensorsError", "StateDictMismatch", "TorchLoadError", "get_parameters", "get_state_dict",
-           "gguf_load", "load_state_dict", "safe_load", "safe_load_metadata", "safe_save", "torch_load"]
+           "gguf_load", "load_state_dict", "safe_load", "safe_load_metadata", "safe_save", "tar_extract", "torch_load"]
 
 
 class StateDictMismatch(KeyError):
@@ -99,3 +101,16 @@ def load_state_dict(model: Any, state_dict: Mapping[str, Tensor], strict: bool =
     if realize and loaded:
         Tensor.realize(*loaded)
     return loaded
+
+
+def tar_extract(t: Tensor | str | os.PathLike[str]) -> dict[str, Tensor]:
+    """The regular files of a tar archive (uncompressed; a tensor of its bytes, or a path) as {name: uint8 tensor of
+    the file's bytes}, each a slice of the archive tensor, as tinygrad's `nn.state.tar_extract`."""
+    import io
+    import tarfile
+
+    if not isinstance(t, Tensor):
+        t = Tensor(pathlib.Path(t).read_bytes())
+    with tarfile.open(fileobj=io.BytesIO(t.numpy().tobytes()), mode="r:") as tar:
+        members = [m for m in tar if m.isreg()]
+    return {m.name: t[m.offset_data:m.offset_data + m.size] for m in members}

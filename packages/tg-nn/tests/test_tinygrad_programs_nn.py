@@ -1,0 +1,45 @@
+"""nn behaviour that tinygrad's example programs rely on: `tar_extract`, BatchNorm's running statistics updated
+from inside a `@function` model."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+
+import numpy as np
+from tinygrad import Context, Tensor, function, nn
+
+
+def test_tar_extract_slices_each_file(tmp_path) -> None:
+    files = {"a/one.bin": bytes(range(5)), "two.txt": b"hello world"}
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    (tmp_path / "x.tar").write_bytes(buf.getvalue())
+    for source in (Tensor(buf.getvalue()), tmp_path / "x.tar"):
+        out = nn.state.tar_extract(source)
+        assert {k: bytes(v.numpy()) for k, v in out.items()} == files
+
+
+class _Net:
+    def __init__(self) -> None:
+        self.bn = nn.BatchNorm(2)
+
+    @function
+    def __call__(self, x: Tensor) -> Tensor:
+        return self.bn(x).relu()
+
+
+def test_batchnorm_running_stats_update_through_function() -> None:
+    net, plain = _Net(), nn.BatchNorm(2)
+    rng = np.random.default_rng(0)
+    with Context(TRAINING=1):
+        for _ in range(3):
+            x = rng.standard_normal((4, 2, 3, 3)).astype(np.float32)
+            np.testing.assert_allclose(net(Tensor(x)).numpy(), plain(Tensor(x)).relu().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(net.bn.running_mean.numpy(), plain.running_mean.numpy(), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(net.bn.running_var.numpy(), plain.running_var.numpy(), rtol=1e-5, atol=1e-7)
+    assert net.bn.num_batches_tracked.item() == 3
