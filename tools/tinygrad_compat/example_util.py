@@ -1,4 +1,4 @@
-"""What the example drivers share (example_drivers/*.py, run by examples.py on both sides).
+"""What the example drivers share (example_drivers/*.py, run by run_examples.py on both sides).
 
 Everything random comes from numpy with a fixed seed: the weights (`init_weights`), the data (`mnist_arrays`,
 `patch_mnist`) and the random tensors an example asks for (`patch_random`), because tinygrad 0.14.0's random

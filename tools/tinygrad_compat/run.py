@@ -2,7 +2,7 @@
 
     python tools/tinygrad_compat/run.py --tinygrad PATH                 # the six files, both sides
     python tools/tinygrad_compat/run.py --tinygrad PATH test/backend/test_ops.py --sides ours -k pow
-    python tools/tinygrad_compat/run.py --tinygrad PATH --examples      # tools/tinygrad_compat/examples.py
+    python tools/tinygrad_compat/run_examples.py --tinygrad PATH        # the examples (drivers in example_drivers/)
 
 PATH is a tinygrad checkout (a work tree, or a bare git repository, whose HEAD is read). Its test/, extra/ and
 examples/ folders are copied into a temporary workspace outside this repository -- never its tinygrad/ package,

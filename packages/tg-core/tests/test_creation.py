@@ -128,8 +128,8 @@ def test_like_constructors_follow_the_tensor() -> None:
     assert h.randn_like(dtype=dtypes.float64).dtype == dtypes.float64
     with pytest.raises(TypeError, match="int16"):
         x.rand_like()
-    with pytest.raises(TypeError, match="int16"):
-        x.randn_like()
+    # tinygrad: randn of an integer dtype draws in float32 and casts
+    assert x.randn_like().dtype == dtypes.int16 and x.randn_like().shape == (1, 3)
 
 
 # ---- random draws ----

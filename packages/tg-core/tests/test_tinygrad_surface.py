@@ -232,3 +232,29 @@ def test_free_intermediates_keeps_state() -> None:
 
 def test_devices_say_they_have_no_graph_class() -> None:
     assert Device[Device.DEFAULT].graph is None
+
+
+def test_clones_of_equal_tensors_take_their_own_gradients() -> None:
+    for _ in range(3):  # equal temporaries: the first one's id is free again when the second is made
+        w1, w2 = Tensor(3.5).clone(), Tensor(3.5).clone()
+        (w1 + w2).backward()
+        assert w1.grad is not None and w2.grad is not None
+        assert (w1.grad.item(), w2.grad.item()) == (1.0, 1.0)
+    assert Tensor([1, 2]).clone(device=Device.DEFAULT).tolist() == [1, 2]
+
+
+@pytest.mark.parametrize("dtype, low, high", [(dtypes.float32, -np.inf, np.inf), (dtypes.int32, -2**31, 2**31 - 1),
+                                              (dtypes.uint8, 0, 255)])
+def test_max_and_min_of_nothing_are_the_identities(dtype, low, high) -> None:
+    empty = Tensor.zeros(2, 0, dtype=dtype)
+    assert empty.max(1).tolist() == [low, low] and empty.min(1).tolist() == [high, high]
+    assert Tensor.zeros(0, 3, dtype=dtype).max(0).tolist() == [low] * 3
+    assert Tensor([]).sum().item() == 0 and np.isnan(Tensor([]).mean().item())
+
+
+def test_assign_takes_host_data() -> None:
+    t = Tensor.zeros(2, 2).contiguous().realize()
+    t.assign(np.arange(4, dtype=np.float64).reshape(2, 2))
+    assert t.dtype == dtypes.float32 and t.tolist() == [[0.0, 1.0], [2.0, 3.0]]
+    t.assign([[5, 6], [7, 8]])
+    assert t.tolist() == [[5.0, 6.0], [7.0, 8.0]]

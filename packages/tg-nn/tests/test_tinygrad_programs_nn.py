@@ -7,6 +7,7 @@ import io
 import tarfile
 
 import numpy as np
+import pytest
 from tinygrad import Context, Tensor, function, nn
 
 
@@ -43,3 +44,20 @@ def test_batchnorm_running_stats_update_through_function() -> None:
     np.testing.assert_allclose(net.bn.running_mean.numpy(), plain.running_mean.numpy(), rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(net.bn.running_var.numpy(), plain.running_var.numpy(), rtol=1e-5, atol=1e-7)
     assert net.bn.num_batches_tracked.item() == 3
+
+
+def test_load_state_dict_shape_mismatch_says_it_as_tinygrad_does() -> None:
+    layer = nn.Linear(2, 2, bias=False)
+    with pytest.raises(ValueError, match=r"Shape mismatch in layer `weight`: Expected shape \(2, 2\), but found "
+                                         r"\(4, 4\) in state dict\."):
+        nn.state.load_state_dict(layer, {"weight": Tensor.randn(4, 4)})
+    with pytest.raises(KeyError):
+        nn.state.load_state_dict(layer, {})
+
+
+def test_conv2d_same_padding_needs_stride_one() -> None:
+    with pytest.raises(ValueError, match="stride 1"):
+        nn.Conv2d(16, 32, kernel_size=2, stride=2, padding="same")
+    with pytest.raises(ValueError, match="not supported"):
+        nn.Conv2d(16, 32, kernel_size=2, stride=1, padding="not_same")
+    assert nn.Conv2d(1, 1, 3, padding="same").padding == "same"

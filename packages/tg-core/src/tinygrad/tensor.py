@@ -7,6 +7,7 @@ which hands the graph to the scheduler (engine/schedule.py) and runs the resulti
 from __future__ import annotations
 
 import contextlib
+import itertools
 import struct
 import weakref
 from collections.abc import Sequence
@@ -641,9 +642,9 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         """
         return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)), device=self.device)
 
-    def clone(self) -> Tensor:
-        """A copy with a node of its own: the same value, and assigning to the copy leaves self alone. Gradients
-        flow through it.
+    def clone(self, device: str | None = None) -> Tensor:
+        """A copy with a node of its own (on `device`, if given): the same value, and assigning to the copy leaves
+        self alone. Gradients flow through it, each clone taking its own.
 
         Examples:
             >>> a = Tensor([1, 2])
@@ -651,7 +652,10 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
             >>> b.assign(Tensor([5, 6])).tolist(), a.tolist()
             ([5, 6], [1, 2])
         """
-        return self._derive(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,), ("clone", id(self))))
+        src = self if device is None else self.to(device)
+        # a number of its own, not id(self): two clones of equal temporaries (`Tensor(3.5).clone()` twice) would
+        # otherwise be one node whenever the first temporary's id was reused, and share one gradient
+        return src._derive(UOp(Ops.CONTIGUOUS, self.dtype, (src.uop,), ("clone", next(_clone_numbers))))
 
     def to(self, device: str | Sequence[str] | None) -> Tensor:
         """This tensor on `device` (a name such as "CPU" or "CL:1"; None is the default device; a tuple of names
@@ -689,7 +693,12 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
             >>> c.tolist()
             [[0.0, 5.0], [0.0, 6.0]]
         """
-        other = x if isinstance(x, Tensor) else Tensor.full(self.shape, x, dtype=self.dtype, device=self.device)
+        if isinstance(x, Tensor):
+            other = x
+        elif isinstance(x, (np.ndarray, list, tuple)):  # host data, as tinygrad takes it (`w.assign(arr)`)
+            other = Tensor(x, dtype=self.dtype, device=self.device)
+        else:
+            other = Tensor.full(self.shape, x, dtype=self.dtype, device=self.device)
         if other.shape != self.shape:
             raise ValueError(f"assign of shape {other.shape} to a tensor of shape {self.shape}")
         if other.dtype != self.dtype:
@@ -909,6 +918,9 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
             # batch) would otherwise grow a lazy sum holding every step's graph and buffers
             t.grad = g if t.grad is None or t._requires_grad is not True else t.grad + g
         return self
+
+
+_clone_numbers = itertools.count()
 
 
 def _grad_reachable(root: UOp) -> set[UOp]:

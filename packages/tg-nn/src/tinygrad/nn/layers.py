@@ -60,6 +60,9 @@ class Conv2d:
         self.kernel_size = _tuple(kernel_size, 2, "kernel_size") if isinstance(kernel_size, int) else tuple(kernel_size)
         if isinstance(padding, str) and padding not in ("same", "valid"):
             raise ValueError(f"padding={padding!r} is not supported; use 'same', 'valid' or integers")
+        if padding == "same" and any(s != 1 for s in ((stride,) if isinstance(stride, int) else stride)):
+            raise ValueError(f"padding='same' needs stride 1 (got stride={stride}), as in tinygrad and PyTorch: the "
+                             f"output size would be ambiguous; pad with integers instead")
         self.stride, self.dilation, self.groups, self.padding = stride, dilation, groups, padding
         self.weight = _kaiming_sqrt5(out_channels, in_channels // groups, *self.kernel_size)
         self.bias = _uniform_bias(out_channels, prod(self.weight.shape[1:])) if bias else None

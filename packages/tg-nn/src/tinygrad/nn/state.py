@@ -18,8 +18,9 @@ __all__ = ["GGUFError", "SafetensorsError", "StateDictMismatch", "TorchLoadError
            "gguf_load", "load_state_dict", "safe_load", "safe_load_metadata", "safe_save", "tar_extract", "torch_load"]
 
 
-class StateDictMismatch(KeyError):
-    """A state dict whose names or shapes do not fit the model."""
+class StateDictMismatch(KeyError, ValueError):
+    """A state dict whose names or shapes do not fit the model (a KeyError for a name, a ValueError for a shape, as
+    tinygrad raises it)."""
 
     def __str__(self) -> str:  # KeyError would show the message as a quoted repr
         return str(self.args[0]) if self.args else ""
@@ -75,7 +76,9 @@ def load_state_dict(model: Any, state_dict: Mapping[str, Tensor], strict: bool =
     targets = get_state_dict(model)
     missing = [k for k in targets if k not in state_dict]
     unexpected = [k for k in state_dict if k not in targets]
-    misshaped = [f"{k}: checkpoint {tuple(state_dict[k].shape)} vs model {targets[k].shape}" for k in targets
+    # tinygrad's wording, which its users' tests match
+    misshaped = [f"Shape mismatch in layer `{k}`: Expected shape {targets[k].shape}, but found "
+                 f"{tuple(state_dict[k].shape)} in state dict." for k in targets
                  if k in state_dict and not _fits(tuple(state_dict[k].shape), targets[k].shape)]
     problems = []
     if missing:
@@ -83,7 +86,7 @@ def load_state_dict(model: Any, state_dict: Mapping[str, Tensor], strict: bool =
     if unexpected:
         problems.append(f"not in the model: {unexpected}")
     if misshaped:
-        problems.append(f"shapes differ: {misshaped}")
+        problems.append("shapes differ: " + " ".join(misshaped))
     if problems and strict:
         raise StateDictMismatch("load_state_dict: " + "; ".join(problems) + ". Fix the names/shapes, or pass "
                                 "strict=False to load only the entries that match")

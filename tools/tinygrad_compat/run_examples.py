@@ -1,6 +1,7 @@
 """Run tinygrad's examples and model files on this project and on tinygrad 0.14.0, and compare their outputs.
 
-    python tools/tinygrad_compat/examples.py --tinygrad PATH [--only resnet,vit] [--sides tinygrad,ours] [--keep DIR]
+    python tools/tinygrad_compat/run_examples.py --tinygrad PATH [--only resnet,vit] [--sides tinygrad,ours]
+        [--keep DIR]
 
 PATH is a tinygrad checkout (work tree or bare repository). Its test/, extra/ and examples/ are copied into a
 workspace without tinygrad's package (run.py's `workspace()`), so `import tinygrad` finds the side's tinygrad.
@@ -67,7 +68,7 @@ def first_line(log: str) -> str:
 def run_driver(side: Side, driver: Path, ws: Path, out_dir: Path, timeout: int) -> Result:
     out = out_dir / f"{driver.stem}-{side.key}.npz"
     log = out_dir / f"{driver.stem}-{side.key}.log"
-    # the workspace first: its examples/ package, not this examples.py, is what `import examples.x` means
+    # the workspace first: its examples/ package is what `import examples.x` means
     env = {**os.environ, "DEV": "CPU", "PYTHONPATH": os.pathsep.join([str(ws), str(HERE)]), **side.env}
     start = time.perf_counter()
     try:
