@@ -61,3 +61,26 @@ def test_conv2d_same_padding_needs_stride_one() -> None:
     with pytest.raises(ValueError, match="not supported"):
         nn.Conv2d(16, 32, kernel_size=2, stride=1, padding="not_same")
     assert nn.Conv2d(1, 1, 3, padding="same").padding == "same"
+
+
+def test_lamb_b1_t_and_state_moved_to_another_device() -> None:
+    t = Tensor([[1.0, 2.0], [3.0, -1.0]])
+    opt = nn.optim.LAMB([t])
+    for p in opt.m + opt.v + [opt.b1_t, opt.b2_t]:
+        p.to_("CPU")
+    with Context(TRAINING=1):
+        for step in range(1, 3):
+            t.sum().backward()
+            opt.step()
+            assert abs(opt.b1_t.item() - 0.9 ** step) < 1e-6
+    assert np.isfinite(t.numpy()).all() and opt.m[0].device == "CPU"
+
+
+def test_context_default_float_takes_a_dtype() -> None:
+    from tinygrad import dtypes
+
+    with Context(DEFAULT_FLOAT=dtypes.half):
+        assert Tensor([1.5]).dtype == dtypes.float16
+    with Context(DEFAULT_FLOAT="bfloat16"):
+        assert Tensor([1.5]).dtype == dtypes.bfloat16
+    assert Tensor([1.5]).dtype == dtypes.float32

@@ -23,6 +23,32 @@ class ConcatError(ShapeError, AssertionError):
     """cat or stack of tensors whose shapes do not match (tinygrad asserts, PyTorch raises RuntimeError)."""
 
 
+class ConcatDimError(ConcatError, IndexError):
+    """cat of 0-d tensors, which have no dimension to join along (tinygrad raises IndexError for the missing
+    dimension 0, PyTorch RuntimeError)."""
+
+
+class ArgListError(TypeError, ValueError):
+    """Tensors given both as one list and as further arguments: `Tensor.stack([a, b], c)` (tinygrad raises
+    ValueError, PyTorch TypeError, reading c as the dim)."""
+
+
+class ArgumentError(ValueError, RuntimeError):
+    """An argument value the operation does not take, other than a shape: an option string that is not one of its
+    choices, a dimension named twice, shifts and dims of different lengths, a step that is not positive, attn_mask
+    together with is_causal (tinygrad and PyTorch raise RuntimeError)."""
+
+
+class ModeError(ArgumentError, NotImplementedError):
+    """A mode name that is not one of the operation's modes, as pad's mode="typo" (both libraries raise
+    NotImplementedError)."""
+
+
+class IndexTypeError(IndexError, TypeError):
+    """An index of a type that cannot index, as a tensor for a slice bound (tinygrad and Python's own sequences
+    raise TypeError; this library raised IndexError)."""
+
+
 class DTypeError(TypeError, RuntimeError):
     """A dtype the operation does not take: an integer index that is a float, a bool tensor where arithmetic needs
     numbers, a float op on integers (tinygrad and PyTorch raise RuntimeError)."""
@@ -43,5 +69,5 @@ class DeviceDTypeError(TypeError):
     the program; callers that try another device or skip the case tell it apart by this type."""
 
 
-__all__ = ["BroadcastError", "ConcatError", "DTypeError", "DeviceDTypeError", "ShapeArgError", "ShapeError",
-           "UnknownDTypeError"]
+__all__ = ["ArgListError", "ArgumentError", "BroadcastError", "ConcatDimError", "ConcatError", "DTypeError",
+           "DeviceDTypeError", "IndexTypeError", "ModeError", "ShapeArgError", "ShapeError", "UnknownDTypeError"]

@@ -847,7 +847,9 @@ class _DefaultFloat(ContextVar[str]):
     @value.setter
     def value(self, name: str) -> None:
         from tinygrad.dtype import dtypes, to_dtype
-        d = to_dtype(name.lower())
+        # Context converts a value to the knob's type: a DType given (`Context(DEFAULT_FLOAT=dtypes.half)`, as
+        # tinygrad's tests do) arrives as its repr, "dtypes.float16"
+        d = to_dtype(str(name).lower().removeprefix("dtypes."))
         if not d.is_float:
             raise ValueError(f"DEFAULT_FLOAT={name!r} is not a float dtype")
         dtypes.default_float = d

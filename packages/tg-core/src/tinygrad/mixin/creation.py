@@ -140,8 +140,9 @@ class CreationMixin(TensorBase):
     def arange(cls: type[Tensor], start: Scalar, stop: Scalar | None = None, step: Scalar = 1,
                device: DeviceLike = None, dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
         """Values from `start` up to (not including) `stop` in steps of `step`; `arange(n)` is 0..n-1. The dtype
-        follows the arguments (int32 for ints, `default_float` if any is a float) unless `dtype=` is given. `stop` may
-        be a bound Variable.
+        follows the arguments (int32 for ints, int64 for ints past int32's range, `default_float` if any is a float)
+        unless `dtype=` is given; values outside a given integer dtype raise OverflowError (tinygrad; PyTorch wraps).
+        `stop` may be a bound Variable.
 
         Examples:
             >>> Tensor.arange(5).tolist()
@@ -157,6 +158,13 @@ class CreationMixin(TensorBase):
             return cls._symbolic_arange(start, stop, step, device, dtype, **kwargs)
         d = to_dtype(dtype) if dtype is not None else dtypes.from_py([start, stop, step])
         n = max(0, math.ceil((stop - start) / step))
+        if d.is_int and n:
+            ends = (start, start + (n - 1) * step)
+            if dtype is None and not all(dtypes.int32.min <= v <= dtypes.int32.max for v in ends):
+                d = dtypes.int64  # a range of ints past int32's is int64, as a Python int of that size would be
+            elif not all(d.min <= v <= d.max for v in ends):
+                raise OverflowError(f"arange({start}, {stop}, {step}): its values run from {ends[0]} to {ends[1]}, "
+                                    f"outside the range of {d}")
         steps: np.ndarray = np.arange(n, dtype=np.float64 if d.is_float else np.int64)
         values = steps * step + start
         return cls(values if is_emulated_float(d) else values.astype(to_numpy(d)), device=device, dtype=d, **kwargs)
@@ -192,6 +200,8 @@ class CreationMixin(TensorBase):
             [0.0, 0.25, 0.5, 0.75, 1.0]
         """
         d = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        if d.is_bool:  # evenly spaced values have no meaning in bool (PyTorch and tinygrad refuse it too)
+            raise ValueError("linspace does not support dtype bool")
         if isinstance(steps, UOp):
             i = cls.arange(steps, device=device, dtype=dtypes.float32)
             n = cls(steps, device=device).cast(dtypes.float32)

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 
 from tinygrad.device import Device
 from tinygrad.dtype import dtypes
-from tinygrad.errors import DTypeError
+from tinygrad.errors import ArgumentError, DTypeError
+from tinygrad.gradient import define_gradient
 from tinygrad.mixin.common import Scalar, TensorBase, broadcast_shape, scalar_like, sign_bit
 from tinygrad.multi import device_names
 from tinygrad.uop.ops import Ops, UOp
@@ -80,7 +81,7 @@ class ElementwiseMixin(TensorBase):
                 return a._derive(a.uop.alu(Ops.IDIV, b.uop), b)
             return a._float().div(b).trunc()
         if rounding_mode is not None:
-            raise ValueError(f"rounding_mode must be None, 'floor' or 'trunc', got {rounding_mode!r}")
+            raise ArgumentError(f"rounding_mode must be None, 'floor' or 'trunc', got {rounding_mode!r}")
         a, b = self._broadcasted(x, reverse)
         a, b = a._float(), b._float()
         return a._derive(a.uop.alu(Ops.FDIV, b.uop), b)
@@ -176,9 +177,10 @@ class ElementwiseMixin(TensorBase):
                 return a.sqrt()
             if x == -1:
                 return a.reciprocal()
+        scalar_exp = x if not reverse and isinstance(x, (int, float)) and not isinstance(x, bool) else None
         if a.dtype.itemsize == 2:  # 16-bit floats compute in float32 and round once
-            return _float_pow(a.float(), b.float()).cast(a.dtype)
-        return _float_pow(a, b)
+            return _pow_with_gradient(a.float(), b.float(), scalar_exp).cast(a.dtype)
+        return _pow_with_gradient(a, b, scalar_exp)
 
     def maximum(self: Tensor, x: Tensor | Scalar) -> Tensor:
         """The larger of self and `x` at each position, broadcasting (NaN wins, as PyTorch). Where both are equal
@@ -536,6 +538,29 @@ def _exact_residual(x: Tensor, t: Tensor, y: Tensor) -> Tensor:
     ints, low_bits = (dtypes.int64, 27) if wide else (dtypes.int32, 12)
     yh = (y.bitcast(ints) & ~((1 << low_bits) - 1)).bitcast(y.dtype)
     return (x - t * yh) - t * (y - yh)
+
+
+def _pow_with_gradient(base: Tensor, exp: Tensor, scalar_exp: float | None) -> Tensor:
+    """`_float_pow` with the derivatives of pow itself, as PyTorch's: the chain rule through the formula's
+    exp2/log2 and its special-case selects gives 0 where the true derivative is NaN (a negative base to a
+    non-integer power) and NaN where it is finite (0 * inf at a zero or infinite base).
+    d/dbase = e * b ** (e - 1), and 0 where e == 0 (x ** 0 is the constant 1);
+    d/dexp = b ** e * ln(b), and 0 where b == 0 and e >= 0 (the value is constant there)."""
+    out = _float_pow(base, exp)
+    # The rule holds UOps, not tensors, and not `out`: CUSTOM_GRADIENTS keys on out.uop weakly, and a rule that
+    # reaches its own key would keep the entry alive forever. pow rebuilds the same (hash-consed) node instead.
+    make, device, b_uop, e_uop = type(out), out.device, base.uop, exp.uop
+
+    def rule(g_uop: UOp) -> tuple[UOp | None, ...]:
+        g, b, e = make(g_uop, device=device), make(b_uop, device=device), make(e_uop, device=device)
+        if scalar_exp is not None:  # through pow's shortcuts for a constant exponent (b ** 1 is b, b ** 1.5 ...)
+            d_base = g.zeros_like() if scalar_exp == 0 else g * scalar_exp * b.pow(scalar_exp - 1)
+        else:
+            d_base = g * (e == 0).where(0.0, e * b.pow(e - 1))
+        d_exp = g * ((b == 0) & (e >= 0)).where(0.0, b.pow(e) * b.log())
+        return d_base.uop, d_exp.uop
+    define_gradient(out.uop, (b_uop, e_uop), rule)
+    return out
 
 
 def _float_pow(base: Tensor, exp: Tensor) -> Tensor:

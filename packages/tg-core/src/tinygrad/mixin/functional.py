@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from tinygrad.dtype import dtypes
 from tinygrad.engine import jit_state
-from tinygrad.errors import DTypeError
+from tinygrad.errors import ArgumentError, DTypeError, ShapeError
 from tinygrad.helpers import ContextVar
 from tinygrad.mixin.common import TensorBase
 
@@ -133,10 +133,11 @@ class FunctionalMixin(TensorBase):
             out = out * laid(weight, "weight")
         return out if bias is None else out + laid(bias, "bias")
 
-    def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
+    def one_hot(self: Tensor, num_classes: int | None = None) -> Tensor:
         """One-hot encoding along a new last axis, in the default int dtype (int32) as tinygrad's (PyTorch's
-        `F.one_hot` gives int64; cast it where that matters). `num_classes=-1` infers it from
-        the largest value, which reads it back to the host.
+        `F.one_hot` gives int64; cast it where that matters). Without `num_classes` it is inferred from the largest
+        value, which reads it back to the host; a negative one raises ValueError, as tinygrad's (PyTorch reads -1 as
+        "infer").
 
         Examples:
             >>> Tensor([0, 2]).one_hot(3).tolist()
@@ -146,12 +147,12 @@ class FunctionalMixin(TensorBase):
         """
         if not self.dtype.is_int:
             raise DTypeError(f"one_hot needs an integer tensor of class indices, got {self.dtype}")
-        if num_classes == -1:
+        if num_classes is None:
             if self.numel() == 0:
                 raise RuntimeError("one_hot cannot infer the number of classes of an empty tensor; pass num_classes")
             num_classes = int(self.max().item()) + 1
         if not isinstance(num_classes, int) or num_classes < 0:
-            raise ValueError(f"num_classes must be a non-negative int or -1, got {num_classes!r}")
+            raise ValueError(f"num_classes must be a non-negative int (or left out to infer it), got {num_classes!r}")
         _check_targets(self, num_classes, None, "one_hot")
         return _class_mask(self, num_classes, self.ndim, self.ndim + 1).cast(dtypes.default_int)
 
@@ -161,9 +162,10 @@ class FunctionalMixin(TensorBase):
                                      enable_gqa: bool = False) -> Tensor:
         """softmax(q @ k^T * scale + mask) @ v, with q = self of shape (..., L, E), key (..., S, E), value
         (..., S, Ev). A bool `attn_mask` keeps the True positions; a float one is added. `is_causal` keeps the
-        lower triangle (top-left aligned). A row with every position masked out gives 0, as PyTorch. Dropout is
-        applied whenever dropout_p > 0 (PyTorch's rule; pass 0 outside training). `enable_gqa` lets query heads
-        (dim -3) share key/value heads in groups.
+        lower triangle (top-left aligned). A row with every position masked out gives 0, as PyTorch. Dropout
+        follows `Tensor.dropout`: only in training mode (tinygrad's rule, so a model that passes its dropout rate
+        evaluates without it; PyTorch drops whenever dropout_p > 0). `enable_gqa` lets query heads (dim -3) share
+        key/value heads in groups.
 
         Examples:
             >>> q = k = Tensor.zeros(1, 2, 4)
@@ -191,7 +193,7 @@ class FunctionalMixin(TensorBase):
         scores = q.matmul(key.transpose(-1, -2)) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
         if is_causal:
             if attn_mask is not None:
-                raise ValueError("scaled_dot_product_attention: pass attn_mask or is_causal=True, not both")
+                raise ArgumentError("scaled_dot_product_attention: pass attn_mask or is_causal=True, not both")
             attn_mask = type(self).arange(L, device=q.device).unsqueeze(-1) >= type(self).arange(S, device=q.device)
         if attn_mask is not None:
             scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype.is_bool else scores + attn_mask
@@ -201,10 +203,7 @@ class FunctionalMixin(TensorBase):
         e = (scores - (m == -math.inf).where(0.0, m)).exp()
         total = e.sum(-1, keepdim=True)
         weights = e / (total == 0).where(1.0, total)
-        if dropout_p > 0:
-            keep = type(self).rand(*weights.shape, device=q.device) >= dropout_p
-            weights = keep.where(weights / (1 - dropout_p), 0.0) if dropout_p < 1 else weights * 0
-        return weights.matmul(value)
+        return weights.dropout(dropout_p).matmul(value)
 
     # ---- losses ----
     def binary_crossentropy(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:
@@ -280,7 +279,7 @@ class FunctionalMixin(TensorBase):
             raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
         if Y.dtype.is_float:
             if Y.shape != self.shape:
-                raise ValueError(f"cross_entropy: probability targets of shape {Y.shape} must have the input's shape "
+                raise ShapeError(f"cross_entropy: probability targets of shape {Y.shape} must have the input's shape "
                                  f"{self.shape}; class-index targets must be integers")
             if ignore_index != -100:
                 raise ValueError("cross_entropy: ignore_index applies to class-index targets, not probabilities")
@@ -325,7 +324,7 @@ def _check_index_shape(x: Tensor, y: Tensor, axis: int, what: str) -> None:
         raise DTypeError(f"{what}: class-index targets must be integers, got {y.dtype}")
     want = x.shape[:axis] + x.shape[axis + 1:]
     if y.shape != want:
-        raise ValueError(f"{what}: targets of shape {y.shape} do not match the input of shape {x.shape}: class-index "
+        raise ShapeError(f"{what}: targets of shape {y.shape} do not match the input of shape {x.shape}: class-index "
                          f"targets need the input's shape without the class dimension {axis}, {want}")
 
 

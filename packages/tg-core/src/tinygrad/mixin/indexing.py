@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from tinygrad.dtype import dtypes, to_numpy
-from tinygrad.errors import DTypeError
+from tinygrad.errors import ArgumentError, DTypeError, IndexTypeError, ShapeError
 from tinygrad.helpers import argsort, prod
 from tinygrad.mixin.common import Scalar, TensorBase, broadcast_shape, index_dtype, placed_mask, scalar_like, select
 from tinygrad.uop.ops import Ops, UOp, resolve_size
@@ -111,6 +111,10 @@ class IndexingMixin(TensorBase):
         """
         if reduce not in (None, "add", "multiply"):
             raise ValueError(f"scatter reduce must be None, 'add' or 'multiply', got {reduce!r}")
+        if reduce is not None and isinstance(src, TensorBase):
+            # tinygrad keeps scatter's reduce for a scalar src; a tensor src is combined by scatter_reduce
+            raise TypeError(f"scatter with reduce={reduce!r} takes a scalar src, got a tensor; use scatter_reduce(dim, "
+                            f"index, src, {'sum' if reduce == 'add' else 'prod'!r})")
         how = {None: "assign", "add": "sum", "multiply": "prod"}[reduce]
         return _scatter(self, dim, index, src, how, include_self=True)
 
@@ -127,7 +131,8 @@ class IndexingMixin(TensorBase):
             [3, 4]
         """
         if reduce not in SCATTER_REDUCTIONS:
-            raise ValueError(f"scatter_reduce reduce must be one of {', '.join(SCATTER_REDUCTIONS)}, got {reduce!r}")
+            raise ArgumentError(f"scatter_reduce reduce must be one of {', '.join(SCATTER_REDUCTIONS)}, got "
+                                f"{reduce!r}")
         if not isinstance(src, TensorBase):
             raise TypeError(f"scatter_reduce needs a tensor src, got {type(src).__name__}; use scatter for a scalar")
         return _scatter(self, dim, index, src, reduce, include_self)
@@ -190,8 +195,8 @@ class IndexingMixin(TensorBase):
             for d in range(self.ndim):  # the coordinate along d of each flat position
                 inner = prod(self.shape[d + 1:])
                 columns.append((flat // inner) % self.shape[d] if self.shape[d] else flat)
-            coords = type(self).stack(*columns, dim=1) if columns else flat.unsqueeze(1)[:, :0]  # (n, ndim)
-            got = (picks.unsqueeze(2).where(coords.unsqueeze(0), 0)).sum(1).cast(idx_dtype)
+            positions = type(self).stack(*columns, dim=1) if columns else flat.unsqueeze(1)[:, :0]  # (n, ndim)
+            got = (picks.unsqueeze(2).where(positions.unsqueeze(0), 0)).sum(1).cast(idx_dtype)
             out = select(picks.any(1, keepdim=True), got, scalar_like(got, fill_value))
             return tuple(out[:, d] for d in range(self.ndim)) if as_tuple else out
         coords = np.argwhere(self.numpy() != 0)  # (count, ndim)
@@ -213,8 +218,8 @@ def _first_true_positions(flags: Tensor, size: int) -> Tensor:
 
 # ---- parsing an index ----
 
-def _host_index(i: list | np.ndarray) -> np.ndarray:
-    if isinstance(i, list) and any(isinstance(e, TensorBase) for e in i):
+def _host_index(i: list | tuple | np.ndarray) -> np.ndarray:
+    if isinstance(i, (list, tuple)) and any(isinstance(e, TensorBase) for e in i):
         raise IndexError("a list of tensors is not an index; pass them as a tuple: t[a, b]")
     try:
         arr = np.asarray(i)
@@ -250,7 +255,9 @@ def _parse(t: Tensor, index: Any) -> list[tuple[Any, ...]]:
             if i.dtype.is_float:
                 raise IndexError(f"tensors used as indices must be integer or bool tensors, got {i.dtype}")
             items.append(("mask", i) if i.dtype.is_bool else ("tensor", i))
-        elif isinstance(i, (list, np.ndarray)):
+        elif isinstance(i, (list, tuple, np.ndarray)):
+            # a tuple inside the index is a sequence of positions, as in numpy and PyTorch: t[(0, 1), :] picks
+            # rows 0 and 1 (only the outermost tuple separates dimensions)
             arr = _host_index(i)
             items.append(("mask", arr) if arr.dtype == np.bool_ else ("tensor", arr))
         elif isinstance(i, UOp) and i.op in (Ops.BIND, Ops.DEFINE_VAR) and not i.dtype.is_float:
@@ -366,7 +373,7 @@ class _View:
     def _slice(self, s: slice, size: int, d: int) -> None:
         for part in (s.start, s.stop, s.step):
             if part is not None and (not isinstance(part, (int, np.integer)) or isinstance(part, bool)):
-                raise IndexError(f"slice bounds must be ints or None, got {s}")
+                raise IndexTypeError(f"slice bounds must be ints or None, got {s}")
         start, stop, step = s.indices(size) if s.step != 0 else (0, 0, 0)
         if step == 0:
             raise ValueError("slice step cannot be zero")
@@ -555,20 +562,23 @@ def _scatter_args(t: Tensor, dim: int, index: Tensor, src: Tensor | None, name: 
     if not index.dtype.is_int:
         raise DTypeError(f"{name} index must be an integer tensor, got {index.dtype}")
     if index.ndim != t.ndim:
-        raise ValueError(f"{name} index of shape {index.shape} must have as many dimensions as the tensor of shape "
+        raise ShapeError(f"{name} index of shape {index.shape} must have as many dimensions as the tensor of shape "
                          f"{t.shape}")
     x, idx = (t.reshape(1), index.reshape(1)) if t.ndim == 0 else (t, index)
     d = x._axis(dim)
     for k in range(x.ndim):
         if k != d and idx.shape[k] > x.shape[k]:
-            raise ValueError(f"{name} index of shape {index.shape} is larger than the tensor's shape {t.shape} in "
+            raise ShapeError(f"{name} index of shape {index.shape} is larger than the tensor's shape {t.shape} in "
                              f"dimension {k} (only dimension {d} may be larger)")
     if src is not None:
         if src.ndim != t.ndim:
-            raise ValueError(f"{name} src of shape {src.shape} must have as many dimensions as the tensor of shape "
+            raise ShapeError(f"{name} src of shape {src.shape} must have as many dimensions as the tensor of shape "
                              f"{t.shape}")
         if any(i > s for i, s in zip(index.shape, src.shape)):
-            raise ValueError(f"{name} index of shape {index.shape} is larger than src of shape {src.shape}")
+            raise ShapeError(f"{name} index of shape {index.shape} is larger than src of shape {src.shape}")
+        if src.dtype != t.dtype:
+            # both libraries refuse to convert src silently: the values written would not be the ones given
+            raise DTypeError(f"{name} src of dtype {src.dtype} into a tensor of dtype {t.dtype}; cast one of them")
     return x, idx, d
 
 

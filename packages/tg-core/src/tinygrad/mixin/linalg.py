@@ -10,7 +10,7 @@ import numpy as np
 
 from tinygrad.device import Device
 from tinygrad.dtype import DTypeLike, dtypes, least_upper_dtype, to_numpy
-from tinygrad.errors import DTypeError, ShapeError
+from tinygrad.errors import ArgumentError, DTypeError, ShapeError
 from tinygrad.mixin.common import TensorBase, acc_dtype, broadcast_shape
 from tinygrad.multi import first_device
 
@@ -27,20 +27,20 @@ def _einsum_terms(formula: str, operands: Sequence[Tensor]) -> tuple[list[list[A
     the output."""
     f = "".join(formula.split())
     if f.count("->") > 1 or ("-" in f.replace("->", "")) or (">" in f.replace("->", "")):
-        raise ValueError(f"einsum(): the formula {formula!r} must have at most one '->'")
+        raise ArgumentError(f"einsum(): the formula {formula!r} must have at most one '->'")
     lhs, arrow, rhs = f.partition("->")
     terms = lhs.split(",")
     if len(terms) != len(operands):
-        raise ValueError(f"einsum(): the formula {formula!r} has subscripts for {len(terms)} operand(s), but "
-                         f"{len(operands)} were given")
+        raise ArgumentError(f"einsum(): the formula {formula!r} has subscripts for {len(terms)} operand(s), but "
+                            f"{len(operands)} were given")
 
     def parse(term: str, where: str) -> tuple[list[Any], int]:
         if term.count("...") > 1 or term.replace("...", "").count("."):
-            raise ValueError(f"einsum(): {where} subscripts {term!r} may hold '...' once and no other '.'")
+            raise ArgumentError(f"einsum(): {where} subscripts {term!r} may hold '...' once and no other '.'")
         labels: list[Any] = []
         for c in term.replace("...", "*"):
             if c != "*" and not (c.isascii() and c.isalpha()):
-                raise ValueError(f"einsum(): invalid subscript {c!r} in {where} {term!r}; use letters a-z, A-Z")
+                raise ArgumentError(f"einsum(): invalid subscript {c!r} in {where} {term!r}; use letters a-z, A-Z")
             labels.append(c)
         return labels, labels.index("*") if "*" in labels else -1
 
@@ -65,9 +65,9 @@ def _einsum_terms(formula: str, operands: Sequence[Tensor]) -> tuple[list[list[A
         seen = {lb for labels in in_labels for lb in labels}
         for lb in out:
             if lb not in seen:
-                raise ValueError(f"einsum(): output subscript {lb!r} does not appear in the inputs of {formula!r}")
+                raise ArgumentError(f"einsum(): output subscript {lb!r} does not appear in the inputs of {formula!r}")
         if len(set(out)) != len(out):
-            raise ValueError(f"einsum(): output subscripts {rhs!r} repeat a label")
+            raise ArgumentError(f"einsum(): output subscripts {rhs!r} repeat a label")
         return in_labels, out
     counts: dict[str, int] = {}
     for labels in in_labels:

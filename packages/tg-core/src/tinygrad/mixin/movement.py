@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tinygrad.dtype import DType, dtypes, least_upper_dtype
-from tinygrad.errors import ConcatError, DTypeError, ShapeError
+from tinygrad.errors import ArgListError, ArgumentError, ConcatDimError, ConcatError, DTypeError, ModeError, ShapeError
 from tinygrad.helpers import prod
 from tinygrad.mixin.common import TensorBase, placed_mask, scalar_like, select, symbolic_size
 from tinygrad.uop.ops import UOp, resolve_size, sint, sym_div_exact, sym_prod
@@ -52,7 +52,7 @@ class MovementMixin(TensorBase):
         if any(isinstance(s, UOp) for s in (*shape, *self.shape)):
             return _symbolic_reshape(self, tuple(shape))
         if sum(1 for s in shape if s == -1) > 1:
-            raise ValueError(f"only one dimension can be inferred (-1), got shape {shape}")
+            raise ShapeError(f"only one dimension can be inferred (-1), got shape {shape}")
         for s in shape:
             if not isinstance(s, (int, np.integer)) or isinstance(s, bool) or s < -1:
                 raise ValueError(f"invalid dimension {s!r} in reshape to {shape}")
@@ -135,11 +135,17 @@ class MovementMixin(TensorBase):
         """
         pairs = _pad_pairs(self, padding)
         if mode not in PAD_MODES:
-            raise ValueError(f"padding mode {mode!r} is not one of {', '.join(PAD_MODES)}")
+            raise ModeError(f"padding mode {mode!r} is not one of {', '.join(PAD_MODES)}")
         if mode != "constant" and value != 0:
             raise ValueError(f"padding mode {mode!r} takes no value (got value={value}); use mode='constant'")
         if any(_negative(b) or _negative(a) for b, a in pairs):
-            # negative padding crops first, as in PyTorch
+            if mode in ("reflect", "replicate"):
+                # the mirror and the edge copies are read from the uncropped data, so these pad first and crop
+                # after (as tinygrad and PyTorch do): a reflect pad of 2 next to a crop of 1 on a size-3 dimension
+                # is valid, where cropping first would leave too few elements to mirror
+                x = self.pad([(max(0, b), max(0, a)) for b, a in pairs], mode)
+                return x.shrink(tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(pairs, x.shape)))
+            # constant and circular padding crop first, as in PyTorch
             for d, ((b, a), s) in enumerate(zip(pairs, self.shape)):
                 if max(0, -b) + max(0, -a) > s:
                     raise ShapeError(f"padding {padding} crops more than the {s} elements of dimension {d} "
@@ -214,7 +220,11 @@ class MovementMixin(TensorBase):
             >>> Tensor([[1, 2], [3, 4]]).flip(0, 1).tolist()
             [[4, 3], [2, 1]]
         """
-        flipped = {self._axis(a) for a in _sizes(axes, axis, "flip", "axis")}
+        axes_list = [self._axis(a) for a in _sizes(axes, axis, "flip", "axis")]
+        if len(set(axes_list)) != len(axes_list):
+            # flipping an axis twice is most likely a typo for another axis; both libraries refuse it
+            raise ArgumentError(f"flip names a dimension more than once: {axes_list} for shape {self.shape}")
+        flipped = set(axes_list)
         return self._moved(self.uop.flip(tuple(i in flipped for i in range(self.ndim))))
 
     def transpose(self: Tensor, dim0: int = 1, dim1: int = 0) -> Tensor:
@@ -266,8 +276,8 @@ class MovementMixin(TensorBase):
         """
         if dim is None:
             return self.reshape(tuple(s for s in self.shape if s != 1))
-        d = self._axis(dim)
-        return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
+        d = self._axis(dim)  # a 0-d tensor takes dim 0 and -1, as in both libraries, and is returned as it is
+        return self if self.ndim == 0 or self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
 
     def unsqueeze(self: Tensor, dim: int) -> Tensor:
         """Insert a dimension of size 1 at `dim` (negative counts from the end of the result).
@@ -312,7 +322,7 @@ class MovementMixin(TensorBase):
         ref = next((t for t in tensors if t.shape != (0,)), tensors[0])
         parts = [t for t in tensors if t.shape != (0,) or ref.ndim == 1]
         if ref.ndim == 0:
-            raise ConcatError("cat of 0-d tensors: they have no dimension to join along; use stack")
+            raise ConcatDimError("cat of 0-d tensors: they have no dimension to join along; use stack")
         d = ref._axis(dim)
         for i, t in enumerate(parts):
             if t.ndim != ref.ndim or any(a != b for k, (a, b) in enumerate(zip(t.shape, ref.shape)) if k != d):
@@ -461,9 +471,9 @@ class MovementMixin(TensorBase):
         d = self._axis(dim)
         n = self.shape[d]
         if size < 0 or size > n:
-            raise ValueError(f"unfold window size {size} does not fit dimension {d} of size {n} (shape {self.shape})")
+            raise ShapeError(f"unfold window size {size} does not fit dimension {d} of size {n} (shape {self.shape})")
         if step <= 0:
-            raise ValueError(f"unfold step must be positive, got {step}")
+            raise ArgumentError(f"unfold step must be positive, got {step}")
         others = [k for k in range(self.ndim) if k != d]
         x = self.permute(others + [d])
         lead, count = x.shape[:-1], n - size + 1
@@ -487,13 +497,13 @@ class MovementMixin(TensorBase):
         """
         if dims is None:
             if not isinstance(shifts, (int, np.integer)) and len(shifts) != 1:
-                raise ValueError(f"roll without dims takes one shift, got {shifts}")
+                raise ArgumentError(f"roll without dims takes one shift, got {shifts}")
             shift = int(shifts) if isinstance(shifts, (int, np.integer)) else int(shifts[0])
             return self.flatten().roll(shift, 0).reshape(self.shape)
         shift_list = [shifts] if isinstance(shifts, (int, np.integer)) else list(shifts)
         dim_list = [dims] if isinstance(dims, (int, np.integer)) else list(dims)
         if len(shift_list) != len(dim_list):
-            raise ValueError(f"roll needs one shift per dimension, got shifts={shifts} and dims={dims}")
+            raise ArgumentError(f"roll needs one shift per dimension, got shifts={shifts} and dims={dims}")
         x = self
         for shift, dim in zip(shift_list, dim_list):
             d = x._axis(dim)
@@ -517,7 +527,7 @@ class MovementMixin(TensorBase):
         """
         a, b = self._axis(dim1), self._axis(dim2)
         if a == b:
-            raise ValueError(f"diagonal needs two different dimensions, got {dim1} and {dim2}")
+            raise ArgumentError(f"diagonal needs two different dimensions, got {dim1} and {dim2}")
         x = self.permute([k for k in range(self.ndim) if k not in (a, b)] + [a, b])
         lead, (rows, cols) = x.shape[:-2], x.shape[-2:]
         nopad, whole = ((0, 0),) * len(lead), (None,) * len(lead)
@@ -579,7 +589,7 @@ class MovementMixin(TensorBase):
             [[3, 4, 5], [3, 4, 5]]
         """
         if indexing not in ("ij", "xy"):
-            raise ValueError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
+            raise ArgumentError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
         tensors = _tensor_list(self, args, "meshgrid")
         for i, t in enumerate(tensors):
             if t.ndim > 1:
@@ -637,17 +647,17 @@ def _pad_dim(x: Tensor, d: int, before: int, after: int, mode: str) -> Tensor:
 
     if mode == "reflect":
         if before >= n or after >= n:
-            raise ValueError(f"reflect padding ({before}, {after}) of dimension {d} must be smaller than its size {n} "
+            raise ShapeError(f"reflect padding ({before}, {after}) of dimension {d} must be smaller than its size {n} "
                              f"(shape {x.shape})")
         left, right = part(1, before + 1).flip(d), part(n - 1 - after, n - 1).flip(d)
     elif mode == "replicate":
         if n == 0:
-            raise ValueError(f"replicate padding of dimension {d}, which is empty (shape {x.shape})")
+            raise ShapeError(f"replicate padding of dimension {d}, which is empty (shape {x.shape})")
         left = part(0, 1).expand(x.shape[:d] + (before,) + x.shape[d + 1:])
         right = part(n - 1, n).expand(x.shape[:d] + (after,) + x.shape[d + 1:])
     else:
         if before > n or after > n:
-            raise ValueError(f"circular padding ({before}, {after}) of dimension {d} wraps around more than once: at "
+            raise ShapeError(f"circular padding ({before}, {after}) of dimension {d} wraps around more than once: at "
                              f"most its size {n} (shape {x.shape})")
         left, right = part(n - before, n), part(0, after)
     return type(x).cat(*[p for p in (left, x, right) if p.shape[d]] or [x], dim=d)
@@ -655,6 +665,10 @@ def _pad_dim(x: Tensor, d: int, before: int, after: int, mode: str) -> Tensor:
 
 def _tensor_list(first: Any, rest: Sequence[Any], name: str) -> list[Tensor]:
     # Tensor.cat([a, b]) calls the method with the list as `self`
+    if isinstance(first, (list, tuple)) and rest:
+        # Tensor.stack([a, b], c) is most likely a misplaced argument (PyTorch would read c as the dim)
+        raise ArgListError(f"{name} takes its tensors either as one list or as separate arguments, got a list of "
+                           f"{len(first)} and {len(rest)} more")
     tensors: list[Tensor] = [*first, *rest] if isinstance(first, (list, tuple)) else [first, *rest]
     if not tensors:
         raise ValueError(f"{name} needs at least one tensor")
@@ -802,7 +816,7 @@ def _symbolic_reshape(x: Tensor, shape: tuple[Any, ...]) -> Tensor:
     Variables (n*4 elements to (n, 2, 2)), since one kernel serves every value. One -1 is inferred when the other
     sizes divide the count exactly."""
     if sum(1 for s in shape if isinstance(s, int) and s == -1) > 1:
-        raise ValueError(f"only one dimension can be inferred (-1), got shape {shape}")
+        raise ShapeError(f"only one dimension can be inferred (-1), got shape {shape}")
     new = [s if isinstance(s, int) and s == -1 else _size(s) for s in shape]
     total = sym_prod(x.shape)
     if -1 in [s for s in new if isinstance(s, int)]:

@@ -16,7 +16,7 @@ import numpy as np
 
 from tinygrad.device import Device
 from tinygrad.dtype import DType, DTypeLike, dtypes, least_upper_dtype
-from tinygrad.errors import DTypeError
+from tinygrad.errors import DTypeError, ShapeError
 from tinygrad.helpers import prod
 from tinygrad.mixin.common import TensorBase, acc_dtype, index_dtype
 from tinygrad.multi import first_device
@@ -191,6 +191,22 @@ def _interp_matrix(mode: str, i: int, o: int, scale: float | None, align_corners
     return w
 
 
+def _fixed_point_resample(moved: Tensor, w: np.ndarray) -> Tensor:
+    """Integers resampled along the last axis as PyTorch's uint8 kernel does, so that the result is the same to the
+    last unit: the weights are rounded to integers with as many fraction bits as keep the largest one below 2**15,
+    and each output is the sum rounded half up, clamped to the dtype's range."""
+    bits = 0
+    while bits < 15 and int(0.5 + float(w.max()) * (1 << (bits + 1))) < (1 << 15):
+        bits += 1
+    scaled = w * (1 << bits)
+    wq = np.where(scaled >= 0, np.floor(scaled + 0.5), np.ceil(scaled - 0.5))  # rounded half away from zero
+    # the products stay within 2**31 for 8- and 16-bit values; wider ones sum in int64
+    acc, np_acc = (dtypes.int32, np.int32) if moved.dtype.itemsize <= 2 else (dtypes.int64, np.int64)
+    wt = type(moved)(wq.T.astype(np_acc), device=moved.device)
+    total = (moved.cast(acc) @ wt + (1 << (bits - 1))) >> bits  # an arithmetic shift: floor, for negative sums too
+    return total.clip(moved.dtype.min, moved.dtype.max).cast(moved.dtype)
+
+
 def _resample_axis(x: Tensor, axis: int, mode: str, o: int, scale: float | None, align_corners: bool) -> Tensor:
     i = x.shape[axis]
     w = _interp_matrix(mode, i, o, scale, align_corners)
@@ -204,6 +220,8 @@ def _resample_axis(x: Tensor, axis: int, mode: str, o: int, scale: float | None,
             x = x.unsqueeze(axis + 1)
             return x.expand(x.shape[:axis + 1] + (f,) + x.shape[axis + 2:]).flatten(axis, axis + 1)
     moved = x.transpose(axis, -1)
+    if x.dtype.is_int and not mode.startswith("nearest"):
+        return _fixed_point_resample(moved, w).transpose(axis, -1)
     # float32 weights upload on every device (not all have float64); float64 inputs get float64 weights. Half
     # floats are resampled with float32 weights and rounded once at the end.
     wt = type(x)(w.T.astype(np.float64 if x.dtype == dtypes.float64 else np.float32), device=x.device)
@@ -221,7 +239,7 @@ class ProcessingMixin(TensorBase):
         """Convolution (PyTorch's cross-correlation) over any number of spatial dims: the weight (cout, cin/groups,
         k1..kn) decides n, so 3-D and 5-D inputs give conv1d and conv3d. The input is (batch, cin, i1..in), or
         (cin, i1..in) unbatched. `padding`: an int, one int per dim, tinygrad's 2*n form in F.pad order (last dim
-        first, before/after), or 'same' / 'valid'. `dtype`: accumulation and result dtype.
+        first, before/after), or 'same' / 'valid'; a negative amount crops. `dtype`: accumulation and result dtype.
 
         Examples:
             >>> x = Tensor.arange(9, dtype=dtypes.float32).reshape(1, 1, 3, 3)
@@ -251,9 +269,12 @@ class ProcessingMixin(TensorBase):
                 raise ValueError(f"conv2d: padding must be an int, ints, 'same' or 'valid', got {padding!r}")
         else:
             pads = _pads(padding, n)
-            if any(b < 0 or a < 0 for b, a in pads):
-                raise ValueError(f"conv2d: negative padding {padding!r}")
-        return _conv(self, weight, bias, groups, st, dil, pads, dtype, "conv2d", border_copy=True)
+        x = self
+        if any(b < 0 or a < 0 for b, a in pads):
+            # a negative padding crops the input, as tinygrad's conv2d (and pad) do; the rest pads as usual
+            x = _pad_spatial(self, [(min(b, 0), min(a, 0)) for b, a in pads])
+            pads = [(max(b, 0), max(a, 0)) for b, a in pads]
+        return _conv(x, weight, bias, groups, st, dil, pads, dtype, "conv2d", border_copy=True)
 
     def image_conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
                      stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1,
@@ -385,12 +406,19 @@ class ProcessingMixin(TensorBase):
         # which the max over the hits returns exactly (a sum would count it twice).
         lowest = -math.inf if self.dtype.is_float else (False if self.dtype.is_bool else self.dtype.min)
         out = hit.any(-2).where(hit.where(values, lowest).max(-2), False if self.dtype.is_bool else 0)
+        out = out.reshape(pre + outs)
         if self.requires_grad is not False and self.dtype.is_float:  # it may take a gradient
-            # PyTorch's gradient: every input position gets the output gradient at its index, copies included.
-            # That is the gradient of the sum over hits; add it with a forward value of zero.
-            total = hit.where(values, 0).sum(-2, dtype=self.dtype)
-            out = out.detach() + (total - total.detach())
-        return out.reshape(pre + outs)
+            # PyTorch's gradient: every input position gets the output gradient at its index, copies included (the
+            # max's own would split it among copies). A rule of its own: a sum over hits added with a forward
+            # value of zero, total - total.detach(), is NaN where a value is infinite.
+            from tinygrad.gradient import define_gradient
+            make, device, hit_uop, shape = type(self), self.device, hit.uop, self.shape
+
+            def rule(g_uop: Any) -> tuple[Any, ...]:
+                g = make(g_uop, device=device).reshape(pre + (1, plane))
+                return (make(hit_uop, device=device).where(g, 0).sum(-1, dtype=g.dtype).reshape(shape).uop,)
+            define_gradient(out.uop, (self.uop,), rule)
+        return out
 
     def avg_pool2d(self: Tensor, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
                    dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, ceil_mode: bool = False,
@@ -428,6 +456,7 @@ class ProcessingMixin(TensorBase):
         """Resize the last len(size) dims (tinygrad: any number of leading dims) to `size`, or by `scale_factor`
         (PyTorch: a float scales all dims after the first two). Modes: nearest, nearest-exact, linear (also named
         bilinear/trilinear; any number of dims), bicubic/cubic (Keys, a=-0.75), with PyTorch's index rules.
+        Integer tensors keep their dtype, rounded as PyTorch's uint8 kernel rounds (the only one it has).
 
         Examples:
             >>> x = Tensor([[[1.0, 2.0]]])
@@ -465,8 +494,12 @@ class ProcessingMixin(TensorBase):
             if any(o < 1 for o in sizes):
                 raise ValueError(f"interpolate: scale_factor {scale_factor!r} gives the empty output size {sizes}")
             scales = (None,) * n if recompute_scale_factor else factors
-        x = self._float() if not kind.startswith("nearest") else self
-        for axis, o, sc in zip(range(self.ndim - n, self.ndim), sizes, scales):
+        # integers keep their dtype (PyTorch's uint8 resampling); each pass rounds, and as PyTorch's the last axis
+        # goes first
+        keep = kind.startswith("nearest") or self.dtype.is_int
+        x = self if keep else self._float()
+        passes = list(zip(range(self.ndim - n, self.ndim), sizes, scales))
+        for axis, o, sc in (reversed(passes) if self.dtype.is_int else passes):
             if x.shape[axis] == 0:
                 raise ValueError(f"interpolate: cannot resize an empty dimension of shape {self.shape}")
             x = _resample_axis(x, axis, kind, o, sc, align_corners)
@@ -618,14 +651,14 @@ def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, stride: t
     cout, cin_g, kernel = weight.shape[0], weight.shape[1], weight.shape[2:]
     _check_groups(name, groups, cout, "output channels of the weight (dim 0)")
     if cin != cin_g * groups:
-        raise ValueError(f"{name}: given groups={groups}, a weight of shape {weight.shape} expects an input with "
+        raise ShapeError(f"{name}: given groups={groups}, a weight of shape {weight.shape} expects an input with "
                          f"{cin_g * groups} channels (dim 1), but the input of shape {x.shape} has {cin}")
     if bias is not None and (not isinstance(bias, TensorBase) or bias.shape != (cout,)):
         raise ValueError(f"{name}: bias must have shape ({cout},), one value per output channel, got "
                          f"{getattr(bias, 'shape', bias)!r}")
     padded = [i + b + a for i, (b, a) in zip(spatial, pads)]
     if any(p < d * (k - 1) + 1 for p, d, k in zip(padded, dilation, kernel)):
-        raise ValueError(f"{name}: padded input size per channel {tuple(padded)} is smaller than the (dilated) kernel "
+        raise ShapeError(f"{name}: padded input size per channel {tuple(padded)} is smaller than the (dilated) kernel "
                          f"size {tuple(d * (k - 1) + 1 for d, k in zip(dilation, kernel))}; the kernel cannot be "
                          f"larger than the padded input")
     outs = tuple((p - d * (k - 1) - 1) // s + 1 for p, d, k, s in zip(padded, dilation, kernel, stride))

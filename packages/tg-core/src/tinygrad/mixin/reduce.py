@@ -120,8 +120,9 @@ class ReduceMixin(TensorBase):
         return self.cast(acc)._reduce(Ops.MUL, _pick(axis, dim), keepdim)
 
     def max(self: Tensor, axis: Axis = None, keepdim: bool = False, dim: Axis = None) -> Tensor:
-        """The largest value over `axis` (all by default; PyTorch's `dim=` works too), NaN if there is one. Returns
-        values only (PyTorch's `max(dim)` also returns indices: use `argmax`); the gradient is shared among ties.
+        """The largest value over `axis` (all by default; PyTorch's `dim=` works too), NaN if there is one; over an
+        empty dimension the identity, -inf or the dtype's smallest value (tinygrad; PyTorch raises). Returns values
+        only (PyTorch's `max(dim)` also returns indices: use `argmax`); the gradient is shared among ties.
 
         Examples:
             >>> t = Tensor([[1, 5], [3, 2]])
@@ -129,12 +130,11 @@ class ReduceMixin(TensorBase):
             (5, [3, 5], [[5], [3]])
         """
         axis = _pick(axis, dim)
-        if self.numel() == 0 and any(self.shape[a] == 0 for a in self._reduce_axes(axis)):
-            raise RuntimeError(f"max of an empty dimension of shape {self.shape}: the result has no identity")
         return self._reduce(Ops.MAX, axis, keepdim)
 
     def min(self: Tensor, axis: Axis = None, keepdim: bool = False, dim: Axis = None) -> Tensor:
-        """The smallest value over `axis` (all by default), NaN if there is one; values only (see `argmin`).
+        """The smallest value over `axis` (all by default), NaN if there is one, inf or the dtype's largest value
+        over an empty dimension; values only (see `argmin`).
 
         Examples:
             >>> t = Tensor([[1, 5], [3, 2]])
@@ -142,8 +142,6 @@ class ReduceMixin(TensorBase):
             (1, [1, 2])
         """
         axis = _pick(axis, dim)
-        if self.numel() == 0 and any(self.shape[a] == 0 for a in self._reduce_axes(axis)):
-            raise RuntimeError(f"min of an empty dimension of shape {self.shape}: the result has no identity")
         return _reversed_order(_reversed_order(self).max(axis, keepdim))
 
     def mean(self: Tensor, axis: Axis = None, keepdim: bool = False, dim: Axis = None) -> Tensor:
@@ -495,8 +493,9 @@ class ReduceMixin(TensorBase):
 
     # ---- norms ----
     def normalize(self: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
-        """x / max(||x||_p, eps) along `dim` (PyTorch's `F.normalize`); p > 0 or inf. The gradient at a zero
-        vector is finite, as in PyTorch.
+        """x / max(||x||_p, eps) along `dim` (PyTorch's `F.normalize`). p = 0 counts the nonzero elements (a norm
+        without gradient, as PyTorch's), a negative p is (sum |x|^p)^(1/p). The gradient at a zero vector is
+        finite, as in PyTorch.
 
         Examples:
             >>> Tensor([[0.0, 2.0], [0.0, 0.0]]).normalize().tolist()
@@ -504,17 +503,29 @@ class ReduceMixin(TensorBase):
             >>> Tensor([1.0, 3.0]).normalize(p=1, dim=0).tolist()
             [0.25, 0.75]
         """
-        if not (p > 0):
-            raise ValueError(f"normalize needs p > 0 (or inf), got p={p}")
+        if math.isnan(p):
+            raise ValueError(f"normalize needs a number for p, got p={p}")
         ax = self._axis(dim)
         x = self._float()
         a = x.abs()
-        if math.isinf(p):
-            norm = a.max(ax, keepdim=True) if self.shape[ax] else a.sum(ax, keepdim=True)
+        if p == 0:
+            norm = (x != 0).sum(ax, keepdim=True).cast(x.dtype)
+        elif math.isinf(p):  # the largest magnitude, or for -inf the smallest
+            norm = (a.max(ax, keepdim=True) if p > 0 else a.min(ax, keepdim=True)) if self.shape[ax] \
+                else a.sum(ax, keepdim=True)
         elif p == 1:
             norm = a.sum(ax, keepdim=True)
+        elif p < 0:  # a zero element makes the sum inf and the norm 0
+            # |x|^p's derivative is infinite at 0: PyTorch's norm takes it as 0 there (inf * 0 would be NaN)
+            zero = a == 0
+            norm = zero.where(math.inf, zero.where(1.0, a).pow(p)).sum(ax, keepdim=True).pow(1.0 / p)
         else:
-            s = (a * a if p == 2 else a.pow(p)).sum(ax, keepdim=True)
+            if p < 1:  # as for p < 0, the derivative of |x|^p at 0 is taken as 0
+                zero = a == 0
+                powed = zero.where(0.0, zero.where(1.0, a).pow(p))
+            else:
+                powed = a * a if p == 2 else a.pow(p)
+            s = powed.sum(ax, keepdim=True)
             pos = s > 0
             # the root's derivative is infinite at 0: take it of 1 there so that 0 * inf never reaches the gradient
             root = pos.where(s, 1.0).sqrt() if p == 2 else pos.where(s, 1.0).pow(1.0 / p)

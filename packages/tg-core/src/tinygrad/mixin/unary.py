@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from tinygrad.dtype import dtypes
-from tinygrad.errors import DTypeError
+from tinygrad.errors import ArgumentError, DTypeError
 from tinygrad.mixin.common import Scalar, TensorBase, scalar_like, sign_bit
 from tinygrad.uop.ops import Ops
 
@@ -380,8 +380,8 @@ class UnaryMixin(TensorBase):
         return self * self
 
     def clip(self: Tensor, min_: Scalar | None = None, max_: Scalar | None = None) -> Tensor:
-        """Limit the values to [min_, max_] (either bound may be None). At a bound the gradient passes through, as
-        PyTorch's clamp (`hardtanh` gives 0 there instead). `clamp` is an alias.
+        """Limit the values to [min_, max_] (either bound may be None, not both). At a bound the gradient passes
+        through, as PyTorch's clamp (`hardtanh` gives 0 there instead). `clamp` is an alias.
 
         Examples:
             >>> Tensor([-2, 0, 5]).clip(-1, 3).tolist()
@@ -389,6 +389,8 @@ class UnaryMixin(TensorBase):
             >>> Tensor([-2.0, 0.5]).clamp(min_=0).tolist()
             [0.0, 0.5]
         """
+        if min_ is None and max_ is None:  # most likely a mistake: tinygrad and PyTorch refuse it
+            raise ArgumentError("clip needs at least one of min_ and max_")
         # where, not maximum/minimum: at a bound the gradient passes through (PyTorch's clamp) instead of splitting
         out = self
         if min_ is not None:

@@ -234,6 +234,13 @@ class LAMB(Optimizer):
             out.append(w - self.lr.to(p.device) * up)
         return out
 
+    @property
+    def b1_t(self) -> Tensor:
+        """b1 to the power of the step count, tinygrad's name; computed from the current b1 at each step (above),
+        so moving or assigning it changes nothing."""
+        assert self.beta is not None
+        return self.beta ** self.t
+
     def _state(self) -> list[Tensor]:
         return [self.t, self.b2_t, *self.m, *self.v]
 
