@@ -109,6 +109,16 @@ def sides(wanted: list[str], cache: Path) -> list[Side]:
     return found
 
 
+def prepare(checkout: Path, keep: Path | None, wanted: str, prefix: str) -> tuple[Path, Path, list[Side]]:
+    """The workspace, the results folder and the sides of one run, under `keep` (else a new temporary folder)."""
+    root = Path(tempfile.mkdtemp(prefix=prefix)) if keep is None else keep
+    root.mkdir(parents=True, exist_ok=True)
+    ws = workspace(checkout.resolve(), Path(tempfile.mkdtemp(dir=root, prefix="ws-")))
+    results = root / "results"
+    results.mkdir(exist_ok=True)
+    return ws, results, sides(wanted.split(","), root / "cache")
+
+
 def run_file(side: Side, ws: Path, test_file: str, args: argparse.Namespace, results: Path) -> Outcome:
     junit = results / f"{side.key}-{test_file.replace('/', '_')}.xml"
     cmd = [side.python, "-m", "pytest", "-p", "standins", "-p", "no:cacheprovider", "-q", "--tb=line",
@@ -143,12 +153,7 @@ def main() -> int:
     parser.add_argument("--details", type=Path, help="write the tests tinygrad passes and this project does not")
     args = parser.parse_args()
 
-    root = Path(tempfile.mkdtemp(prefix="tg-compat-")) if args.keep is None else args.keep
-    root.mkdir(parents=True, exist_ok=True)
-    ws = workspace(args.tinygrad.resolve(), Path(tempfile.mkdtemp(dir=root, prefix="ws-")))
-    results = root / "results"
-    results.mkdir(exist_ok=True)
-    chosen = sides(args.sides.split(","), root / "cache")
+    ws, results, chosen = prepare(args.tinygrad, args.keep, args.sides, "tg-compat-")
     table: dict[str, dict[str, Outcome]] = {}
     for test_file in args.files:
         for side in chosen:

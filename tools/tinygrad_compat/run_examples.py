@@ -22,13 +22,12 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from run import HERE, Side, sides, workspace
+from run import HERE, Side, prepare
 
 DRIVERS = HERE / "example_drivers"
 RTOL, ATOL = 1e-4, 1e-5
@@ -121,12 +120,7 @@ def main() -> int:
         drivers = [p for p in drivers if p.stem in wanted]
         if missing := set(wanted) - {p.stem for p in drivers}:
             raise SystemExit(f"no driver for {sorted(missing)} in {DRIVERS}")
-    root = Path(tempfile.mkdtemp(prefix="tg-examples-")) if args.keep is None else args.keep
-    root.mkdir(parents=True, exist_ok=True)
-    ws = workspace(args.tinygrad.resolve(), Path(tempfile.mkdtemp(dir=root, prefix="ws-")))
-    out_dir = root / "results"
-    out_dir.mkdir(exist_ok=True)
-    chosen = sides(args.sides.split(","), root / "cache")
+    ws, out_dir, chosen = prepare(args.tinygrad, args.keep, args.sides, "tg-examples-")
 
     rows = []
     for driver in drivers:

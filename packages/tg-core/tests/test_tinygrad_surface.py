@@ -212,6 +212,10 @@ def test_free_intermediates_gives_memory_back_and_the_next_call_works() -> None:
     assert f.captured.free_intermediates() == 0  # twice is fine
     assert f(Tensor([11, 1, 2, 3, 4])).item() == 136
     assert f(Tensor([12, 1, 2, 3, 4])).item() == 138
+    for i in range(3):  # the memory allocated again is given back again, and counted each time
+        before = GlobalCounters.mem_used
+        assert f.captured.free_intermediates() == freed == before - GlobalCounters.mem_used
+        assert f(Tensor([i, 1, 2, 3, 4])).item() == 114 + 2 * i
 
 
 def test_free_intermediates_keeps_state() -> None:

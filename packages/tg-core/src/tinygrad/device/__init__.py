@@ -238,7 +238,10 @@ class Buffer:
         self._opaque = None
         if ref is None:  # memory this buffer does not own (from_blob): just forget it
             return 0
-        nbytes, ref.nbytes = ref.nbytes, 0  # the reference stays, emptied, until the buffer dies
+        # emptied and out of the table: live weak references to one buffer are equal keys, so the next allocation's
+        # reference must not find this one there. Its callback still runs when the buffer dies, and frees nothing
+        nbytes, ref.nbytes = ref.nbytes, 0
+        del _owned_memory[ref]
         ref.allocator.free(ref.opaque, nbytes)
         GlobalCounters.mem_used -= nbytes
         return nbytes
@@ -315,10 +318,11 @@ def _own_memory(buf: Buffer, allocator: Allocator, opaque: Any, nbytes: int) -> 
 
 
 def _free_owned(ref: _Memory) -> None:
+    if not ref.nbytes:  # given back early by Buffer.deallocate, and already out of the table
+        return
     del _owned_memory[ref]
-    if ref.nbytes:  # 0: given back early by Buffer.deallocate
-        ref.allocator.free(ref.opaque, ref.nbytes)
-        GlobalCounters.mem_used -= ref.nbytes
+    ref.allocator.free(ref.opaque, ref.nbytes)
+    GlobalCounters.mem_used -= ref.nbytes
 
 
 @functools.cache
