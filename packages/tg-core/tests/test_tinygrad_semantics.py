@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from tinygrad import BroadcastError, ConcatError, Context, DTypeError, ShapeError, Tensor, dtypes
 from tinygrad.mixin.common import index_dtype
+from tinygrad.uop.ops import Ops
 
 RNG = np.random.default_rng(13)
 
@@ -111,15 +112,30 @@ def test_backward_fills_leaves_without_requires_grad_and_intermediates(torch: An
     assert loss.grad is not None and loss.grad.item() == 1.0  # tinygrad fills the loss itself too
 
 
-def test_parameters_accumulate_and_other_tensors_take_the_latest_gradient() -> None:
-    # a dataset tensor indexed by every step is in every loss graph: its .grad holds the last backward's gradient,
-    # not a lazy sum over all steps (which would keep every step's graph and buffers alive)
+def test_every_tensor_accumulates_its_gradient() -> None:
+    # tinygrad's rule (PyTorch's for its leaves): each backward adds into .grad, parameters or not
     data = Tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
     w = Tensor([[1.0], [1.0]], requires_grad=True)
     for row in (0, 2, 2):
         (data[row:row + 1] @ w).sum().backward()
-    assert data.grad.tolist() == [[0.0, 0.0], [0.0, 0.0], [1.0, 1.0]]
+    assert data.grad.tolist() == [[1.0, 1.0], [0.0, 0.0], [2.0, 2.0]]
     assert w.grad.tolist() == [[11.0], [14.0]]  # rows 0 + 2 + 2, accumulated until zero_grad
+
+
+def test_an_unread_gradient_sum_is_realized_now_and_then() -> None:
+    # a float tensor read by every eager step grows a lazy sum of every step's gradient; after MAX_LAZY_GRAD_SUMS
+    # unread sums it is realized (memory stays bounded), with the same value
+    from tinygrad.tensor import MAX_LAZY_GRAD_SUMS
+    data = Tensor([[1.0, 2.0], [3.0, 4.0]])
+    for step in range(3 * MAX_LAZY_GRAD_SUMS + 1):
+        (data[step % 2] * 2).sum().backward()
+        assert data.grad is not None
+        depth, node = 0, data.grad.uop
+        while node.op is Ops.ADD:
+            depth, node = depth + 1, node.src[0]
+        assert depth < MAX_LAZY_GRAD_SUMS
+    n = 3 * MAX_LAZY_GRAD_SUMS + 1
+    assert data.grad.tolist() == [[2.0 * ((n + 1) // 2)] * 2, [2.0 * (n // 2)] * 2]
 
 
 def test_backward_after_item_with_parameters() -> None:

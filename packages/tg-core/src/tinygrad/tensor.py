@@ -7,6 +7,7 @@ which hands the graph to the scheduler (engine/schedule.py) and runs the resulti
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import struct
 import weakref
@@ -892,8 +893,8 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
     def backward(self, gradient: Tensor | None = None) -> Tensor:
         """Fill `t.grad` with d(self)/d(t) for every live floating-point tensor t that self depends on, as tinygrad
         does: leaves and intermediates (self included), whatever their requires_grad unless it is False. What lies
-        behind `detach()` takes no gradient. Tensors with requires_grad=True (parameters) accumulate the gradient
-        into .grad; the others have it replaced. Returns self.
+        behind `detach()` takes no gradient. The gradient accumulates into .grad (clear it with an optimizer's
+        zero_grad() or `t.grad = None`). Returns self.
 
         Examples:
             >>> x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
@@ -913,14 +914,37 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
                                f"the loss in a float dtype from tensors without requires_grad=False")
         for t, g in zip(targets, self.gradient(*targets, gradient=gradient)):
             g = g.cast(t.dtype) if g.dtype != t.dtype else g
-            # Parameters (requires_grad=True, which optimizers set) accumulate until zero_grad(). The others take
-            # this backward's gradient only: a long-lived float tensor read by every step (a dataset indexed per
-            # batch) would otherwise grow a lazy sum holding every step's graph and buffers
-            t.grad = g if t.grad is None or t._requires_grad is not True else t.grad + g
+            # every tensor accumulates, as in tinygrad (and PyTorch for its leaves), until zero_grad or `.grad = None`
+            if t.grad is None:
+                t.grad = g
+                continue
+            unread = base_buffer(t.grad.uop) is None  # the sum so far was never realized
+            t.grad = t.grad + g
+            # A long-lived float tensor read by every eager step (a float dataset indexed per batch) would grow a
+            # lazy sum holding every step's graph and buffers: after MAX_LAZY_GRAD_SUMS unread sums the sum is
+            # realized, which bounds that memory and leaves the value as it is
+            entry = _lazy_grad_sums.get(id(t))
+            sums = (entry[1] if entry is not None and entry[0]() is t and unread else 0) + 1
+            if sums >= MAX_LAZY_GRAD_SUMS:
+                t.grad.realize()
+                sums = 0
+            _lazy_grad_sums[id(t)] = (weakref.ref(t, functools.partial(_forget_sums, id(t))), sums)
         return self
 
 
 _clone_numbers = itertools.count()
+
+#: backward() realizes a tensor's .grad after this many sums that nothing realized (see there)
+MAX_LAZY_GRAD_SUMS = 8
+#: id of a tensor -> (a weak reference to it, its unread sums); not a WeakKeyDictionary, which compares keys with
+#: Tensor.__eq__ (elementwise)
+_lazy_grad_sums: dict[int, tuple[weakref.ref[Tensor], int]] = {}
+
+
+def _forget_sums(key: int, ref: weakref.ref[Tensor]) -> None:
+    entry = _lazy_grad_sums.get(key)
+    if entry is not None and entry[0] is ref:
+        del _lazy_grad_sums[key]
 
 
 def _grad_reachable(root: UOp) -> set[UOp]:
