@@ -266,3 +266,17 @@ def test_assign_takes_host_data() -> None:
     assert t.dtype == dtypes.float32 and t.tolist() == [[0.0, 1.0], [2.0, 3.0]]
     t.assign([[5, 6], [7, 8]])
     assert t.tolist() == [[5.0, 6.0], [7.0, 8.0]]
+
+
+def test_clone_has_its_own_buffer_and_copies_the_gradient() -> None:
+    a = Tensor.rand(4, 4).realize()
+    b = a.clone()
+    np.testing.assert_equal(a.numpy(), b.numpy())
+    assert a.uop.base.buffer is not b.uop.base.buffer
+    x = Tensor.rand(3)
+    (x * 5).sum().backward()
+    y = x.clone()
+    assert x.grad is not None and y.grad is not None
+    np.testing.assert_equal(y.grad.numpy(), [5.0] * 3)
+    with pytest.raises(RuntimeError, match="realize"):
+        _ = (Tensor.ones(2) + 1).uop.buffer

@@ -656,7 +656,10 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         src = self if device is None else self.to(device)
         # a number of its own, not id(self): two clones of equal temporaries (`Tensor(3.5).clone()` twice) would
         # otherwise be one node whenever the first temporary's id was reused, and share one gradient
-        return src._derive(UOp(Ops.CONTIGUOUS, self.dtype, (src.uop,), ("clone", next(_clone_numbers))))
+        out = src._derive(UOp(Ops.CONTIGUOUS, self.dtype, (src.uop,), ("clone", next(_clone_numbers))))
+        if self.grad is not None:  # tinygrad's clone copies the gradient too
+            out.grad = self.grad.clone(device)
+        return out
 
     def to(self, device: str | Sequence[str] | None) -> Tensor:
         """This tensor on `device` (a name such as "CPU" or "CL:1"; None is the default device; a tuple of names

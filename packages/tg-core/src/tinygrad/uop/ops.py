@@ -333,6 +333,23 @@ class UOp(metaclass=UOpMeta):
         return UOp(kwargs.get("op", self.op), kwargs.get("dtype", self.dtype), kwargs.get("src", self.src),
                    kwargs.get("arg", self.arg))
 
+    # ---- what tinygrad's users read off a tensor's node (`t.uop.base.buffer`) ----
+    @property
+    def base(self) -> UOp:
+        """The node under this one's movement ops (reshape, permute, expand, pad, shrink, flip)."""
+        u = self
+        while u.op in GroupOp.Movement:
+            u = u.src[0]
+        return u
+
+    @property
+    def buffer(self) -> Any:
+        """The device Buffer holding a BUFFER node's memory, or a realized node's; a node not realized raises."""
+        u = self if self.op is Ops.BUFFER else self._realized.base if self._realized is not None else None
+        if u is None or u.op is not Ops.BUFFER:
+            raise RuntimeError(f"this {self.op} node has no buffer: realize the tensor first")
+        return u.arg
+
     # ---- shapes of the tensor graph ----
     @property
     def shape(self) -> tuple[int, ...]:
