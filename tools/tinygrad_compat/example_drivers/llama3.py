@@ -13,7 +13,7 @@ import numpy as np
 
 sys.path.insert(0, os.getcwd())  # the workspace's examples/ package, ahead of the runner's examples.py on the path
 import standins  # noqa: F401  (tinygrad internals' stand-ins, before any example import)
-from _lm_common import save
+from _lm_common import save, timed
 
 RTOL = 1e-4
 ATOL = 1e-4
@@ -93,11 +93,8 @@ def main(out: str) -> None:
             start_pos += 1
         return toks
 
-    import time
-    generate()
-    t0 = time.perf_counter()
-    toks = generate()
-    save(out, time.perf_counter() - t0, logits=logits, tokens=np.array(toks, dtype=np.int64))
+    toks, seconds = timed(generate)
+    save(out, seconds, logits=logits, tokens=np.array(toks, dtype=np.int64))
 
 
 if __name__ == "__main__":

@@ -6,13 +6,12 @@ Outputs: the prompt's logits (half) and the generated tokens."""
 import functools
 import os
 import sys
-import time
 
 import numpy as np
 
 sys.path.insert(0, os.getcwd())  # the workspace's examples/ package, ahead of the runner's examples.py on the path
 import standins  # noqa: F401  (tinygrad internals' stand-ins, before any example import)
-from _lm_common import numpy_weights, save
+from _lm_common import numpy_weights, save, timed
 
 RTOL = 2e-2
 ATOL = 2e-2
@@ -48,10 +47,8 @@ def main(out: str) -> None:
             start_pos = len(toks) - 1
         return toks[len(PROMPT):]
 
-    generate()
-    t0 = time.perf_counter()
-    toks = generate()
-    save(out, time.perf_counter() - t0, logits=logits, tokens=np.array(toks, dtype=np.int64))
+    toks, seconds = timed(generate)
+    save(out, seconds, logits=logits, tokens=np.array(toks, dtype=np.int64))
 
 
 if __name__ == "__main__":
