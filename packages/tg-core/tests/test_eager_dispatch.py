@@ -82,6 +82,25 @@ def test_keys_tell_constants_dtypes_shapes_and_devices_apart():
     assert out.device == "CPU:1" and out.tolist() == [3.0, 4.0, 5.0, 6.0]
 
 
+def test_a_realized_reduction_of_constants_is_computed_again_not_read_from_its_buffer():
+    # The scheduler computes a reduction of constants in the kernel that reads it; a key naming the buffer it was
+    # realized into would serve that kernel, with the old sum built in, to a different sum realized into the same
+    # kind of buffer (backward()'s bias gradient accumulating after a smaller model's did).
+    for size in (2000, 20000):
+        acc = Tensor.ones(size, 10).sum(0).realize()  # the constants' sum, realized into a buffer
+        for step in range(2, 4):
+            acc = (acc + Tensor.ones(size, 10).sum(0)).realize()
+            assert acc.tolist() == [size * step] * 10
+
+
+def test_a_sum_over_a_variable_length_follows_the_bound_value():
+    from tinygrad import Variable
+    x = Tensor([1.0, 2.0]).realize()
+    for n in (3, 7, 3, 5):
+        v = Variable("n", 1, 10).bind(n)
+        assert (x + Tensor.ones(10)[:v].sum()).tolist() == [1.0 + n, 2.0 + n]
+
+
 @pytest.mark.parametrize("n", [1, 3, 1000, 4099])
 def test_odd_sizes_hit_and_match_numpy(n):
     v = np.arange(n, dtype=np.float32)

@@ -28,8 +28,14 @@ from tinygrad.engine.schedule_item import ScheduleItem
 from tinygrad.helpers import DEBUG, PROFILE, VIZ, ContextVar, GlobalCounters
 from tinygrad.uop.ops import GroupOp, Ops, UOp, _arg_key, _make_uop, new_node, post_order
 
-#: ops a subgraph of constants may hold and still be computed inside the kernel that reads it
-_CONSTANT_OPS = frozenset({Ops.CONST, Ops.ARANGE}) | GroupOp.Elementwise | GroupOp.Movement
+#: ops a subgraph of constants may hold and still be computed inside the kernel that reads it. It must be the
+#: scheduler's notion of constants (a graph with no buffer or copy under it, which it never reads from a buffer it
+#: was realized into): a source this path keyed by its realized buffer while the scheduler computed it in the kernel
+#: would make a kernel with that value built in, and the next graph with an equal key would get the old value.
+_CONSTANT_OPS = frozenset({Ops.CONST, Ops.ARANGE, Ops.REDUCE_AXIS, Ops.DETACH, Ops.CONTIGUOUS}) | \
+    GroupOp.Elementwise | GroupOp.Movement
+#: what puts a source on a device: the scheduler reads such a graph from the buffer it was realized into
+_DEVICE_OPS = frozenset({Ops.BUFFER, Ops.COPY, Ops.MULTI})
 _ROOT_OPS = GroupOp.Elementwise
 #: read for every eager op: `Ops.X` is an attribute lookup through the enum's metaclass, several times a global's cost
 _RESHAPE, _BUFFER = Ops.RESHAPE, Ops.BUFFER
@@ -58,12 +64,13 @@ _constant_graphs: dict[UOp, bool] = {}  # subgraphs of constants only, seen befo
 entries: dict[tuple, _Entry] = {}
 
 
-def _is_constant_graph(node: UOp) -> bool:
-    """Whether `node` computes from constants only (no buffer, variable, copy or realize boundary)."""
+def _is_constant_graph(node: UOp) -> bool | None:
+    """True when `node` computes from constants only; False when a buffer or copy is under it (its realized buffer
+    holds its value); None for anything else (a variable, an op this path does not know): not for this path."""
     known = _constant_graphs.get(node)
     if known is not None:
         return known
-    # the walk does not enter a node that is not a constant op; one such node is enough to say no
+    # the walk does not enter a node that is not a constant op
     foreign: list[UOp] = []
 
     def children(u: UOp) -> tuple[UOp, ...]:
@@ -73,7 +80,8 @@ def _is_constant_graph(node: UOp) -> bool:
         return ()
     post_order((node,), children=children)
     if foreign:
-        return False  # not remembered: the entry would keep the node, and the buffers under it, alive
+        # not remembered: the entry would keep the node, and the buffers under it, alive
+        return False if any(u.op in _DEVICE_OPS for u in foreign) else None
     if len(_constant_graphs) >= MAX_ENTRIES:
         _constant_graphs.clear()
     _constant_graphs[node] = True  # keeps the node alive while it is cached: constants are small, the cache bounded
@@ -95,9 +103,12 @@ def eager_key(root: UOp, device: str) -> tuple[tuple, list[Buffer]] | None:
         if base.op is not _BUFFER:
             # a graph of constants is computed in the kernel, never read from a buffer it was once realized into
             # (as in the scheduler: that buffer may be an assign's target that holds something else by now)
-            if _constant_graphs.get(s) or _is_constant_graph(s):
+            constant = _constant_graphs.get(s) or _is_constant_graph(s)
+            if constant:
                 parts.append(s)
                 continue
+            if constant is None:
+                return None
             if (realized := s._realized) is None:
                 return None
             view = realized
