@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from dataclasses import dataclass
 
 import pytest
 
@@ -60,6 +62,76 @@ def test_device_index_selects_that_device(cl_device) -> None:  # type: ignore[no
     dev = CLDevice(last)
     assert dev.device.int_ptr == all_devices()[last].int_ptr
     assert dev.name == ("CL" if last == 0 else f"CL:{last}")
+
+
+@dataclass
+class FakePlatform:
+    name: str
+    vendor: str
+
+
+@dataclass
+class FakeDevice:
+    type: int
+    name: str
+    platform: FakePlatform
+
+
+POCL = FakePlatform("Portable Computing Language", "The pocl project")
+
+
+def test_cpu_devices_are_software_and_say_what_they_are() -> None:
+    cl = pytest.importorskip("pyopencl")
+    cpu, gpu = int(cl.device_type.CPU), int(cl.device_type.GPU)
+    assert tg_backend_opencl.software_device(FakeDevice(cpu, "pthread-znver4", POCL)) == \
+        "PoCL, OpenCL on the host CPU: pthread-znver4"
+    intel = FakePlatform("Intel(R) OpenCL", "Intel(R) Corporation")
+    assert tg_backend_opencl.software_device(FakeDevice(cpu | int(cl.device_type.DEFAULT), "Xeon", intel)) == \
+        "Xeon, an OpenCL CPU device of Intel(R) OpenCL"
+    nvidia = FakePlatform("NVIDIA CUDA", "NVIDIA Corporation")
+    assert tg_backend_opencl.software_device(FakeDevice(gpu, "NVIDIA H100", nvidia)) is None
+    # a GPU is hardware even under a platform that also has CPU devices
+    assert tg_backend_opencl.software_device(FakeDevice(gpu, "some GPU", POCL)) is None
+
+
+def _first_device_or_skip():  # type: ignore[no-untyped-def]
+    pytest.importorskip("pyopencl")
+    if (reason := tg_backend_opencl._check()) is not None:
+        pytest.skip(f"no usable OpenCL device: {reason}")
+    return tg_backend_opencl.first_device()
+
+
+def test_pocl_here_is_detected_as_software() -> None:
+    first = _first_device_or_skip()
+    if "portable computing language" not in first.platform.name.lower():
+        pytest.skip(f"CL:0 is {first.name} on {first.platform.name}, not PoCL")
+    from tg_backend_opencl.device import all_devices
+
+    assert first.int_ptr == all_devices()[0].int_ptr  # the device CL opens
+    assert tg_backend_opencl._software.__wrapped__() == f"PoCL, OpenCL on the host CPU: {first.name.strip()}"
+
+
+def _default_in_subprocess(**env: str) -> list[str]:
+    code = "from tinygrad import Device; print(Device.DEFAULT, *Device.ranking())"
+    base = {k: v for k, v in os.environ.items() if k != "DEV"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**base, **env}).stdout
+    return out.split()
+
+
+def test_a_cpu_device_ranks_after_cpu_and_dev_still_picks_it() -> None:
+    first = _first_device_or_skip()
+    if tg_backend_opencl.software_device(first) is None:
+        pytest.skip(f"CL:0 is {first.name}, hardware: it ranks by its priority")
+    if "CPU" not in Device.backends or Device.availability("CPU") is not None:
+        pytest.skip("the CPU backend is not usable here")
+    default, *ranking = _default_in_subprocess()
+    assert default != "CL" and ranking.index("CPU") < ranking.index("CL"), ranking
+    code = ("from tinygrad import Device, Tensor; t = Tensor([1.0, 2.0]) * 3\n"
+            "print(Device.DEFAULT, t.device, t.tolist())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "DEV": "CL"}).stdout.strip()
+    assert out == "CL CL [3.0, 6.0]"
 
 
 def _elementwise_ast(n: int, reduce: int = 0) -> UOp:

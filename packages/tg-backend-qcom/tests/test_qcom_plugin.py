@@ -112,21 +112,33 @@ def test_device_listing_reports_the_stand_in(qcom_device) -> None:  # type: igno
     out = subprocess.run([sys.executable, "-m", "tinygrad.device"], capture_output=True, text=True, check=True,
                          env=_env_without("DEV", "QCOM_PLATFORM")).stdout
     row = next(line for line in out.splitlines() if line.startswith("QCOM "))
+    software = tg_backend_qcom._software()
     if qcom_device.stand_in:
-        assert row.endswith("available (stand-in: running on PoCL, not Adreno)"), out
+        # the PoCL stand-in runs on the host CPU: a software device, which ranks after CPU
+        assert row.endswith(f"available (stand-in: running on PoCL, not Adreno; software device: ranked after CPU; "
+                            f"{software})"), out
     else:
-        assert row.endswith("available"), out
+        assert row.endswith("available" if software is None else
+                            f"available (software device: ranked after CPU; {software})"), out
 
 
-def test_cl_stays_the_default_when_both_are_usable(qcom_device) -> None:  # type: ignore[no-untyped-def]
+def test_the_pocl_stand_in_is_software(qcom_device) -> None:  # type: ignore[no-untyped-def]
+    if not qcom_device.stand_in or "pocl" not in tg_backend_qcom._note().lower():
+        pytest.skip("QCOM runs on a platform other than the PoCL stand-in here")
+    assert tg_backend_qcom._software.__wrapped__().startswith("PoCL, OpenCL on the host CPU: ")
+
+
+def test_cl_ranks_ahead_of_qcom_when_both_are_usable(qcom_device) -> None:  # type: ignore[no-untyped-def]
     from tinygrad.device import Device
 
     if "CL" not in Device.backends or Device.availability("CL") is not None:
         pytest.skip("CL is not usable here")
-    code = "from tinygrad import Device; print(Device.DEFAULT)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env=_env_without("DEV")).stdout.strip()
-    assert out == "CL"
+    if (Device.software("CL") is None) != (Device.software("QCOM") is None):
+        pytest.skip("one of CL and QCOM is a software device and the other is not: software ranks after hardware")
+    code = "from tinygrad import Device; print(*Device.ranking())"
+    ranking = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                             env=_env_without("DEV")).stdout.split()
+    assert ranking.index("CL") < ranking.index("QCOM"), ranking
 
 
 def test_device_number_out_of_range_lists_the_devices(qcom_device) -> None:  # type: ignore[no-untyped-def]

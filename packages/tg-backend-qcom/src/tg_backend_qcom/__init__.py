@@ -15,7 +15,7 @@ from tinygrad.device import BackendInfo, hookimpl
 __version__ = "0.1.0"
 #: the device contract this backend implements; core refuses it if its major version differs
 DEVICE_CONTRACT = "1.0"
-#: after CL (100): with both usable, DEV=CL stays the default; before CPU (1000)
+#: after CL (100): with both usable, CL ranks first; before CPU (1000) on hardware (a CPU device ranks after it)
 PRIORITY = 110
 
 
@@ -62,10 +62,22 @@ def _note() -> str | None:
     return None if reason is not None else choice.note
 
 
+@functools.cache
+def _software() -> str | None:
+    choice, reason = _choice()
+    if reason is not None:
+        return None
+    from tg_backend_opencl import software_device
+
+    # QCOM (QCOM:0) opens the chosen platform's first device; on the PoCL stand-in that is the host CPU
+    return software_device(choice.platform.get_devices()[0])
+
+
 @hookimpl
 def tinygrad_backends() -> list[BackendInfo]:
     info = BackendInfo(name="QCOM", contract_version=DEVICE_CONTRACT, open=_open, check=_check, priority=PRIORITY,
                        description="Qualcomm Adreno OpenCL: image-texture reads of weights, native half")
     # set after construction: a tg-core without the `note` field simply ignores it instead of refusing the plugin
     info.note = _note
+    info.software = _software  # a CPU device (the PoCL stand-in) ranks after CPU
     return [info]

@@ -13,6 +13,7 @@ from tinygrad.codegen.compiled import Compiled, CompileError, Compiler
 from tinygrad.device import Allocator
 
 from tg_backend_webgpu.renderer import DEFAULT_WORKGROUP_SIZE, WGSLRenderer
+from tg_backend_webgpu.stderr import hold_stderr
 
 #: limits a compute kernel can run into; the device asks for the adapter's values, not WebGPU's defaults
 #: (8 storage buffers per stage, for one, is too few for a fused kernel)
@@ -24,8 +25,10 @@ STORAGE_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.Buff
 
 
 def request_adapter() -> Any:
-    """The adapter wgpu picks (high-performance preference), or None when there is none."""
-    return wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+    """The adapter wgpu picks (high-performance preference), or None when there is none. What the graphics stack
+    writes to stderr while wgpu looks is shown only when no adapter is found (see `tg_backend_webgpu.stderr`)."""
+    return hold_stderr(lambda: wgpu.gpu.request_adapter_sync(power_preference="high-performance"),
+                       failed=lambda adapter: adapter is None)
 
 
 #: llvmpipe (lavapipe) counts the loop iterations of each invocation, all loops together, and ends the
@@ -144,6 +147,10 @@ class WebGPUProgram:
         if (hit := self._pipelines.get(key)) is not None:
             return hit
         dev = self.device.device
+        if n_bufs > self.device.max_storage_buffers:  # wgpu's own refusal names neither the kernel nor a way out
+            raise RuntimeError(f"kernel {self.name} binds {n_bufs} buffers, but {self.device.adapter_name} allows "
+                               f"{self.device.max_storage_buffers} per kernel (maxStorageBuffersPerShaderStage); "
+                               f"realize some of its inputs or outputs separately, or use another device")
         entries = [{"binding": i, "visibility": wgpu.ShaderStage.COMPUTE,
                     "buffer": {"type": wgpu.BufferBindingType.storage}} for i in range(n_bufs)]
         if n_vals:
@@ -242,6 +249,8 @@ class WebGPUDevice(Compiled):
         self.max_workgroup_invocations = min(int(lim["max-compute-invocations-per-workgroup"]),
                                              int(lim["max-compute-workgroup-size-x"]))
         self.workgroup_storage = int(lim["max-compute-workgroup-storage-size"])
+        #: storage buffers one kernel may bind (wgpu's OpenGL backend allows fewer than its Vulkan one)
+        self.max_storage_buffers = int(lim["max-storage-buffers-per-shader-stage"])
         self.timer = TimestampTimer(self.device) if "timestamp-query" in features else None
         self._sync_buffer = self.device.create_buffer(size=4, usage=STORAGE_USAGE)
         self.wgsl_compiler = WGSLCompiler(self.device, self.adapter_name)

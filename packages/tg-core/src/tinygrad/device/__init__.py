@@ -38,6 +38,9 @@ CONTRACT_VERSION = "1.0"
 ENTRY_POINT_GROUP = "tinygrad.backends"
 #: Set to 1 to skip entry-point discovery (register backends by hand with `Device.register`).
 NO_AUTOLOAD_ENV = "TINYGRAD_NO_PLUGIN_AUTOLOAD"
+#: the CPU backend's priority: hardware backends take less, backends meant only for explicit use (an oracle) more.
+#: A software device on the host CPU ranks right after the registered CPU backend, or after this without one
+CPU_PRIORITY = 1000
 
 hookspec = pluggy.HookspecMarker("tinygrad")
 hookimpl = pluggy.HookimplMarker("tinygrad")
@@ -57,11 +60,18 @@ class BackendInfo:
     contract_version: str  # the device contract the backend implements, "MAJOR.MINOR"
     open: Callable[[int], DeviceRuntime]  # open device number N; heavy imports happen here
     check: Callable[[], str | None] = lambda: None  # None when usable, else why not
-    priority: int = 100  # lower wins when choosing Device.DEFAULT; CPU uses 1000 so it comes last
+    #: lower wins when choosing Device.DEFAULT; CPU uses CPU_PRIORITY (1000) so it comes last among hardware
+    priority: int = 100
     description: str = ""
     #: an optional remark `python -m tinygrad.device` shows next to "available" (for example that the backend
     #: runs on a stand-in for its real hardware); None for none
     note: Callable[[], str | None] = lambda: None
+    #: None when the device is hardware of its own (a GPU, an accelerator, or the native CPU backend itself); else
+    #: what runs it in software on the host CPU, in a few words ("PoCL, OpenCL on the host CPU"). Such a device ranks
+    #: after the CPU backend when Device.DEFAULT is chosen (and after every hardware backend): it computes on the same
+    #: cores as the CPU backend, through a layer built for other hardware. `DEV=` still picks it. Called only for an
+    #: available backend and only when the ranking reaches it, so it may open the driver as `check` does (cache it)
+    software: Callable[[], str | None] = lambda: None
     package: str = ""  # the distribution that provided it (filled in by discovery)
     version: str = ""
 
@@ -453,6 +463,34 @@ class _DeviceRegistry:
         self._discover()
         return list(self._state.broken)
 
+    def software(self, name: str) -> str | None:
+        """What a backend runs on when it is software on the host CPU (its `BackendInfo.software`), else None. A probe
+        that fails counts as hardware: the ranking then keeps the backend's priority, as before probes existed."""
+        info = self.backends.get(name.upper())
+        if info is None:
+            return None
+        try:
+            return info.software()
+        except Exception:  # `python -m tinygrad.device` shows the failure; choosing a device must not raise for it
+            return None
+
+    def ranking(self) -> list[str]:
+        """The usable backends in the order Device.DEFAULT chooses from (without DEV): by priority, except that a
+        device running in software on the host CPU ranks right after the CPU backend (as if its priority were the
+        CPU backend's, and behind it), ahead only of backends meant for explicit use (priority past the CPU's)."""
+        usable = [name for name in self._by_priority() if self.availability(name) is None]
+        return sorted(usable, key=lambda name: self._rank(name, self.software(name) is not None))
+
+    def _by_priority(self) -> list[str]:
+        return [name for name, _ in sorted(self.backends.items(), key=lambda kv: (kv[1].priority, kv[0]))]
+
+    def _rank(self, name: str, software: bool) -> tuple[int, bool, int, str]:
+        priority = self._state.backends[name].priority
+        if not software:
+            return priority, False, priority, name
+        cpu = self._state.backends.get("CPU")
+        return max(priority, cpu.priority if cpu is not None else CPU_PRIORITY), True, priority, name
+
     def availability(self, name: str) -> str | None:
         """None if the backend can be used, else the reason it cannot."""
         info = self.backends.get(name.upper())
@@ -515,10 +553,21 @@ class _DeviceRegistry:
                 raise RuntimeError(f"DEV={requested} asks for an unavailable device: {reason}")
             self._default = key
             return key
-        for name, _ in sorted(self.backends.items(), key=lambda kv: (kv[1].priority, kv[0])):
-            if self.availability(name) is None:
-                self._default = name
-                return name
+        # the first of `ranking()`, probing `software` only up to the first usable hardware backend: no backend after
+        # that one ranks before it, and no software device after the first one met ranks before that one
+        chosen: str | None = None
+        for name in self._by_priority():
+            if self.availability(name) is not None:
+                continue
+            if self.software(name) is not None:
+                chosen = chosen or name
+                continue
+            if chosen is None or self._rank(name, False) < self._rank(chosen, True):
+                chosen = name
+            break
+        if chosen is not None:
+            self._default = chosen
+            return chosen
         raise RuntimeError("no usable tinygrad backend was found; install one, for example `pip install tg-backend-cpu`"
                            f" (broken plugins: {[b.reason for b in self.broken] or 'none'})")
 
