@@ -235,6 +235,8 @@ GlobalCounters = _GlobalCounters()
 DEBUG = ContextVar("DEBUG", 0)
 NOOPT = ContextVar("NOOPT", 0)
 DISABLE_COMPILER_CACHE = ContextVar("DISABLE_COMPILER_CACHE", 0)
+#: tinygrad's switch for every on-disk cache: 0 neither reads nor writes one (compiled kernels, BEAM choices)
+CACHELEVEL = ContextVar("CACHELEVEL", 2)
 #: JIT=0: TinyJit functions run eagerly on every call (nothing is captured or replayed)
 JIT = ContextVar("JIT", 1)
 #: BEAM=n: pick each kernel's optimisations by a beam search of width n, timing them on the device
@@ -425,6 +427,8 @@ def disk_cache_get(table: str, key: str, suffix: str = ".bin") -> bytes | None:
     """The value stored under `key` in `table`, or None (a miss) when there is none or the entry cannot be trusted:
     not a regular file, too large, truncated, corrupt, or written for another key. DEBUG>=1 reports a skipped
     entry once."""
+    if CACHELEVEL.value <= 0:
+        return None
     path = disk_cache_path(table, key, suffix)
     try:
         record = _read_regular_file(path, DISK_CACHE_MAX_VALUE_BYTES + _DISK_CACHE_HEADER_BYTES)
@@ -442,7 +446,7 @@ def disk_cache_get(table: str, key: str, suffix: str = ".bin") -> bytes | None:
 def disk_cache_put(table: str, key: str, value: bytes, suffix: str = ".bin") -> bool:
     """Store `value` under `key` in `table` atomically. Returns whether it was stored; a failure warns once. A value
     over DISK_CACHE_MAX_VALUE_BYTES is not stored (no read would serve it)."""
-    if len(value) > DISK_CACHE_MAX_VALUE_BYTES:
+    if len(value) > DISK_CACHE_MAX_VALUE_BYTES or CACHELEVEL.value <= 0:
         return False
     path = disk_cache_path(table, key, suffix)
     binding, length = _disk_cache_binding(table, key), str(len(value)).encode()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import pathlib
 import struct
 import weakref
 from collections.abc import Sequence
@@ -18,6 +19,7 @@ from typing import cast as cast  # tinygrad's model files import typing.cast fro
 import numpy as np
 
 from tinygrad.device import Buffer, Device
+from tinygrad.device.disk import is_disk
 from tinygrad.dtype import (
     DType,
     DTypeLike,
@@ -31,7 +33,7 @@ from tinygrad.dtype import (
     to_numpy,
 )
 from tinygrad.dtype import _to_np_dtype as _to_np_dtype  # tinygrad's tests import it from here
-from tinygrad.engine import dispatch
+from tinygrad.engine import disk_views, dispatch
 from tinygrad.engine.jit_state import check_host_read, check_not_overwritten, note_assign
 from tinygrad.engine.realize import run_schedule
 from tinygrad.engine.schedule import (
@@ -264,6 +266,13 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
             self.uop = UOp.const(d, data)
         elif isinstance(data, bytes):
             self.uop = self._upload(np.frombuffer(data, dtype=np.uint8), want or dtypes.uint8)
+        elif isinstance(data, pathlib.Path):  # the file's bytes as a uint8 tensor on DISK, read only when used
+            size = data.stat().st_size
+            on_disk = Tensor(buffer_view(Buffer(Device.canonicalize(f"DISK:{data}"), size, dtypes.uint8), (size,)),
+                             device=f"DISK:{data}")
+            on_disk = on_disk if want is None or want == dtypes.uint8 else on_disk.bitcast(want)
+            self.uop = on_disk.uop if device is None else on_disk.to(self.device).uop
+            self.device = on_disk.device if device is None else self.device
         elif isinstance(data, (list, tuple, np.ndarray, np.generic)):
             if isinstance(data, (list, tuple)):
                 arr, list_dtype = _list_to_numpy(data, want)
@@ -524,6 +533,9 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
                     self.uop = view
                 return self
         tensors = (self, *others)
+        for t in tensors:
+            if is_disk(t.device) and t.uop.op is not Ops.COPY:  # a DISK view is a buffer on the same file
+                t.uop = disk_views.realize_view(t.uop)
         written = [b for t in tensors if (b := written_base(t)) is not None and all(b is not u for u in tensors)] \
             if others or self._view is not None else None
         if written:  # `cache[:, i:i+1].assign(x).realize()` writes the cache, as in tinygrad
@@ -570,6 +582,8 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         check_host_read("numpy(), tolist() and item()")
         if isinstance(self.device, tuple):  # gathered onto the first device
             return self.to(self.device[0]).numpy()
+        if is_disk(self.device):  # read through the host
+            return self.to("CPU").numpy()
         shape = self.uop.shape
         if not all(type(s) is int for s in shape):
             shape = tuple(resolve_size(s) for s in shape)  # symbolic dims take their bound values
@@ -674,6 +688,14 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         dev = Device.canonicalize(device)
         if dev == self.device:
             return self
+        if is_disk(dev):  # a write to a file happens now, from the value computed where it lives
+            value = self.to("CPU") if is_disk(self.device) else self
+            return Tensor(UOp(Ops.COPY, self.dtype, (buffer_view(value.contiguous()._buffer(), self.shape),), dev),
+                          device=dev).realize()
+        if is_disk(self.device):  # only the bytes the view covers are read
+            out = Tensor(disk_views.copy_out(self.uop, dev), device=dev)
+            out._requires_grad = self._requires_grad
+            return out
         out = Tensor(UOp(Ops.COPY, self.dtype, (self.uop,), dev), device=dev)
         out._requires_grad = self._requires_grad
         return out
@@ -697,6 +719,8 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
             >>> c.tolist()
             [[0.0, 5.0], [0.0, 6.0]]
         """
+        if is_disk(self.device):
+            return self._write_to_disk(x)
         if isinstance(x, Tensor):
             other = x
         elif isinstance(x, (np.ndarray, list, tuple)):  # host data, as tinygrad takes it (`w.assign(arr)`)
@@ -719,6 +743,21 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         # that replays write the new value back into it.
         note_assign(self)
         self.uop = other.uop
+        return self
+
+    def _write_to_disk(self, x: Tensor | Scalar) -> Tensor:
+        """assign() into a DISK tensor: the value is computed (on its own device, or the CPU for host data) and
+        its bytes are written into the file now."""
+        value = x if isinstance(x, Tensor) else Tensor.full(self.shape, x, dtype=self.dtype, device="CPU") \
+            if isinstance(x, (bool, int, float)) else Tensor(x, dtype=self.dtype, device="CPU")
+        if value.shape != self.shape:
+            value = value.reshape((1,) * (self.ndim - value.ndim) + value.shape).expand(self.shape) \
+                if value.ndim <= self.ndim else value.reshape(self.shape)
+        if value.dtype != self.dtype:
+            raise TypeError(f"assign of {value.dtype} to a tensor of {self.dtype}; cast it first")
+        if isinstance(value.device, tuple) or is_disk(value.device):
+            value = value.to("CPU")
+        disk_views.write(self.uop, value.contiguous()._buffer())
         return self
 
     # ---- elementwise helpers ----
@@ -828,6 +867,8 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         """
         d = to_dtype(dtype)
         if d.itemsize != self.dtype.itemsize:
+            if is_disk(self.device):  # the file's bytes seen as another dtype: a view, as a same-size bitcast is
+                return Tensor(disk_views.bitcast_view(self.uop, d), device=self.device)
             return self._bitcast_resized(d)
         return Tensor(self.uop.bitcast(d), device=self.device)
 

@@ -507,6 +507,10 @@ class _DeviceRegistry:
             return self.DEFAULT
         name, _, num = device.partition(":")
         name = name.upper()
+        if name == "DISK":  # core's own device for files: what follows ':' is a path (tinygrad/device/disk.py)
+            if not num:
+                raise UnknownDeviceError(f"device {device!r} names no file: write disk:/path/to/file")
+            return f"DISK:{num}"
         if num and not num.isdigit():
             raise UnknownDeviceError(f"device {device!r}: the part after ':' must be a device number, like {name}:1")
         self._discover()
@@ -526,6 +530,10 @@ class _DeviceRegistry:
         key = self.canonicalize(device)
         if (dev := self._state.opened.get(key)) is not None:
             return dev
+        if key.startswith("DISK:"):
+            from tinygrad.device.disk import DiskDevice
+            disk = self._state.opened[key] = DiskDevice(key)
+            return disk
         name, _, num = key.partition(":")
         info = self._state.backends[name]
         reason = self.availability(name)

@@ -52,14 +52,6 @@ class CreationMixin(TensorBase):
             devs = canonical_devices(device)
             return cls(multi_node([cls.empty(*shape, device=d, dtype=dtype).uop for d in devs], None), device=devs,
                        **kwargs)
-        if isinstance(device, str) and device[:5].upper() == "DISK:" and all(isinstance(s, int) for s in sh):
-            # tinygrad's `device="disk:PATH"`: a tensor over the file's first bytes. There is no disk device here,
-            # so the bytes are read into a host tensor; the `.to(device)` such programs do next is then a copy
-            raw = np.fromfile(device[5:], dtype=np.uint8, count=prod(sh) * d.itemsize)
-            if raw.size != prod(sh) * d.itemsize:
-                raise ValueError(f"{device[5:]} holds {raw.size} bytes, less than a {d} tensor of shape {sh} needs")
-            t = cls(raw, dtype=dtypes.uint8, **kwargs)
-            return (t if d == dtypes.uint8 else t.bitcast(d)).reshape(sh)
         dev = Device.canonicalize(device)
         if all(isinstance(s, int) for s in sh):
             return cls(buffer_view(Buffer(dev, prod(sh), d), sh), device=dev, **kwargs)

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from tinygrad.device.disk import is_disk
 from tinygrad.dtype import dtypes, to_numpy
 from tinygrad.errors import ArgumentError, DTypeError, IndexTypeError, ShapeError
 from tinygrad.helpers import argsort, prod
@@ -61,6 +62,12 @@ class IndexingMixin(TensorBase):
         if self.requires_grad and id(self) in type(self)._grad_tensors:
             raise RuntimeError("a leaf tensor that requires grad cannot be written in place (PyTorch refuses too); "
                                "write into a copy: y = x.clone(); y[...] = v")
+        if is_disk(self.device):  # a file is written through a view of it, never with a kernel
+            if any(isinstance(i, type(self)) for i in (index if isinstance(index, tuple) else (index,))):
+                raise RuntimeError("advanced setitem (an index that is a Tensor) is not supported for DISK tensors: "
+                                   "copy the tensor to a compute device, write there, and write it back")
+            self[index].assign(value)  # type: ignore[arg-type]  # host data too, as assign takes it for DISK
+            return
         view = _View(self, _parse(self, index))
         y = view.apply(self)
         v = _value_tensor(self, value)

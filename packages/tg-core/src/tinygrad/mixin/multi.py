@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from tinygrad.device.disk import is_disk
 from tinygrad.mixin.common import TensorBase
 from tinygrad.multi import canonical_devices, check_even, replicate_node, shard_like_node, shard_node
 from tinygrad.uop.ops import UOp
@@ -25,6 +26,8 @@ def _placed(x: Tensor, uop: UOp, devices: tuple[str, ...]) -> Tensor:
 
 def _on(x: Tensor, devices: tuple[str, ...]) -> UOp:
     """x's graph on `devices`: itself when it is there already, else replicated onto them."""
+    if is_disk(x.device):  # a file's bytes are read once, onto the first device, and go on from there
+        x = x.to(devices[0])
     return x.uop if x.device == devices else replicate_node(x.uop, devices)
 
 
@@ -81,4 +84,4 @@ class MultiDeviceMixin(TensorBase):
     def _to_devices(self: Tensor, devices: Sequence[str]) -> Tensor:
         """`to` a tuple of devices: replicated on each, or self if it is on those devices already (sharded or not)."""
         devs = canonical_devices(devices)
-        return self if self.device == devs else _placed(self, replicate_node(self.uop, devs), devs)
+        return self if self.device == devs else _placed(self, _on(self, devs), devs)
