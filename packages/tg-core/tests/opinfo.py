@@ -186,7 +186,9 @@ def float_of(d: DType) -> DType:
 
 
 def sum_of(d: DType) -> DType:
-    return d if d.is_float else I64
+    """tinygrad's dtype of a sum (PyTorch's is int64 for every integer)."""
+    from tinygrad.dtype import sum_acc_dtype
+    return sum_acc_dtype(d)
 
 
 def cond_first(d: DType) -> tuple[DType, ...]:

@@ -27,6 +27,7 @@ from opinfo import (
     check_forward,
     float_of,
     integral,
+    sum_of,
     table_tests,
     torch_module,
 )
@@ -200,13 +201,13 @@ SOFTMAX_CASES = [
 
 SCAN_CASES = [
     OpCase("cumsum", lambda x: x.cumsum(), lambda x: np.cumsum(x, 0) if x.ndim else x, SCAN, (F32, I32, U8, BOOL, F16),
-           torch_fn=lambda x: x.cumsum(0), atol=1e-4),
+           torch_fn=lambda x: x.cumsum(0), atol=1e-4, out_dtype=sum_of),
     OpCase("cumsum_dim1", lambda x: x.cumsum(dim=1), lambda x: np.cumsum(x, 1), ROWS, (F32, I64),
            torch_fn=lambda x: x.cumsum(1), atol=1e-5),
     OpCase("cumsum_dtype", lambda x: x.cumsum(-1, dtype=dtypes.float64), lambda x: np.cumsum(x, -1), [((3, 4),)],
            (I32,), grad=False, torch_fn=lambda x: x.cumsum(-1, dtype=_torch.float64)),
     OpCase("cumprod", lambda x: x.cumprod(1), lambda x: np.cumprod(x, 1), ROWS, (F32, I32),
-           domain=(-1.6, 1.6), torch_fn=lambda x: x.cumprod(1), rtol=1e-4, atol=1e-5),
+           domain=(-1.6, 1.6), torch_fn=lambda x: x.cumprod(1), rtol=1e-4, atol=1e-5, out_dtype=sum_of),
     OpCase("cumprod_with_zeros", lambda x: x.cumprod(0), lambda x: np.cumprod(x, 0), [((5, 3),), (F(4, 2),)],
            domain=integral(-1, 2), torch_fn=lambda x: x.cumprod(0)),
     OpCase("logcumsumexp", lambda x: x.logcumsumexp(), lambda x: _np_logcumsumexp(x, 0) if x.ndim else x, SCAN,

@@ -428,17 +428,23 @@ def test_true_division_of_ints_is_float() -> None:
     assert out.dtype == dtypes.float32 and out.tolist() == [0.5, 1.0, 1.5]
 
 
-def test_sum_of_ints_accumulates_in_int64() -> None:
-    big = Tensor([2**30, 2**30, 2**30], dtype=dtypes.int32)
-    s = big.sum()
-    assert s.dtype == dtypes.int64 and s.item() == 3 * 2**30
+def test_sum_of_ints_takes_tinygrads_dtype_and_widens_only_where_32_bits_could_overflow() -> None:
+    # tinygrad: bool and signed integers sum to int32, unsigned ones to uint32 (PyTorch: int64 for all)
     u = Tensor(np.full(10, 200, np.uint8)).sum()
-    assert u.dtype == dtypes.int64 and u.item() == 2000
+    assert u.dtype == dtypes.uint32 and u.item() == 2000
     b = Tensor([True, True, False]).sum()
-    assert b.dtype == dtypes.int64 and b.item() == 2
-    assert Tensor([[1, 2], [3, 4]], dtype=dtypes.int8).sum(axis=0).dtype == dtypes.int64
-    assert Tensor([1, 2], dtype=dtypes.int32).sum(dtype=dtypes.int32).dtype == dtypes.int32
-    assert Tensor([2**20, 2**20, 2**20], dtype=dtypes.int32).prod().item() == 2**60
+    assert b.dtype == dtypes.int32 and b.item() == 2
+    assert Tensor([[1, 2], [3, 4]], dtype=dtypes.int8).sum(axis=0).dtype == dtypes.int32
+    assert Tensor([1, 2], dtype=dtypes.int64).sum().dtype == dtypes.int64
+    # a 32-bit input wraps in its own dtype, as tinygrad's; dtype= asks for a wider sum
+    big = Tensor([2**30, 2**30, 2**30], dtype=dtypes.int32)
+    assert big.sum().dtype == dtypes.int32 and big.sum(dtype=dtypes.int64).item() == 3 * 2**30
+    # more booleans (or bytes) than 32 bits can count: the sum is 64-bit, not a wrapped int32 (through an expand)
+    many = Tensor([True]).expand(2**31 + 3)
+    assert many.sum().dtype == dtypes.int64
+    assert Tensor.ones(1, dtype=dtypes.uint8).expand(2**25).sum().dtype == dtypes.uint64
+    assert Tensor([True, False]).cumsum().dtype == dtypes.int32
+    assert Tensor([2**20, 2**20, 2**20], dtype=dtypes.int32).prod(dtype=dtypes.int64).item() == 2**60
 
 
 def test_mean_of_ints_is_float() -> None:

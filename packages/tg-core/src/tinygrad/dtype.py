@@ -291,11 +291,13 @@ def _promote_floats(ds: list[DType]) -> DType:
 
 
 def sum_acc_dtype(d: DType) -> DType:
-    """The dtype `sum` returns, as PyTorch: integers and bool accumulate in int64."""
+    """The dtype `sum` returns, as tinygrad's: bool and signed integers accumulate in int32 (int64 stays int64),
+    unsigned ones in uint32 (uint64 stays uint64), floats in their own dtype (PyTorch takes int64 for all integers;
+    tinygrad's choice keeps sums on devices without 64-bit integers)."""
     if d.is_bool or (d.is_int and not d.is_unsigned):
-        return dtypes.int64
+        return dtypes.int64 if d.itemsize == 8 else dtypes.int32
     if d.is_unsigned:
-        return dtypes.uint64 if d.itemsize == 8 else dtypes.int64
+        return dtypes.uint64 if d.itemsize == 8 else dtypes.uint32
     return d
 
 

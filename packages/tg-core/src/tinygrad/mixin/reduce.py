@@ -38,8 +38,18 @@ SCAN_BLOCK = 64
 def _accumulation_dtype(d: DType) -> DType:
     """The dtype a sum of `d` adds up in: float32 for floats narrower than it (half and bfloat16, whose 11 and 8
     bits of mantissa would drop every term below a 2048th or a 256th of the running sum, and 8-bit floats);
-    `sum_acc_dtype` (int64 for integers) otherwise."""
+    `sum_acc_dtype` (int32 or uint32 for narrower integers, as tinygrad) otherwise."""
     return dtypes.float32 if d.is_float and d.itemsize < 4 else sum_acc_dtype(d)
+
+
+def _integer_sum_dtype(d: DType, count: int) -> DType:
+    """`sum_acc_dtype(d)`, widened to 64 bits where a sum of `count` values narrower than 32 bits could pass the
+    32-bit range: tinygrad's int32 would wrap there (a count of booleans past 2**31), which is this project's
+    choice of dtype and not the input's range, so the sum stays exact (a 32-bit input wraps as its own dtype does)."""
+    acc = sum_acc_dtype(d)
+    if (d.is_int or d.is_bool) and d.itemsize < 4 and count * max(abs(int(d.min)), int(d.max)) > int(acc.max):
+        return dtypes.uint64 if acc.is_unsigned else dtypes.int64
+    return acc
 
 
 def _pick(axis: Axis, dim: Axis) -> Axis:
@@ -85,7 +95,9 @@ class ReduceMixin(TensorBase):
 
     def sum(self: Tensor, axis: Axis = None, keepdim: bool = False, dtype: DTypeLike | None = None,
             dim: Axis = None) -> Tensor:
-        """Sum in `dtype` if given; else integers and bool sum to int64 and floats to their own dtype, where floats
+        """Sum in `dtype` if given; else bool and integers sum to int32 (unsigned: uint32; 64-bit ones in their own
+        dtype, and narrower ones in 64 bits where so many are added that 32 bits could overflow), as in tinygrad, and
+        floats to their own dtype, where floats
         narrower than float32 (half, bfloat16) are added up in float32 and rounded once at the end, as in PyTorch.
         `axis` (or PyTorch's `dim`) is an int, a tuple of ints, or None for all; `keepdim` keeps reduced dimensions
         as size 1.
@@ -95,19 +107,29 @@ class ReduceMixin(TensorBase):
             >>> t.sum().item(), t.sum(0).tolist(), t.sum(axis=1, keepdim=True).tolist()
             (10, [4, 6], [[3], [7]])
             >>> t.sum().dtype
-            dtypes.int64
+            dtypes.int32
         """
         if dtype is not None:
             return self.cast(to_dtype(dtype))._reduce(Ops.ADD, _pick(axis, dim), keepdim)
-        return self._accumulated_sum(_pick(axis, dim), keepdim).cast(sum_acc_dtype(self.dtype))
+        s = self._accumulated_sum(_pick(axis, dim), keepdim)
+        return s if s.dtype.is_int else s.cast(sum_acc_dtype(self.dtype))
 
     def _accumulated_sum(self: Tensor, axis: Axis, keepdim: bool) -> Tensor:
-        """The sum in the dtype it accumulates in (`_accumulation_dtype`), before any rounding to the result's."""
-        return self.cast(_accumulation_dtype(self.dtype))._reduce(Ops.ADD, axis, keepdim)
+        """The sum in the dtype it accumulates in (`_accumulation_dtype`, `_integer_sum_dtype` for integers), before
+        any rounding to the result's."""
+        acc = _accumulation_dtype(self.dtype)
+        if acc.is_int:
+            acc = _integer_sum_dtype(self.dtype, self._reduced_count(axis))
+        return self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
+
+    def _reduced_count(self: Tensor, axis: Axis) -> int:
+        """How many elements each output of a reduction over `axis` adds up (a symbolic size at its largest)."""
+        sizes = (self.shape[a] for a in self._reduce_axes(axis))
+        return math.prod(s if isinstance(s, int) else int(s.vmax) for s in sizes)
 
     def prod(self: Tensor, axis: Axis = None, keepdim: bool = False, dtype: DTypeLike | None = None,
              dim: Axis = None) -> Tensor:
-        """The product over `axis` (all by default); integers and bool multiply in int64, as `sum`; `dtype`
+        """The product over `axis` (all by default); integers and bool multiply in `sum`'s dtype; `dtype`
         overrides.
 
         Examples:
@@ -359,11 +381,13 @@ class ReduceMixin(TensorBase):
             >>> Tensor([[1, 2], [3, 4]]).cumsum(axis=1).tolist()
             [[1, 3], [3, 7]]
         """
-        acc = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
-        return self.cast(acc)._scan_along(_pick(axis, dim), _sum_window, type(self).add, 0)  # type: ignore[arg-type]
+        ax = _pick(axis, dim)
+        acc = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype) if self.dtype.is_float else \
+            _integer_sum_dtype(self.dtype, self._reduced_count(ax))
+        return self.cast(acc)._scan_along(ax, _sum_window, type(self).add, 0)  # type: ignore[arg-type]
 
     def cumprod(self: Tensor, axis: int = 0, dtype: DTypeLike | None = None, *, dim: int | None = None) -> Tensor:
-        """Running products along `axis` (0 by default); integers multiply in int64.
+        """Running products along `axis` (0 by default); integers multiply in `sum`'s dtype.
 
         Examples:
             >>> Tensor([1, 2, 3, 4]).cumprod().tolist()
