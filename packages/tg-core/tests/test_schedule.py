@@ -113,6 +113,60 @@ def test_contiguous_is_a_boundary() -> None:
     np.testing.assert_allclose(((a + 1).contiguous() * 2).numpy(), (na + 1) * 2, rtol=1e-6)
 
 
+def test_outputs_read_by_one_elementwise_kernel_are_stored_by_it() -> None:
+    # an optimizer's step: the new moments are outputs, and the new weight reads them at its own index. One kernel
+    # stores all three (after the gradient's reduction), and a requested output read elsewhere keeps its own kernel
+    (a, na), (m, nm), (v, nv), (w, nw) = (rand(6, 4, seed=1), rand(2, 2, seed=2), rand(2, 2, seed=3),
+                                          rand(2, 2, seed=4))
+    g = a.sum(axis=0).reshape(2, 2)
+    m2, v2 = m * 0.9 + g * 0.1, v * 0.99 + (g * g) * 0.01
+    w2 = w - 0.1 * m2 / ((v2 + 1e-8).sqrt() + 1e-3)
+    # read through a permute (another index), by two kernels, or as a broadcast: each keeps its own kernel
+    assert kernels(m2, m2.T + 1) == 2
+    assert kernels(m2, m2 + 1, m2 * 2) == 3
+    assert kernels(m2, m2.sum() * m2) == 3  # read by the sum's kernel too
+    assert kernels(m2, m2.reshape(1, 4).expand(3, 4) * 2) == 2  # read once per row of the broadcast
+    schedule = w2.schedule(m2, v2)
+    assert [si.outs for si in schedule] == [1, 3]
+    assert len(schedule[1].ast.src) == 3 and schedule[1].bufs[1] is not schedule[1].bufs[2]
+    Tensor.realize(w2, m2, v2)
+    ng = na.sum(axis=0).reshape(2, 2)
+    nm2, nv2 = nm * 0.9 + ng * 0.1, nv * 0.99 + ng * ng * 0.01
+    np.testing.assert_allclose(m2.numpy(), nm2, rtol=1e-5)
+    np.testing.assert_allclose(v2.numpy(), nv2, rtol=1e-5)
+    np.testing.assert_allclose(w2.numpy(), nw - 0.1 * nm2 / (np.sqrt(nv2 + 1e-8) + 1e-3), rtol=1e-5)
+    # chains end in the last reader: three outputs, one kernel
+    x, nx = rand(3, 4, seed=5)
+    x1 = x + 1
+    x2 = x1 * 2
+    x3 = x2.exp()
+    assert kernels(x1, x2, x3) == 1
+    Tensor.realize(x1, x2, x3)
+    np.testing.assert_allclose(x1.numpy(), nx + 1, rtol=1e-6)
+    np.testing.assert_allclose(x3.numpy(), np.exp((nx + 1) * 2), rtol=1e-5)
+
+
+def test_a_kernel_storing_several_outputs_replays_in_a_jit() -> None:
+    from tinygrad import TinyJit
+
+    (m, nm), (w, nw) = rand(4, seed=1), rand(4, seed=2)
+    m, w = m.contiguous().realize(), w.contiguous().realize()
+
+    @TinyJit
+    def step(g: Tensor) -> Tensor:
+        m.assign(m * 0.5 + g)
+        w.assign(w - m)
+        return Tensor.realize(m, w)[1]
+
+    for i in range(4):
+        ng = np.full(4, float(i), np.float32)
+        step(Tensor(ng))
+        nm = nm * 0.5 + ng
+        nw = nw - nm
+        np.testing.assert_allclose(m.numpy(), nm, rtol=1e-6)
+        np.testing.assert_allclose(w.numpy(), nw, rtol=1e-6)
+
+
 def test_schedule_runs_nothing() -> None:
     a, _ = rand(3, 4)
     out = (a * 3).exp()

@@ -79,6 +79,19 @@ def test_adam(kw, tkw):
     compare(lambda p: optim.Adam(p, **kw), lambda p: torch.optim.Adam(p, **tkw))
 
 
+def test_adam_updates_each_parameter_in_one_kernel():
+    # the new moments and the new weight of a parameter are stored by one kernel (the scheduler's further outputs);
+    # the step count, b2**t and b1**t (read by every parameter's kernel) are one kernel each
+    params = [Tensor(np.ones(s, np.float32), requires_grad=True) for s in [(8, 4), (8,), (3, 8)]]
+    opt = optim.Adam(params, lr=0.01)
+    for p in params:
+        p.grad = Tensor(np.full(p.shape, 0.5, np.float32)).realize()
+    with Context(TRAINING=1):
+        schedule = Tensor.schedule(*opt.schedule_step())
+    assert sum(1 for si in schedule if not si.is_copy) == len(params) + 3
+    assert sorted(si.outs for si in schedule) == [1, 1, 1, 3, 3, 3]
+
+
 @pytest.mark.parametrize("wd", [0.01, 0.3])
 def test_adamw(wd):
     compare(lambda p: optim.AdamW(p, lr=0.02, weight_decay=wd), lambda p: torch.optim.AdamW(p, lr=0.02,

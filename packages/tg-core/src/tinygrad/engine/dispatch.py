@@ -156,7 +156,7 @@ def learn(key: tuple, bufs: list[Buffer], items: list[ScheduleItem], shape: tupl
     if len(items) != 1:
         return
     si = items[0]
-    if si.is_copy or si.var_vals or si.bufs[0].base is not None:
+    if si.is_copy or si.var_vals or si.outs != 1 or si.bufs[0].base is not None:
         return
     inputs = []
     for b in si.bufs[1:]:

@@ -136,11 +136,11 @@ class Capture:
         for si, runner in records:
             slots = [(pos, slot_of[id(b.storage)]) for pos, b in enumerate(si.bufs) if id(b.storage) in slot_of]
             self.recorded.append(Recorded(si, runner, slots, bool(si.var_vals)))
-            for b in si.bufs[1:]:
+            for b in si.bufs[si.outs:]:
                 if id(b.storage) not in slot_of and id(b.storage) not in self.written:
                     read.setdefault(id(b.storage), b.storage)
-            if all(pos != 0 for pos, _ in slots):
-                self.written.add(id(si.bufs[0].storage))
+            given = {pos for pos, _ in slots}
+            self.written.update(id(b.storage) for pos, b in enumerate(si.bufs[:si.outs]) if pos not in given)
         self.var_vals = dict(var_vals)
         state_memory = {id(b.storage) for held in self.state for b in held.buffers}
         if prune:
@@ -173,22 +173,25 @@ class Capture:
         variable, whose reads are memory that no kept launch writes, and whose output memory only they write."""
         writers: dict[int, list[int]] = {}
         for i, r in enumerate(self.recorded):
-            writers.setdefault(id(r.item.bufs[0].storage), []).append(i)
+            for b in r.item.bufs[:r.item.outs]:
+                writers.setdefault(id(b.storage), []).append(i)
         fixed: set[int] = set()
         grew = True
         while grew:  # a launch reading only what fixed launches wrote before it is fixed too
             grew = False
             for i, r in enumerate(self.recorded):
-                if i in fixed or r.input_slots or r.takes_vars or id(r.item.bufs[0].storage) in state_memory:
+                outs = [id(b.storage) for b in r.item.bufs[:r.item.outs]]
+                if i in fixed or r.input_slots or r.takes_vars or any(o in state_memory for o in outs):
                     continue
-                if any(w != i for w in writers[id(r.item.bufs[0].storage)]):
+                if any(w != i for o in outs for w in writers[o]):
                     continue
-                if all(all(w in fixed and w < i for w in writers.get(id(b.storage), ())) for b in r.item.bufs[1:]):
+                if all(all(w in fixed and w < i for w in writers.get(id(b.storage), ()))
+                       for b in r.item.bufs[r.item.outs:]):
                     fixed.add(i)
                     grew = True
         self.pruned = [r for i, r in enumerate(self.recorded) if i in fixed]
         self.recorded = [r for i, r in enumerate(self.recorded) if i not in fixed]
-        self.pruned_reads = {id(b.storage) for r in self.pruned for b in r.item.bufs[1:]}
+        self.pruned_reads = {id(b.storage) for r in self.pruned for b in r.item.bufs[r.item.outs:]}
         if DEBUG >= 1 and self.pruned:
             print(f"TinyJit {self.name}: pruned {len(self.pruned)} launches that do not depend on the inputs",
                   file=sys.stderr)
@@ -213,9 +216,10 @@ class Capture:
                                               f".numpy() before freeing")
         targets: dict[int, Buffer] = {}
         for r in self.recorded:
-            storage = r.item.bufs[0].storage
-            if id(storage) in self.written and id(storage) not in kept and storage.is_allocated:
-                targets[id(storage)] = storage
+            for out in r.item.bufs[:r.item.outs]:
+                storage = out.storage
+                if id(storage) in self.written and id(storage) not in kept and storage.is_allocated:
+                    targets[id(storage)] = storage
         freed = sum(b.deallocate() for b in targets.values())
         if targets:
             for r in self.recorded:  # views of the freed memory forget its address too

@@ -11,10 +11,14 @@ Rules (docs/architecture.md, section 2 "The schedule"):
     ops (reshape, permute, pad, shrink, flip) only re-map indices and do not stop fusion;
   * a reduction read along two paths one of which remaps indices, or through a PAD, and a costly elementwise
     op (exp, log, sin, sqrt, reciprocal, division) read through an EXPAND, are realized too: fused, the kernel
-    would compute them again for every index map, padding element or broadcast element.
+    would compute them again for every index map, padding element or broadcast element;
+  * a requested elementwise output read by one kernel only, elementwise too, at that kernel's own output index (an
+    optimizer's new moments, which its new weight reads) is stored by that kernel as a further output instead of
+    having a kernel of its own: one pass over the data, and one kernel fewer to compile and launch.
 
-Each kernel becomes an AST: `SINK(STORE(PARAM(0), value))`, where the value is the fused tensor-level
-subgraph with the kernel's input buffers replaced by `PARAM(i)` leaves. ASTs do not mention buffers,
+Each kernel becomes an AST: `SINK(STORE(PARAM(0), value), ...)`, where the value is the fused tensor-level
+subgraph with the kernel's input buffers replaced by `PARAM(i)` leaves; the further outputs of a kernel that stores
+several are PARAM 1..k, before its inputs. ASTs do not mention buffers,
 so equal kernels over different data share one compiled program.
 """
 
@@ -236,11 +240,13 @@ def _reductions_in_several_kernels(topo: list[UOp], points: set[UOp]) -> set[UOp
 class _KernelBuilder:
     """Turns the subgraph under one realize point into a kernel AST with PARAM leaves."""
 
-    def __init__(self, root: UOp, points: set[UOp]):
+    def __init__(self, root: UOp, points: set[UOp], stored_too: Sequence[UOp] = ()):
         self.root, self.points = root, points
+        #: points this kernel computes and stores itself (PARAM 1..k) instead of reading them
+        self.inline = frozenset(stored_too)
         # what each input PARAM reads: a Buffer named in the graph, or the realize point (a node) that produces it;
         # points get their buffers only once every kernel is built (in-place writes are decided then)
-        self.params: list[Buffer | UOp] = []
+        self.params: list[Buffer | UOp] = list(stored_too)
         self.param_of: dict[tuple[int, sint], UOp] = {}
         self.memo: dict[UOp, UOp] = {}
 
@@ -277,7 +283,7 @@ class _KernelBuilder:
         """What a node becomes when the kernel does not look inside it, else None."""
         if node.op is Ops.BUFFER:
             return self.param(node.arg, node.dtype, node.arg.size)
-        if node is not self.root and node in self.points:
+        if node is not self.root and node in self.points and node not in self.inline:
             return self.param(node, node.dtype, _symbolic_size(node.shape) or _point_size(node)).reshape(node.shape)
         if node.op is Ops.RESHAPE and node.src[0].op is Ops.BUFFER and (size := _symbolic_size(node.shape)) is not None:
             return self.param(node.src[0].arg, node.dtype, size).reshape(node.shape)
@@ -316,6 +322,7 @@ class _Kernel:
     device: str
     var_vals: dict[str, int] = field(default_factory=dict)
     into: Buffer | None = None  # an in-place write's output: a new name for an existing buffer's memory
+    stored_too: list[UOp] = field(default_factory=list)  # points it stores besides `node` (PARAM 1..k)
 
 
 def create_schedule(outputs: list[UOp], devices: list[str]) -> tuple[list[ScheduleItem], dict[UOp, UOp], list[UOp]]:
@@ -351,9 +358,14 @@ def _schedule_graph(given: list[UOp], devices: list[str]) -> tuple[list[Schedule
     sink = UOp(Ops.SINK, src=tuple(outputs))
     points = _find_realize_points(sink, outputs)
     device_of = _assign_devices(sink, outputs, devices)
+    stored_by = _stored_by_their_reader(sink, points, set(outputs), device_of)
+    stored_too: dict[UOp, list[UOp]] = defaultdict(list)
+    for node in sink.toposort():  # sources first: a kernel stores its further outputs in graph order
+        if node in stored_by:
+            stored_too[stored_by[node]].append(node)
     kernels: list[_Kernel] = []
     for node in sink.toposort():
-        if node not in points:
+        if node not in points or node in stored_by:
             continue
         dev = device_of[node]
         if node.op is Ops.COPY:
@@ -363,8 +375,8 @@ def _schedule_graph(given: list[UOp], devices: list[str]) -> tuple[list[Schedule
                                             UOp(Ops.PARAM, node.dtype, (), (1, node.size))), node.arg)
             kernels.append(_Kernel(node, ast, [source], dev))
             continue
-        value = node.src[0] if node.op is Ops.CONTIGUOUS else node
-        builder = _KernelBuilder(node, points)
+        value = _kernel_value(node)
+        builder = _KernelBuilder(node, points, stored_too[node])
         if (region := _in_place_region(node)) is not None:
             written, value, region_arg = region
             into = Buffer(written.device, written.size, written.dtype, base=written)  # a new name for new contents
@@ -372,16 +384,19 @@ def _schedule_graph(given: list[UOp], devices: list[str]) -> tuple[list[Schedule
         else:
             into = None
             out_param = UOp(Ops.PARAM, node.dtype, (), (0, node.size)).reshape(node.shape)
-        body = builder.build(value)
+        stores = [UOp(Ops.STORE, src=(out_param, builder.build(value)))]
+        for i, extra in enumerate(stored_too[node], start=1):
+            extra_param = UOp(Ops.PARAM, extra.dtype, (), (i, extra.size)).reshape(extra.shape)
+            stores.append(UOp(Ops.STORE, src=(extra_param, builder.build(_kernel_value(extra)))))
         # bound variables leave the AST (it keeps the Variable) and travel as launch arguments instead,
         # so one compiled kernel serves every value
-        ast, var_vals = unbind(UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(out_param, body)),)))
+        ast, var_vals = unbind(UOp(Ops.SINK, src=tuple(stores)))
         kernels.append(_Kernel(node, ast, builder.params, dev, {v.arg.name: val for v, val in var_vals.items()},
-                               into))
+                               into, stored_too[node]))
     buffers_of = _place_outputs(kernels)
     items = [ScheduleItem(k.ast, [buffers_of[k.node], *(buffers_of[s] if isinstance(s, UOp) else s
                                                         for s in k.sources)], k.device,
-                          _given_nodes([k.node], stands_for), k.var_vals)
+                          _given_nodes([k.node, *k.stored_too], stands_for), k.var_vals, 1 + len(k.stored_too))
              for k in kernels]
     wanted = set(outputs)
     visible = {node for node in buffers_of if node in wanted or _stands_for_a_tensor(node)}
@@ -407,8 +422,72 @@ def _stands_for_a_tensor(node: UOp) -> bool:
 
 
 def _place_outputs(kernels: list[_Kernel]) -> dict[UOp, Buffer]:
-    return {k.node: k.into if k.into is not None else Buffer(k.device, _point_size(k.node), k.node.dtype)
-            for k in kernels}
+    placed = {k.node: k.into if k.into is not None else Buffer(k.device, _point_size(k.node), k.node.dtype)
+              for k in kernels}
+    placed.update({extra: Buffer(k.device, _point_size(extra), extra.dtype) for k in kernels for extra in k.stored_too})
+    return placed
+
+
+def _kernel_value(point: UOp) -> UOp:
+    """What the kernel of a (non-copy) realize point computes: a CONTIGUOUS stores its source."""
+    return point.src[0] if point.op is Ops.CONTIGUOUS else point
+
+
+#: ops that read each source at their own output index, so a point under only these is read where it is stored
+_SAME_INDEX = GroupOp.ALU | {Ops.CAST, Ops.DETACH}
+
+
+def _stored_by_their_reader(sink: UOp, points: set[UOp], wanted: set[UOp], device_of: dict[UOp, str]) -> dict[UOp, UOp]:
+    """Points that another kernel stores as a further output: point -> the realize point whose kernel stores it.
+
+    A requested output that is elementwise and read by exactly one kernel, elementwise too, only at that kernel's own
+    output index (through elementwise ops from its root, same shape and device) is computed there, where its value is
+    at hand anyway, and stored beside the kernel's own output. An optimizer's new moments, which its new weight reads,
+    are the case: three kernels become one. Only requested outputs: a `contiguous()` in the middle of an expression
+    is a kernel boundary the caller asked for. Reductions stay out (their loops and the optimiser's choices for them
+    are per kernel), and so do in-place writes, copies and symbolic shapes. Chains resolve to the last reader."""
+    readers: dict[UOp, set[UOp]] = defaultdict(set)
+    read_elsewhere: set[UOp] = set()  # points some kernel reads other than at its own output index
+    reduces: set[UOp] = set()  # kernels with a reduction
+    candidates: list[UOp] = []
+    for node in sink.toposort():
+        if node not in points:
+            continue
+        if node.op is Ops.COPY:
+            readers[node.src[0]].add(node)
+            continue
+        value = _kernel_value(node)
+
+        def enter(u: UOp, root: UOp = node) -> Sequence[UOp]:
+            return () if u.op is Ops.BUFFER or (u is not root and u in points) else u.src
+
+        body = post_order((value,), children=enter)
+        off_index: set[UOp] = set()  # nodes some path from the root reaches other than at the output index
+        for u in reversed(body):  # consumers before their sources
+            if u is not node and u in points:
+                readers[u].add(node)
+                if u in off_index:
+                    read_elsewhere.add(u)
+                continue
+            if u.op is Ops.REDUCE_AXIS:
+                reduces.add(node)
+            if u in off_index or u.op not in _SAME_INDEX:
+                off_index.update(u.src)
+        if _in_place_region(node) is None and not isinstance(node.arg, InPlaceWrite) and \
+                all(isinstance(d, int) for d in node.shape):
+            candidates.append(node)
+    stored_by: dict[UOp, UOp] = {}
+    ok = set(candidates) - reduces
+    for q in candidates:
+        if q not in ok or q not in wanted or q in read_elsewhere or len(readers[q]) != 1:
+            continue
+        (p,) = readers[q]
+        if p in ok and p.shape == q.shape and device_of[p] == device_of[q]:
+            stored_by[q] = p
+    for q in stored_by:  # chains: a point stored by a kernel that is itself stored by another's goes there
+        while stored_by[q] in stored_by:
+            stored_by[q] = stored_by[stored_by[q]]
+    return stored_by
 
 
 def _in_place_region(node: UOp) -> tuple[Buffer, UOp, tuple] | None:

@@ -74,7 +74,8 @@ class _NewBuffer:
 class Template:
     slots: tuple[tuple[str, int], ...]  # (device, bytes) of each planner slot
     new: tuple[_NewBuffer, ...]
-    items: tuple[tuple[UOp, tuple[int, ...], str, tuple[int, ...], dict[str, int]], ...]  # refs: k >= 0 new, -1-k input
+    # (ast, buffer refs: k >= 0 new, -1-k input; device, topo positions of its outputs, var_vals, outs)
+    items: tuple[tuple[UOp, tuple[int, ...], str, tuple[int, ...], dict[str, int], int], ...]
     views: tuple[tuple[int, int, tuple], ...]  # (topo position, new buffer, shape) of each realized node remembered
     outputs: tuple[tuple[bool, int], ...]  # per output: (is a new view, topo position or new buffer)
 
@@ -112,7 +113,8 @@ class Template:
                 refs = tuple(ref(b) for b in si.bufs)
             except _NotCached:
                 return None
-            rec_items.append((si.ast, refs, si.device, tuple(position[o] for o in si.outputs), dict(si.var_vals)))
+            rec_items.append((si.ast, refs, si.device, tuple(position[o] for o in si.outputs), dict(si.var_vals),
+                              si.outs))
         rec_views = []
         for node, view in views.items():
             base = view
@@ -144,8 +146,8 @@ class Template:
         # the inputs are in reverse order, so it lands on inputs[k]
         buffer, node = (new + inputs[::-1]).__getitem__, topo.__getitem__
         items = []
-        for ast, refs, dev, outs, var_vals in self.items:
-            items.append(ScheduleItem(ast, list(map(buffer, refs)), dev, list(map(node, outs)), dict(var_vals)))
+        for ast, refs, dev, outs, var_vals, n_out in self.items:
+            items.append(ScheduleItem(ast, list(map(buffer, refs)), dev, list(map(node, outs)), dict(var_vals), n_out))
         views = {}
         for p, j, shape in self.views:
             views[topo[p]] = buffer_view(new[j], shape)

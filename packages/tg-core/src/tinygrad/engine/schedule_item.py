@@ -11,11 +11,12 @@ from tinygrad.uop.ops import Ops, UOp, new_node
 
 @dataclass(eq=False, slots=True)
 class ScheduleItem:
-    ast: UOp  # SINK(STORE(...)) for a kernel, or COPY(PARAM 0, PARAM 1) for a transfer
-    bufs: list[Buffer]  # output first, then inputs in PARAM order
+    ast: UOp  # SINK(STORE(...), ...) for a kernel, or COPY(PARAM 0, PARAM 1) for a transfer
+    bufs: list[Buffer]  # the `outs` outputs first, then inputs, in PARAM order
     device: str
     outputs: list[UOp] = field(default_factory=list)  # the graph node(s) this item realizes
     var_vals: dict[str, int] = field(default_factory=dict)  # values of the symbolic variables the kernel takes
+    outs: int = 1  # how many of `bufs` the item writes: a kernel may store several values (schedule.py)
 
     @property
     def is_copy(self) -> bool:
