@@ -395,3 +395,48 @@ def test_tinygrads_small_helpers_temp_mv_address_and_dtype_tables() -> None:
     # the emulated floats come back from numpy() as float32, and so their numpy type is float32
     assert _to_np_dtype(dtypes.bfloat16) is np.float32
     assert Tensor([1.5], dtype=dtypes.bfloat16).numpy().dtype == _to_np_dtype(dtypes.bfloat16)
+
+
+def test_fetch_checks_sha256_and_downloads_again_on_a_mismatch(server: str, cache: Path) -> None:
+    import hashlib
+
+    body = b"weights" * 1000
+    good = hashlib.sha256(body).hexdigest()
+    _Files.bodies = {"/w.bin": body}
+    path = fetch(f"{server}/w.bin", sha256=good)
+    assert path.read_bytes() == body
+    path.write_bytes(b"corrupted")  # a damaged cache entry is not served: it is downloaded again
+    assert fetch(f"{server}/w.bin", sha256=good.upper()).read_bytes() == body and len(_Files.hits) == 2
+    with pytest.raises(ValueError, match="SHA-256"):
+        fetch(f"{server}/w.bin", sha256="0" * 64, allow_caching=False)
+    assert not path.exists(), "a download that does not match is not kept"
+    local = cache.parent / "mine.bin"
+    local.write_bytes(b"user data")
+    with pytest.raises(ValueError, match="SHA-256"):
+        fetch(str(local), sha256="0" * 64)
+    assert local.read_bytes() == b"user data", "a user's own file is never removed"
+
+
+def test_fetch_extracts_a_tar_archive_once_and_refuses_escaping_members(server: str, cache: Path) -> None:
+    import io
+    import tarfile
+
+    def tar_of(members: dict[str, bytes], compression: str = "") -> bytes:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode=f"w:{compression}") as tar:
+            for name, data in members.items():
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        return buf.getvalue()
+
+    _Files.bodies = {"/a.tar.gz": tar_of({"model/w.bin": b"abc", "vocab.txt": b"hi"}, "gz"),
+                     "/evil.tar": tar_of({"../outside.txt": b"x"})}
+    folder = fetch(f"{server}/a.tar.gz", extract=True)
+    assert folder.is_dir() and folder.name.endswith(".extract")
+    assert (folder / "model" / "w.bin").read_bytes() == b"abc" and (folder / "vocab.txt").read_bytes() == b"hi"
+    assert fetch(f"{server}/a.tar.gz", extract=True) == folder and _Files.hits == ["/a.tar.gz"]
+    with pytest.raises(ValueError, match="refused"):
+        fetch(f"{server}/evil.tar", extract=True)
+    assert not (cache / "downloads" / "outside.txt").exists()
+    assert not [p for p in (cache / "downloads").iterdir() if p.name.startswith(".")], "no staging folder is left"

@@ -25,6 +25,40 @@ def test_tar_extract_slices_each_file(tmp_path) -> None:
         assert {k: bytes(v.numpy()) for k, v in out.items()} == files
 
 
+def test_tar_extract_of_a_path_reads_members_from_the_file_on_disk(tmp_path) -> None:
+    data = bytes(range(256)) * 40
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("w.bin")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    (tmp_path / "x.tar").write_bytes(buf.getvalue())
+    member = nn.state.tar_extract(tmp_path / "x.tar")["w.bin"]
+    assert member.device.startswith("DISK:")  # a slice of the file, read when used
+    assert bytes(member.to("CPU").numpy()) == data
+
+
+def test_zip_extract_stored_and_deflated_members(tmp_path) -> None:
+    import zipfile
+
+    files = {"stored.bin": bytes(range(200)), "dir/deflated.txt": b"tinygrad " * 500}
+    path = tmp_path / "x.zip"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(zipfile.ZipInfo("stored.bin"), files["stored.bin"], compress_type=zipfile.ZIP_STORED)
+        z.writestr("dir/deflated.txt", files["dir/deflated.txt"], compress_type=zipfile.ZIP_DEFLATED)
+        z.writestr("empty/", b"")  # a folder entry is no file
+    for source in (path, Tensor(path.read_bytes())):
+        out = nn.state.zip_extract(source)
+        assert {k: bytes(v.numpy()) for k, v in out.items()} == files
+    bz = tmp_path / "bz.zip"
+    with zipfile.ZipFile(bz, "w") as z:
+        z.writestr("b.txt", b"x" * 100, compress_type=zipfile.ZIP_BZIP2)
+    with pytest.raises(NotImplementedError, match="only stored and deflated"):
+        nn.state.zip_extract(bz)
+    with pytest.raises(TypeError, match="uint8"):
+        nn.state.zip_extract(Tensor([1.0, 2.0]))
+
+
 class _Net:
     def __init__(self) -> None:
         self.bn = nn.BatchNorm(2)

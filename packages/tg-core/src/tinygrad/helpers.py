@@ -772,18 +772,30 @@ def _local_path(url: str) -> pathlib.Path | None:
 
 def fetch(url: str, name: str | pathlib.Path | None = None, subdir: str | None = None, gunzip: bool = False,
           allow_caching: bool = not getenv("DISABLE_HTTP_CACHE"), headers: dict[str, str] | None = None,
-          timeout: float = 10.0) -> pathlib.Path:
+          timeout: float = 10.0, sha256: str | None = None, extract: bool = False) -> pathlib.Path:
     """A local path to the contents of `url`, as tinygrad's `fetch`.
 
     http(s) URLs are downloaded once into `cache_dir()/downloads[/subdir]`, under `name` or a hash of the URL (and of
     `headers`), and later calls return the cached file without touching the network (`allow_caching=False` or
     DISABLE_HTTP_CACHE=1 downloads again). A `name` with a "/" is the full destination path. `gunzip=True`
     stores the decompressed bytes. file:// URLs and plain paths are read where they are (decompressed into the
-    cache with `gunzip`). A failed download raises ConnectionError naming the URL and where to put the file."""
+    cache with `gunzip`). A failed download raises ConnectionError naming the URL and where to put the file.
+
+    `sha256`: the file's expected SHA-256 (hex); a cached file that does not match is downloaded again, and a
+    download (or a local file) that does not match raises ValueError and is not kept. `extract=True`: the file is a
+    tar archive (any compression tarfile reads), unpacked once beside it into `<file>.extract/` (members that
+    would land outside it, links and devices are refused), and that folder is returned."""
+    path = _fetch_file(url, name, subdir, gunzip, allow_caching, headers, timeout, sha256)
+    return _extracted(path) if extract else path
+
+
+def _fetch_file(url: str, name: str | pathlib.Path | None, subdir: str | None, gunzip: bool, allow_caching: bool,
+                headers: dict[str, str] | None, timeout: float, sha256: str | None) -> pathlib.Path:
     if (local := _local_path(url)) is not None:
         if not local.is_file():
             raise FileNotFoundError(f"fetch({url!r}): there is no file {local}")
         if not gunzip:
+            _check_sha256(local, sha256, keep=True)
             return local
     if name is not None and (isinstance(name, pathlib.Path) or "/" in name):
         dest = pathlib.Path(name)
@@ -793,24 +805,71 @@ def fetch(url: str, name: str | pathlib.Path | None = None, subdir: str | None =
         suffix = ("_" + hashlib.sha256(header_key.encode()).hexdigest()[:16] if header_key else "") + \
             (".gunzip" if gunzip else "")
         dest = downloads_dir() / (subdir or "") / f"{key}{suffix}"
-    if dest.is_file() and allow_caching:
+    if dest.is_file() and allow_caching and (sha256 is None or _sha256_of(dest) == sha256.lower()):
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     if local is not None:
         with gzip.open(local, "rb") as src:
-            return _save(src, dest, None, f"{local}")
+            return _check_sha256(_save(src, dest, None, f"{local}"), sha256)
     request = urllib.request.Request(url, headers={"User-Agent": "tinygrad", **(headers or {})})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             length = int(response.headers.get("content-length") or 0) or None
             if gunzip:
                 with gzip.GzipFile(fileobj=response) as src:
-                    return _save(src, dest, None, url)
-            return _save(response, dest, length, url)
+                    return _check_sha256(_save(src, dest, None, url), sha256)
+            return _check_sha256(_save(response, dest, length, url), sha256)
     except OSError as e:  # URLError, HTTPError, timeouts and refused connections are all OSErrors
         reason = getattr(e, "reason", None) or e
         raise ConnectionError(f"fetch could not download {url}: {reason}. Check the URL and the network, or put the "
                               f"file at {dest} (fetch reads it from there)") from e
+
+
+def _sha256_of(path: pathlib.Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _check_sha256(path: pathlib.Path, sha256: str | None, keep: bool = False) -> pathlib.Path:
+    """`path` if its SHA-256 is `sha256` (or none is asked for); else ValueError, and a downloaded file is removed
+    (`keep`: a user's own file is never removed)."""
+    if sha256 is not None and (got := _sha256_of(path)) != sha256.lower():
+        if not keep:
+            path.unlink(missing_ok=True)
+        raise ValueError(f"{path}: SHA-256 {got}, expected {sha256.lower()}" +
+                         ("" if keep else "; the file was removed, fetch downloads it again next time"))
+    return path
+
+
+def _extracted(archive: pathlib.Path) -> pathlib.Path:
+    """The folder `archive` (a tar file) is unpacked into, beside it; unpacked once, into a temporary folder renamed
+    into place, so that a reader never sees half of it."""
+    import shutil
+    import tarfile
+    import tempfile
+
+    target = archive.parent / f"{archive.name}.extract"
+    if target.is_dir():
+        return target
+    staging = pathlib.Path(tempfile.mkdtemp(prefix=f".{archive.name}.", dir=archive.parent))
+    try:
+        with tarfile.open(archive) as tar:
+            tar.extractall(staging, filter="data")  # "data": no absolute paths, no '..', no links outside, no devices
+        try:
+            os.rename(staging, target)
+        except OSError:
+            if not target.is_dir():  # not a concurrent fetch that finished first
+                raise
+    except tarfile.FilterError as e:
+        raise ValueError(f"fetch(extract=True): {archive} has a member that is refused: {e}") from e
+    except tarfile.TarError as e:
+        raise ValueError(f"fetch(extract=True): {archive} is not a tar archive this Python can read ({e})") from e
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
 
 
 def _save(src: Any, dest: pathlib.Path, length: int | None, what: str) -> pathlib.Path:

@@ -14,7 +14,7 @@ A DISK device runs no kernels, so a graph over a DISK buffer is resolved here be
 from __future__ import annotations
 
 from tinygrad.device import Buffer
-from tinygrad.device.disk import is_disk, region
+from tinygrad.device.disk import DiskRegion, is_disk, region
 from tinygrad.dtype import DType
 from tinygrad.engine.realize import copy_between
 from tinygrad.engine.schedule_item import buffer_node, buffer_view
@@ -125,3 +125,12 @@ def write(target: UOp, value: Buffer) -> None:
     if buf.nbytes != value.nbytes:
         raise ValueError(f"cannot write {value.nbytes} bytes into {buf.nbytes} bytes of {buf.device}")
     copy_between(buf, value)
+
+
+def mapped_bytes(root: UOp) -> memoryview | None:
+    """The bytes of a DISK region as a view of the mapping (no read, no copy), or None if `root` is no region."""
+    if (r := _regions(root).get(root)) is None:
+        return None
+    buf = _region_buffer(r).ensure_allocated()
+    mapped: DiskRegion = buf._opaque
+    return mapped.view()
