@@ -40,6 +40,8 @@ NAMES: dict[str, dict[str, str]] = {
         "UPat": "pattern of tinygrad's rewrite engine",
         "graph_rewrite": "tinygrad's rewrite driver",
         "track_rewrites": "tinygrad's rewrite tracing",
+        "deconstruct_function": "pickles the lambdas of tinygrad's rewrite patterns by their code objects; ours "
+                                "pickle no functions (a pickled TinyJit leaves its function out)",
     },
     "tinygrad.engine.jit": {
         "graph_class": "tinygrad's per-device graph-runner classes; our TinyJit replays through the device contract",

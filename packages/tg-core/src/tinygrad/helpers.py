@@ -169,6 +169,13 @@ class ContextVar(Generic[V]):
                              f"takes (its default is {default!r})") from None
         ContextVar.registry[key] = self
 
+    def __reduce__(self) -> tuple:
+        # the value it has now (inside a Context, the Context's); loading neither reads the environment nor replaces
+        # the live knob of that name in the registry. A knob whose value is computed (a property) loads as a plain
+        # ContextVar holding that value
+        kind = ContextVar if isinstance(getattr(type(self), "value", None), property) else type(self)
+        return _context_var_from_pickle, (kind, self.key, self.value)
+
     def __bool__(self) -> bool:
         return bool(self.value)
 
@@ -202,6 +209,14 @@ class ContextVar(Generic[V]):
         if not isinstance(self.value, str):
             raise TypeError(f"{self.key} is not a list knob: its value {self.value!r} is not a string")
         return [getattr(obj, x) if obj is not None else x for x in self.value.split(",") if x]
+
+
+
+def _context_var_from_pickle(kind: type[ContextVar[Any]], key: str, value: Any) -> ContextVar[Any]:
+    """ContextVar.__reduce__'s inverse: a knob named `key` holding `value`, outside the registry."""
+    var: ContextVar[Any] = object.__new__(kind)
+    var.key, var.value = key, value
+    return var
 
 
 class _GlobalCounters:

@@ -381,6 +381,13 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
     def __repr__(self) -> str:
         return f"<Tensor {self.shape} {self.dtype} on {self.device}{' requires_grad' if self.requires_grad else ''}>"
 
+    def __getstate__(self) -> tuple[None, dict[str, Any]]:
+        # pickled: its graph (realized: its buffer, with the bytes), device, gradient and flag. Not the record of the
+        # view it was made as (what assign writes through): that is a weak reference to another tensor, which a
+        # loaded tensor does not have, so a loaded view is a tensor of its own
+        return None, {"uop": self.uop, "device": self.device, "grad": self.grad,
+                      "_requires_grad": self._requires_grad, "_view": None}
+
     # by identity (== is elementwise); object's own hash, in C, as the weak registry hashes every new tensor
     __hash__ = object.__hash__
 

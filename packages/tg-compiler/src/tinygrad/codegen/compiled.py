@@ -100,6 +100,9 @@ class CompiledRunner:
 
     def __init__(self, device: Compiled, spec: ProgramSpec, lib: bytes):
         self.spec, self.lib = spec, lib
+        self.device_name = device.name
+        #: what made `lib`: the compiler's class and its cache key, which changes whenever its output could
+        self.made_by = compiler_identity(device.compiler)
         self.display_name = spec.name
         self.global_size, self.local_size = spec.global_size, spec.local_size
         self.estimated_ops, self.estimated_bytes = spec.estimated_ops, spec.estimated_bytes
@@ -110,6 +113,11 @@ class CompiledRunner:
             print(asm.rstrip("\n") if asm is not None else
                   f"{spec.name}: no assembly: {device.name}'s compiler ({type(device.compiler).__name__}) gives none"
                   + (f" ({reason})" if reason else ""), file=sys.stderr)
+
+    def __reduce__(self) -> tuple:
+        # the compiled program, not the loaded one (a handle into this process): loading hands `lib` to the
+        # device's runtime again, and compiles nothing
+        return _runner_from_pickle, (self.device_name, self.made_by, self.spec, self.lib)
 
     def __call__(self, bufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
         args = [bufs[i].opaque for i in self.spec.param_indices]
@@ -141,6 +149,38 @@ class CompiledRunner:
                                  vals=vals)
 
 
+class ProgramMismatchError(RuntimeError):
+    """A compiled program (from a pickle) that this machine's device cannot be trusted to run."""
+
+
+def compiler_identity(compiler: Compiler) -> tuple[str, str]:
+    kind = type(compiler)
+    return f"{kind.__module__}.{kind.__qualname__}", compiler.cache_key
+
+
+def _runner_from_pickle(device_name: str, made_by: tuple[str, str], spec: ProgramSpec, lib: bytes) -> CompiledRunner:
+    """CompiledRunner.__reduce__'s inverse. The binary runs only where the same compiler with the same key (the
+    key of the compile cache: compiler version, flags, target CPU and its features, driver) would have made it;
+    anything else is refused rather than run, since another CPU's instructions or another driver's binary could
+    crash or compute wrongly."""
+    from tinygrad.device import Device
+
+    try:
+        device = Device[device_name]
+    except Exception as e:
+        raise ProgramMismatchError(f"kernel {spec.name} was compiled for device {device_name}, which cannot be "
+                                   f"opened here ({type(e).__name__}: {e}); load it on a machine with that "
+                                   f"device") from e
+    here = compiler_identity(device.compiler) if isinstance(device, Compiled) else None
+    if here != made_by or not isinstance(device, Compiled):
+        what = f"{here[0]} with key {here[1]!r}" if here is not None else f"no compiler ({type(device).__name__})"
+        raise ProgramMismatchError(f"kernel {spec.name} was compiled for {device_name} by {made_by[0]} with key "
+                                   f"{made_by[1]!r}, and {device_name} here compiles with {what}: the binary "
+                                   f"may not run on this machine (another CPU or CPU features, compiler, flags or "
+                                   f"driver). Capture and pickle it again on this machine")
+    return device.runner_from(spec, lib)
+
+
 class Compiled:
     """A device made of the four pieces of the contract. Backends subclass or instantiate this."""
 
@@ -166,9 +206,14 @@ class Compiled:
         if (hit := self._runners.get(ast)) is not None:
             return hit
         spec = self._program(ast)
-        runner = CompiledRunner(self, spec, self._compile(spec))
+        runner = self.runner_from(spec, self._compile(spec))
         self._runners[ast] = runner
         return runner
+
+    def runner_from(self, spec: ProgramSpec, lib: bytes) -> CompiledRunner:
+        """A runner for `lib`, which this device's compiler made from `spec` (now, or in a process that pickled
+        it)."""
+        return CompiledRunner(self, spec, lib)
 
     def precompile(self, asts: list[UOp]) -> None:
         """Build the runners of kernels about to run, compiling concurrently where the compiler allows it: the
@@ -188,7 +233,7 @@ class Compiled:
                 spec = self._program(ast)
                 pending.append((ast, spec, pool.submit(self._compile, spec)))
             for ast, spec, lib in pending:
-                self._runners.setdefault(ast, CompiledRunner(self, spec, lib.result()))
+                self._runners.setdefault(ast, self.runner_from(spec, lib.result()))
             for build in builds:
                 build.result()
 

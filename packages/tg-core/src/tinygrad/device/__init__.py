@@ -15,6 +15,7 @@ import atexit
 import functools
 import importlib.metadata
 import os
+import pickle
 import sys
 import traceback
 import weakref
@@ -209,6 +210,27 @@ class Buffer:
         buf._allocator = allocator
         _own_memory(buf, allocator, opaque, nbytes)
         return buf
+
+    def __reduce_ex__(self, protocol: Any) -> tuple:
+        # what the buffer is, and its bytes when it holds any (an unallocated buffer has no value to keep). With
+        # protocol 5 the bytes go as a PickleBuffer: a `buffer_callback` then takes them out of band, and memory on
+        # the host is handed over without a copy
+        if self.base is not None:
+            return Buffer, (self.device, self.size, self.dtype, self.base)
+        if self._opaque is None:
+            return Buffer, (self.device, self.size, self.dtype)
+        data: Any = self.host_array() if self.nbytes else None
+        if data is None:
+            data = self.numpy()
+        data = data.view(np.uint8)
+        # the bytes as the state, not in the arguments: pickle keeps every argument tuple (memo) to the end of a
+        # dump or load, and with them each buffer's bytes, while the state is dropped once it is applied
+        return Buffer, (self.device, self.size, self.dtype), pickle.PickleBuffer(data) if protocol >= 5 else \
+            data.tobytes()
+
+    def __setstate__(self, data: Any) -> None:
+        """pickle's: the bytes __reduce_ex__ gave, into memory of this buffer's own, allocated here."""
+        self.ensure_allocated().copyin(memoryview(data).cast("B"))
 
     def __repr__(self) -> str:
         return f"<buf {self.device} {self.dtype.name}[{self.size}]{'' if self.is_allocated else ' unallocated'}>"

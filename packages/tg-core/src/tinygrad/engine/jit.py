@@ -79,7 +79,7 @@ class TinyJit(Generic[R]):
         weights, say) run once at the capture and are left out of replays; they run again if memory they read is
         assigned a new value. `optimize` is tinygrad's switch for batching a replay's launches, which replays
         here always do where the backend can (run_together); it is accepted and changes nothing."""
-        self.fn = fn
+        self.fn: Callable[..., R] | None = fn  # None: loaded from a pickle (jit_pickle)
         self.prune = prune
         self.optimize = optimize
         functools.update_wrapper(self, fn)  # type: ignore[arg-type]
@@ -107,6 +107,13 @@ class TinyJit(Generic[R]):
     def returns_inputs(self) -> bool:
         """Whether a replay returns one of its inputs as an output (the input's own memory, not a copy)."""
         return self._current is not None and returns_inputs(self._current.outputs)
+
+    def __reduce__(self) -> tuple:
+        """pickle: the captures (kernels, the memory they start from, launch order), without the function; see
+        docs/jit.md. Load only files you trust: unpickling runs code."""
+        from tinygrad.engine.jit_pickle import reduce_jit
+
+        return reduce_jit(self)
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         # as a method decorator: bind the instance like a function would
@@ -166,6 +173,13 @@ class TinyJit(Generic[R]):
              key: tuple | None = None) -> R:
         """Run the function: its outputs and the tensors it assigned are realized, and when `capture` is given, the
         launches are recorded into it."""
+        if self.fn is None:
+            captured = "; ".join(f"[{c.signature.describe()}]" for c in self._captures.values()) or "none left"
+            why = "with JIT=0" if not JIT else "with inputs or non-tensor arguments no capture was made for"
+            raise JitError(f"TinyJit function {self._name} was loaded from a pickle, which holds its captured kernels "
+                           f"but not the function, and was called {why}; it replays calls like the captured ones "
+                           f"(inputs {captured}, the same non-tensor arguments). Pickle it again after capturing "
+                           f"this call")
         records: list[tuple[ScheduleItem, Runner | None]] = []
         if capture is not None and (lazy := unrealized_reads(self.fn)):
             Tensor.realize(*lazy)
@@ -194,7 +208,7 @@ class TinyJit(Generic[R]):
 
     @property
     def _name(self) -> str:
-        return getattr(self.fn, "__qualname__", repr(self.fn))
+        return getattr(self.fn if self.fn is not None else self, "__qualname__", repr(self.fn))
 
 
 def _inputs(tensors: list[Tensor], variables: dict[str, int]) -> tuple[list[Buffer], tuple[tuple[int, ...], ...],

@@ -125,6 +125,11 @@ class Capture:
     pruned_reads: set[int] = field(default_factory=set)  # ids of the memory the pruned launches read
     freed: bool = False  # free_intermediates() dropped the memory between launches: the next replay reallocates it
 
+    def __reduce__(self) -> tuple:
+        from tinygrad.engine.jit_pickle import reduce_capture
+
+        return reduce_capture(self)
+
     # ---- capture ----
     def finish(self, fn: Callable[..., Any], records: list[tuple[ScheduleItem, Runner | None]], inputs: list[Buffer],
                var_vals: dict[str, int], out: Any, prune: bool = False) -> Any:

@@ -276,6 +276,14 @@ class UOp(metaclass=UOpMeta):
     def __repr__(self) -> str:
         return self.pretty()
 
+    def __reduce__(self) -> tuple:
+        # the graph as a flat list, sources before users: pickle's own recursion would follow `src` one Python frame
+        # per level and fail on the deep graphs of a training step. Loading makes each node through UOp(...), so a
+        # loaded graph is hash-consed with the live one (equal structure is the same node again)
+        order = list(self.toposort())
+        index = {node: i for i, node in enumerate(order)}
+        return _graph_from_pickle, (tuple((n.op, n.dtype, tuple(index[s] for s in n.src), n.arg) for n in order),)
+
     def pretty(self, depth: int = 0, seen: set[int] | None = None) -> str:
         # an explicit stack of pending nodes and closing text: printing a deep graph must not recurse
         seen = set() if seen is None else seen
@@ -349,6 +357,17 @@ class UOp(metaclass=UOpMeta):
         if u is None or u.op is not Ops.BUFFER:
             raise RuntimeError(f"this {self.op} node has no buffer: realize the tensor first")
         return u.arg
+
+    @property
+    def realized(self) -> Any:
+        """tinygrad's: the Buffer holding this node's value (a BUFFER node's, or a realized node's), else None."""
+        u = self if self.op is Ops.BUFFER else self._realized.base if self._realized is not None else None
+        return u.arg if u is not None and u.op is Ops.BUFFER else None
+
+    @property
+    def is_realized(self) -> bool:
+        """tinygrad's: whether this node's value is in memory (it is a buffer, a view of one, or was realized)."""
+        return self.realized is not None or self.base.realized is not None
 
     # ---- shapes of the tensor graph ----
     @property
@@ -469,6 +488,20 @@ def _fill_sources_first(root: UOp, is_cached: Callable[[UOp], bool], fill: Calla
     """
     for node in post_order((root,), skip=is_cached):
         fill(node)
+
+
+def _graph_from_pickle(nodes: tuple[tuple[Ops, DType, tuple[int, ...], Any], ...]) -> UOp:
+    """UOp.__reduce__'s inverse: the last node of the list, its sources made first."""
+    made: list[UOp] = []
+    for op, dtype, src, arg in nodes:
+        if op is Ops.BUFFER:
+            # a buffer's one graph node is kept on the buffer, not in the hash-consing table (schedule_item)
+            from tinygrad.engine.schedule_item import buffer_node
+
+            made.append(buffer_node(arg))
+        else:
+            made.append(UOp(op, dtype, tuple(made[i] for i in src), arg))
+    return made[-1]
 
 
 def post_order(roots: Iterable[UOp], children: Callable[[UOp], Sequence[UOp]] | None = None,

@@ -1,0 +1,218 @@
+"""A TinyJit and its captures through pickle: what a loaded one needs to replay, and nothing of the function.
+
+What goes in, for each capture: the launches in order (each kernel's AST, its compiled program and launch sizes, the
+buffers it takes, its variables), the shapes, dtypes and devices of the inputs, the key of the non-tensor
+arguments, and the template the outputs are rebuilt from. Memory goes in as a table: the buffers a replay reads
+before it writes them (model weights, state the function assigns, results of launches left out by `prune`) with
+their bytes, out of band under protocol 5 with a `buffer_callback`; inputs, outputs and scratch as their sizes.
+The function itself does not go in: a loaded jit replays calls like the captured ones and refuses any other.
+
+A compiled program loads only where the same compiler with the same cache key would have made it
+(tinygrad.codegen.compiled: ProgramMismatchError); nothing is compiled on load.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tinygrad.device import Buffer
+from tinygrad.engine.jit_args import Arguments
+from tinygrad.engine.jit_io import OutputSlot
+from tinygrad.engine.schedule import ScheduleItem
+
+if TYPE_CHECKING:
+    from tinygrad.dtype import DType
+    from tinygrad.engine.jit import TinyJit
+    from tinygrad.engine.jit_capture import Capture
+
+
+# ---- keys ----
+
+@dataclass(frozen=True, eq=False)
+class Unmatched:
+    """A key value that was compared by identity (an object too large to take apart, a function): no object of a
+    loading process is that one, so a call with it never replays this capture."""
+
+    what: str
+
+    def __repr__(self) -> str:
+        return f"<{self.what} of the pickling process>"
+
+
+def portable_key(key: Any) -> tuple:
+    """The key entries as they can be compared after loading. An entry keyed by identity, or holding a type that
+    cannot be pickled by name (a class defined in a function), becomes Unmatched."""
+    out = []
+    for entry in key:
+        if type(entry) is tuple and entry and entry[0] in ("object", "cycle") and isinstance(entry[-1], int):
+            out.append(Unmatched(f"{getattr(entry[1], '__qualname__', entry[1])} object"))
+            continue
+        try:
+            pickle.dumps(entry)
+        except Exception:  # whatever a value's own pickling raises: this key can only be lost, not wrong
+            out.append(Unmatched(repr(entry)))
+            continue
+        out.append(entry)
+    return tuple(out)
+
+
+# ---- memory ----
+
+#: a buffer in the table: a storage's number, or (number, size, dtype) for a buffer naming the start of its memory
+Ref = int | tuple[int, int, "DType"]
+
+
+class MemoryTable:
+    """The storages a capture's launches take, each once. Those in `carried` go as the Buffer (with its bytes), the
+    rest as (device, size, dtype)."""
+
+    def __init__(self, carried: set[int]):
+        self.carried = carried
+        self.index: dict[int, int] = {}
+        self.entries: list[Buffer | tuple[str, int, DType]] = []
+
+    def ref(self, b: Buffer) -> Ref:
+        storage = b.storage
+        i = self.index.get(id(storage))
+        if i is None:
+            i = self.index[id(storage)] = len(self.entries)
+            self.entries.append(storage if id(storage) in self.carried else
+                                (storage.device, storage.size, storage.dtype))
+        return i if b.base is None else (i, b.size, b.dtype)
+
+
+def loaded_buffers(entries: list[Any]) -> Callable[[Ref], Buffer]:
+    storages = [e if isinstance(e, Buffer) else Buffer(*e) for e in entries]
+    views: dict[tuple, Buffer] = {}
+
+    def buffer(ref: Ref) -> Buffer:
+        if isinstance(ref, int):
+            return storages[ref]
+        view = views.get(ref)
+        if view is None:
+            base = storages[ref[0]]
+            view = views[ref] = Buffer(base.device, ref[1], ref[2], base=base)
+        return view
+
+    return buffer
+
+
+def read_first(cap: Capture) -> set[int]:
+    """Ids of the memory some launch of a replay reads before any launch of it writes there, inputs excepted: the
+    values a loaded capture must start from."""
+    written: set[int] = set()
+    read: set[int] = set()
+    for r in cap.recorded:
+        given = {pos for pos, _ in r.input_slots}
+        bufs, outs = r.item.bufs, r.item.outs
+        read.update(id(b.storage) for pos, b in enumerate(bufs[outs:], outs)
+                    if pos not in given and id(b.storage) not in written)
+        written.update(id(b.storage) for pos, b in enumerate(bufs[:outs]) if pos not in given)
+    return read
+
+
+# ---- outputs ----
+
+@dataclass(frozen=True)
+class _PickledSlot:
+    buffers: tuple[Ref | None, ...]
+    input_indices: tuple[int | None, ...]
+    shape: tuple[Any, ...]
+    dtype: Any
+    device: str | tuple[str, ...]
+    requires_grad: bool | None
+    axis: int | None
+    overwritten: bool
+
+
+def _map_outputs(template: Any, slot: Callable[[Any], Any], kind: type) -> Any:
+    if type(template) is kind:
+        return slot(template)
+    if isinstance(template, (tuple, list)):
+        return type(template)(_map_outputs(o, slot, kind) for o in template)
+    if isinstance(template, dict):
+        return {k: _map_outputs(v, slot, kind) for k, v in template.items()}
+    return template
+
+
+# ---- captures ----
+
+def reduce_capture(cap: Capture) -> tuple:
+    for i, r in enumerate(cap.recorded):
+        if r.runner is not None and getattr(type(r.runner), "__reduce__", None) is object.__reduce__:
+            raise pickle.PicklingError(f"TinyJit function {cap.name}: launch {i} runs a {type(r.runner).__name__} "
+                                       f"on {r.item.device}, which has no pickled form; only compiled kernels "
+                                       f"and copies can be pickled")
+    table = MemoryTable(read_first(cap))
+    launches = [(r.item.ast, [table.ref(b) for b in r.item.bufs], r.item.device, dict(r.item.var_vals), r.item.outs,
+                 r.runner, list(r.input_slots), r.takes_vars) for r in cap.recorded]
+
+    def slot(s: OutputSlot) -> _PickledSlot:
+        return _PickledSlot(tuple(None if b is None else table.ref(b) for b in s.buffers), s.input_indices, s.shape,
+                            s.dtype, s.device, s.requires_grad, s.axis, s.overwritten)
+
+    outputs = _map_outputs(cap.outputs, slot, OutputSlot)
+    key = Arguments(key=list(portable_key(cap.key.key)), where=list(cap.key.where))
+    return _capture_from_pickle, (cap.name, cap.signature, key, len(cap.readers_of), table.entries, launches,
+                                  outputs, dict(cap.var_vals), cap.replay_ops, cap.replay_mem)
+
+
+def _capture_from_pickle(name: str, signature: Any, key: Arguments, inputs: int, entries: list[Any],
+                         launches: list[tuple], outputs: Any, var_vals: dict[str, int], replay_ops: int,
+                         replay_mem: int) -> Capture:
+    from tinygrad.engine.jit_capture import Capture, Recorded, _prepare, _run_together
+
+    buffer = loaded_buffers(entries)
+    cap = Capture(name, signature, key)
+    for ast, refs, device, vals, outs, runner, input_slots, takes_vars in launches:
+        item = ScheduleItem(ast, [buffer(ref) for ref in refs], device, var_vals=vals, outs=outs)
+        cap.recorded.append(Recorded(item, runner, [tuple(s) for s in input_slots], takes_vars))
+    cap.var_vals = var_vals
+    cap.replay_ops, cap.replay_mem = replay_ops, replay_mem
+
+    def slot(s: _PickledSlot) -> OutputSlot:
+        return OutputSlot(tuple(None if ref is None else buffer(ref) for ref in s.buffers), s.input_indices, s.shape,
+                          s.dtype, s.device, s.requires_grad, s.axis, s.overwritten)
+
+    cap.outputs = _map_outputs(outputs, slot, _PickledSlot)
+    cap.readers_of = {i: [] for i in range(inputs)}
+    for i, r in enumerate(cap.recorded):
+        given = {pos for pos, _ in r.input_slots}
+        cap.written.update(id(b.storage) for pos, b in enumerate(r.item.bufs[:r.item.outs]) if pos not in given)
+        for s in dict.fromkeys(s for _, s in r.input_slots):
+            cap.readers_of[s].append(i)
+    cap.dynamic = [i for i, r in enumerate(cap.recorded) if r.input_slots or r.takes_vars]
+    cap.launches = [_prepare(r, r.item.bufs, r.item.var_vals) for r in cap.recorded]
+    cap.runs, cap.placed = _run_together(cap.launches)
+    return cap
+
+
+# ---- TinyJit ----
+
+def reduce_jit(jit: TinyJit) -> tuple:
+    if not jit._captures:
+        raise pickle.PicklingError(f"TinyJit function {jit._name} has not captured anything yet (the capture is made "
+                                   f"by its second call); a pickle of it would hold no kernels. Call it twice first")
+    captures = [(portable_key(key[0]), key[1], cap) for key, cap in jit._captures.items()]
+    current = next((i for i, (_, _, cap) in enumerate(captures) if cap is jit._current), None)
+    return _jit_from_pickle, (jit._name, jit.prune, captures, current)
+
+
+def _jit_from_pickle(name: str, prune: bool, captures: list[tuple[tuple, tuple, Capture]],
+                     current: int | None) -> TinyJit:
+    from tinygrad.engine.jit import TinyJit
+
+    jit: TinyJit = TinyJit.__new__(TinyJit)
+    jit.fn, jit.prune, jit.optimize = None, prune, False  # type: ignore[assignment]
+    jit.__qualname__ = jit.__name__ = name  # type: ignore[attr-defined]  # functools.update_wrapper's, for _name
+    jit.reset()
+    jit._captures = {(key, pattern): cap for key, pattern, cap in captures}
+    jit._current = captures[current][2] if current is not None else None
+    jit.cnt = 2 if captures else 0
+    return jit
+
+
+__all__ = ["Unmatched", "portable_key", "reduce_capture", "reduce_jit"]
