@@ -35,6 +35,33 @@ class Framework:
     label: str  # how tables name it
     python: str | None  # the interpreter its worker runs in; None when unavailable
     why_missing: str = ""  # when python is None: the reason, for the table
+    env: tuple[tuple[str, str], ...] = ()  # set in its worker's environment (this project's CPU compiler path)
+
+    @property
+    def kind(self) -> str:
+        """The framework the worker runs (`ours` for every compiler path of this project)."""
+        return self.key.split("-", 1)[0]
+
+
+#: this project's CPU compiler paths, each a row of its own: LLVM (the default), then the C compilers
+CPU_COMPILERS = ("llvm", "clang", "gcc")
+
+
+def compiler_paths(fws: list[Framework], compilers: list[str]) -> list[Framework]:
+    """`fws` with this project's entry repeated for each CPU compiler path in `compilers` (CPU_COMPILER=...):
+    keys `ours` (the first path), `ours-clang`, `ours-gcc`; labels name the path."""
+    unknown = [c for c in compilers if c not in CPU_COMPILERS]
+    if unknown or not compilers:
+        raise SystemExit(f"unknown CPU compiler path(s) {unknown or compilers}; choose from {list(CPU_COMPILERS)}")
+    out = []
+    for fw in fws:
+        if fw.key != "ours":
+            out.append(fw)
+            continue
+        for i, compiler in enumerate(compilers):
+            out.append(Framework("ours" if i == 0 else f"ours-{compiler}", f"{fw.label} ({compiler})", fw.python,
+                                 fw.why_missing, (("CPU_COMPILER", compiler),)))
+    return out
 
 
 def _venv_python(path: Path) -> Path:

@@ -43,7 +43,7 @@ class Worker:
         base = {**os.environ, **(tinygrad_path() if framework.key == "tinygrad" else {})}
         self.proc = subprocess.Popen([framework.python, str(WORKER), module, framework.key],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
-                                     env={**base, **(env or {})}, cwd=WORKER.parent)
+                                     env={**base, **dict(framework.env), **(env or {})}, cwd=WORKER.parent)
 
     def call(self, **request: Any) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -236,7 +236,7 @@ def render_table(title: str, rows: list[Row], metric: Metric, references: list[s
 
 
 def open_workers(frameworks: list[Framework], module: str, env: dict[str, dict[str, str]]) -> dict[str, Worker]:
-    return {fw.key: Worker(fw, module, env.get(fw.key)) for fw in frameworks if fw.python is not None}
+    return {fw.key: Worker(fw, module, env.get(fw.kind)) for fw in frameworks if fw.python is not None}
 
 
 def describe(workers: dict[str, Worker]) -> str:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import fashion_mnist
-from envs import Framework, frameworks
+from envs import CPU_COMPILERS, Framework, compiler_paths, frameworks
 from harness import Worker, describe, machine_line, thread_env
 
 MODULE = "mnist_workloads"
@@ -144,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds of training per framework after which it stops (slow frameworks)")
     parser.add_argument("--chunk", type=int, default=10, help="steps per turn; test accuracy is checked after each")
     parser.add_argument("--threads", type=int, help="pin every framework's CPU threads (default: theirs)")
+    parser.add_argument("--compilers", default=",".join(CPU_COMPILERS),
+                        help="this project's CPU compiler paths, a row each (CPU_COMPILER=...): comma-separated "
+                             "subset of " + ",".join(CPU_COMPILERS))
     parser.add_argument("--no-setup", action="store_true", help="do not make missing venvs; report n/a instead")
     args = parser.parse_args(argv)
     if args.quick:
@@ -158,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     params = {"batch": 32 if args.quick else 512, "lr": 1e-3, "chunk": args.chunk,
               "test_limit": 200 if args.quick else 10000, "seed": 0}
     os.environ.update(thread_env(args.threads))  # the workers inherit it
-    fws = frameworks(args.frameworks.split(","), setup=not args.no_setup)
+    fws = compiler_paths(frameworks(args.frameworks.split(","), setup=not args.no_setup),
+                         [c.strip() for c in args.compilers.split(",") if c.strip()])
     runs = train_all(fws, params, args.steps, args.target, args.max_steps, args.budget)
     print(render(runs, args.steps, args.target, args.max_steps), flush=True)
     return 0

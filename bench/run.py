@@ -3,6 +3,7 @@
     python bench/run.py                    # every workload, full sizes (minutes)
     python bench/run.py --quick            # tiny sizes, a few seconds a table: checks the bench works
     python bench/run.py --only matmul,jit  # some workloads
+    python bench/run.py --compilers llvm   # this project on one CPU compiler path (default: llvm, clang, gcc)
 
 Each framework runs in its own worker process (PyTorch and tinygrad in venvs that this command
 makes under $TG_BENCH_CACHE, else ~/.cache/tg-bench); rounds are interleaved and medians reported.
@@ -16,7 +17,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from envs import Framework, frameworks
+from envs import CPU_COMPILERS, Framework, compiler_paths, frameworks
 from harness import (
     SETTLE_S,
     Row,
@@ -105,7 +106,7 @@ def jit_call_table(fws: list[Framework], workers: dict[str, Worker], sizes: Size
     rows = [Row(f"{fw.label}{how}", fw, "jit_call", {"layers": JIT_CALL_LAYERS, "calls": sizes.jit_calls,
                                                      "fresh_inputs": fresh})
             for fw in fws for fresh, how in ((True, ""), (False, ", same input"))
-            if fresh or fw.key in ("tinygrad", "ours")]
+            if fresh or fw.kind in ("tinygrad", "ours")]
     run_rows(rows, workers, sizes.rounds, 0.0)  # single-threaded microseconds: back to back (SETTLE_S)
     return render_table(f"a @TinyJit method over {JIT_CALL_LAYERS} Linear(4, 4) layers, called with a new input "
                         "tensor (or the same one again) and an int (PyTorch: the module in plain eager)", rows,
@@ -116,7 +117,7 @@ def mnist_sample_table(fws: list[Framework], workers: dict[str, Worker], sizes: 
     rows_n, batch, steps = sizes.mnist
     rows = [Row(f"{fw.label} {how}", fw, "mnist_sample",
                 {"sampling": sampling, "rows": rows_n, "batch": batch, "steps": steps})
-            for fw in fws if fw.key in ("tinygrad", "ours")
+            for fw in fws if fw.kind in ("tinygrad", "ours")
             for sampling, how in (("device", "X_train[samples]"), ("host", "host batch"))]
     run_rows(rows, workers, sizes.rounds, sizes.settle_s)
     refs = [r.label for r in rows if r.params["sampling"] == "host"]
@@ -130,7 +131,7 @@ def firstcall_table(fws: list[Framework], sizes: Sizes) -> str:
 
     def cold_env(row: Row, tmp: str) -> dict[str, str]:
         # every framework's compile cache points into the empty temporary directory
-        return {**DEVICE_ENV.get(row.framework.key, {}), "TINYGRAD_CACHE_DIR": tmp, "CACHEDB": f"{tmp}/cache.db"}
+        return {**DEVICE_ENV.get(row.framework.kind, {}), "TINYGRAD_CACHE_DIR": tmp, "CACHEDB": f"{tmp}/cache.db"}
     run_fresh_processes(rows, MODULE, sizes.cold_rounds, cold_env)
     return render_table(f"first realize of a {sizes.firstcall} fp32 matmul in a new process, cold compile cache",
                         rows, latency("ms", 1e3), REFERENCES)
@@ -142,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default=",".join(WORKLOADS), help=f"comma-separated subset of {WORKLOADS}")
     parser.add_argument("--frameworks", default="numpy,torch,tinygrad,ours",
                         help="comma-separated subset of numpy,torch,tinygrad,ours")
+    parser.add_argument("--compilers", default=",".join(CPU_COMPILERS),
+                        help="this project's CPU compiler paths, a row each (CPU_COMPILER=...; the first is the key "
+                             "`ours`): comma-separated subset of " + ",".join(CPU_COMPILERS))
     parser.add_argument("--rounds", type=int, help="interleaved rounds per table (default 7; 2 with --quick)")
     parser.add_argument("--threads", type=int, help="pin every framework's CPU threads (default: theirs)")
     parser.add_argument("--no-setup", action="store_true",
@@ -153,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     sizes = QUICK if args.quick else FULL
     if args.rounds:
         sizes = Sizes(**{**sizes.__dict__, "rounds": args.rounds})
-    fws = frameworks(args.frameworks.split(","), setup=not args.no_setup)
+    fws = compiler_paths(frameworks(args.frameworks.split(","), setup=not args.no_setup),
+                         [c.strip() for c in args.compilers.split(",") if c.strip()])
 
     print("## CPU benchmark\n")
     print(machine_line())

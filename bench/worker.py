@@ -22,6 +22,7 @@ from worker_api import NotAvailable
 
 
 def serve(module_name: str, framework: str) -> None:
+    framework = framework.split("-", 1)[0]  # `ours-gcc`: this project, on the compiler path its environment names
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr

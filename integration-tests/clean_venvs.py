@@ -4,7 +4,7 @@ The tests run in whatever interpreter runs pytest (the nox `integration` session
 venv), but what they check happens in fresh venvs made here, so nothing of the developer's editable
 installs leaks in:
 
-* `wheelhouse` (per session): the third-party wheels the installs need (numpy, pluggy, and hatchling
+* `wheelhouse` (per session): the third-party wheels the installs need (numpy, pluggy, llvmlite, and hatchling
   with `editables` to build our packages; pytest for running the op tests) are downloaded once with
   pip, then our four distributions are built into wheels once. Every later pip call is
   `--no-index --find-links <wheelhouse>`, so only that first download needs a package index. Where
@@ -30,9 +30,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FRAMEWORK = ("packages/tg-core", "packages/tg-compiler", "packages/tg-backend-cpu")
 SAMPLE_BACKEND = "integration-tests/sample_backend"
-#: what our installs and builds pull from an index: runtime deps of tg-core, the build backend our
-#: pyproject files pin (with `editables`, which hatchling needs for editable installs), and pytest
-THIRD_PARTY = ("numpy>=1.26", "pluggy>=1.5", "hatchling==1.27.0", "editables", "pytest", "pytest-xdist")
+#: what our installs and builds pull from an index: runtime deps of tg-core and tg-backend-cpu (llvmlite), the
+#: build backend our pyproject files pin (with `editables`, which hatchling needs for editable installs), and pytest
+THIRD_PARTY = ("numpy>=1.26", "pluggy>=1.5", "llvmlite==0.50.0", "hatchling==1.27.0", "editables", "pytest",
+               "pytest-xdist")
 #: environment variables that would change what a subprocess sees: none leak in from the caller
 SCRUBBED = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "DEV", "DEBUG", "BEAM", "NOOPT", "PIP_REQUIRE_VIRTUALENV")
 PIP_TIMEOUT = 300

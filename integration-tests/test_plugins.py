@@ -9,7 +9,6 @@ pip-installed into a side folder that only the subprocess that needs them sees.
 from __future__ import annotations
 
 import re
-import shutil
 import textwrap
 from pathlib import Path
 
@@ -22,17 +21,12 @@ OP_TESTS = sorted((ROOT / "packages/tg-core/tests").glob("test_ops*.py"))
 OP_TESTS_TIMEOUT = 1200
 #: the reference values of test_ops.py's gradient tests come from PyTorch; the version the noxfile uses
 TORCH = "torch==2.13.0"
-C_COMPILERS = ("clang", "gcc", "cc")
 
 #: results of scripts/tensor_ops.py where the CPU backend is known to differ from the reference semantics.
 #: Each entry is a CPU bug; fix it there and delete the entry (the test fails while an entry is stale).
 KNOWN_CPU_DIVERGENCES: dict[str, str] = {
     # e.g. "half": "CPU renders float16 arithmetic without rounding each result to _Float16"
 }
-
-
-def _has_c_compiler() -> bool:
-    return any(shutil.which(c) for c in C_COMPILERS)
 
 
 def _ok(proc, what: str) -> str:  # type: ignore[no-untyped-def]
@@ -147,7 +141,7 @@ def test_regular_install_is_self_contained(clean_venv: Venv) -> None:
     dists = {line.split()[1].lower().replace("_", "-") for line in out.splitlines() if line.startswith("dist ")}
     ours = {"tg-core", "tg-compiler", "tg-backend-cpu", "tg-backend-pyref"}
     assert ours <= dists
-    assert dists - ours - {"numpy", "pluggy", "pip", "setuptools", "wheel"} == set(), f"unexpected: {dists}"
+    assert dists - ours - {"numpy", "pluggy", "llvmlite", "pip", "setuptools", "wheel"} == set(), f"unexpected: {dists}"
     _ok(clean_venv.pip("check"), "pip check")
 
 
@@ -157,15 +151,12 @@ def test_device_listing_shows_cpu_and_pyref(clean_venv: Venv) -> None:
     assert rows["PYREF"] == ("tg-backend-pyref", "0.1.0", "1.0", "available"), text
     package, version, contract, status = rows["CPU"]
     assert (package, version, contract) == ("tg-backend-cpu", "0.1.0", "1.0"), text
-    if _has_c_compiler():
-        # the CPU line names its compiler (with its version), the vector width and the threads (bound to the CPUs
-        # when the pool uses them all)
-        assert re.fullmatch(r"available \(compiler: \S+ [\d.]+(, \d+-bit vectors)?, \d+ threads?"
-                            r"(, one bound to each CPU)?\)", status), text
-        # PYREF is an oracle: never the default while a real backend is usable
-        assert "Device.DEFAULT = CPU" in text, text
-    else:
-        assert status.startswith("unavailable: no C compiler found"), text
+    # the CPU line names its compiler (the default LLVM path, with llvmlite's and LLVM's versions: no C compiler
+    # needed), the vector width and the threads (bound to the CPUs when the pool uses them all)
+    assert re.fullmatch(r"available \(compiler: llvm \(llvmlite [\d.]+, LLVM [\d.]+\)(, \d+-bit vectors)?, "
+                        r"\d+ threads?(, one bound to each CPU)?\)", status), text
+    # PYREF is an oracle: never the default while a real backend is usable
+    assert "Device.DEFAULT = CPU" in text, text
     assert "tinygrad device contract 1.0" in text
 
 
@@ -199,7 +190,7 @@ def test_broken_plugins_are_reported_and_do_not_break_tinygrad(clean_venv: Venv,
     assert rows["NODEV"][3] == "unavailable: no NODEV accelerator found (looked for /dev/nodev0)", text
     assert rows["PYREF"][3] == "available", text
     # the rest of tinygrad is untouched: import, the default device, tensors on CPU and PYREF
-    device = "CPU" if _has_c_compiler() else "PYREF"
+    device = "CPU"  # on its LLVM path: no C compiler needed
     out = _ok(clean_venv.code(textwrap.dedent(f"""\
         import tinygrad
         from tinygrad import Device, Tensor
@@ -261,10 +252,10 @@ def test_autoload_can_be_switched_off_and_plugins_registered_by_hand(clean_venv:
 
 @pytest.fixture(scope="module")
 def tensor_results(clean_venv: Venv, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, np.ndarray]]:
-    """scripts/tensor_ops.py run on PYREF and (where a C compiler exists) on CPU."""
+    """scripts/tensor_ops.py run on PYREF and on CPU (its default LLVM path needs no C compiler)."""
     out_dir = tmp_path_factory.mktemp("tensor_ops")
     results = {}
-    for dev in ("PYREF", "CPU") if _has_c_compiler() else ("PYREF",):
+    for dev in ("PYREF", "CPU"):
         path = out_dir / f"{dev}.npz"
         _ok(clean_venv.run(ROOT / "integration-tests/scripts/tensor_ops.py", path, env={"DEV": dev}, timeout=300),
             f"DEV={dev} scripts/tensor_ops.py")
@@ -297,8 +288,6 @@ def test_pyref_tensor_ops_match_numpy(tensor_results: dict[str, dict[str, np.nda
 
 
 def test_pyref_tensor_ops_match_cpu(tensor_results: dict[str, dict[str, np.ndarray]]) -> None:
-    if "CPU" not in tensor_results:
-        pytest.skip(f"no C compiler ({', '.join(C_COMPILERS)}) on PATH, so the CPU backend cannot run here")
     ref, cpu = tensor_results["PYREF"], tensor_results["CPU"]
     assert set(ref) == set(cpu)
     tg = {k.removeprefix("tg/").removeprefix("exact/"): ref[k] for k in ref if k.startswith("tg/")}

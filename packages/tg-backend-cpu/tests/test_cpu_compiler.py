@@ -150,53 +150,141 @@ def test_kernels_use_compiler_builtins_instead_of_math_h() -> None:
 
 # ---- which path compiles kernels, and what the device listing says about it ----
 
-def _machine_with(monkeypatch: pytest.MonkeyPatch, compiler: str | None, llvmlite: bool) -> None:
-    """A machine whose only C compiler is `compiler` (None: none), with or without llvmlite installed."""
-    from importlib.machinery import ModuleSpec
+NO_LLVMLITE = "llvmlite, a dependency of tg-backend-cpu, cannot be imported (ImportError: none here); `pip install ..."
 
+
+def _machine_with(monkeypatch: pytest.MonkeyPatch, compiler: str | None, llvmlite: bool) -> None:
+    """A machine whose only C compiler is `compiler` (None: none), where llvmlite imports or not."""
     from tg_backend_cpu import compiler as cc
 
-    for var in ("CC", cc.COMPILER_ENV):
+    for var in ("CC", cc.COMPILER_ENV, "DEV"):
         monkeypatch.delenv(var, raising=False)
     found = (compiler, None) if compiler else (None, "no C compiler found")
     monkeypatch.setattr(cc, "find_c_compiler", lambda: found)
     monkeypatch.setattr(cc, "clang_major", lambda path: 19 if "clang" in path else None)
     monkeypatch.setattr(cc, "compiler_version", lambda path: "19.1.7" if "clang" in path else "12.2.0")
-    real_find_spec = cc.importlib.util.find_spec
-    monkeypatch.setattr(cc.importlib.util, "find_spec", lambda name, *a: (ModuleSpec(name, None) if llvmlite else None)
-                        if name == "llvmlite" else real_find_spec(name, *a))
+    monkeypatch.setattr(cc, "llvmlite_problem", lambda: None if llvmlite else NO_LLVMLITE)
 
 
 @pytest.mark.parametrize(("compiler", "llvmlite", "llvm"), [
-    ("/usr/bin/clang-19", True, False),  # clang >= 15 is the best C path: kept
-    ("/usr/bin/gcc", True, True),  # gcc's code is slower: LLVM where it is installed
-    ("/usr/bin/gcc", False, False),
-    (None, True, True),  # no C compiler at all: LLVM runs kernels (on one thread)
+    ("/usr/bin/clang-19", True, True),  # LLVM is the default on every machine, a C compiler or not
+    ("/usr/bin/gcc", True, True),
+    (None, True, True),
+    ("/usr/bin/gcc", False, False),  # llvmlite missing (no wheel for the platform): the C compiler
+    ("/usr/bin/clang-19", False, False),
 ])
-def test_the_default_path_is_clang_then_llvm_then_gcc(monkeypatch: pytest.MonkeyPatch, compiler: str | None,
-                                                     llvmlite: bool, llvm: bool) -> None:
+def test_the_default_path_is_llvm_and_a_c_compiler_only_without_llvmlite(
+        monkeypatch: pytest.MonkeyPatch, compiler: str | None, llvmlite: bool, llvm: bool) -> None:
     from tg_backend_cpu import compiler as cc
 
     _machine_with(monkeypatch, compiler, llvmlite)
     assert cc.uses_llvm() is llvm
-    monkeypatch.setenv(cc.COMPILER_ENV, "gcc")  # an explicit choice wins
+    for choice, expected in (("gcc", False), ("clang", False), ("llvm", True)):  # an explicit choice wins
+        monkeypatch.setenv(cc.COMPILER_ENV, choice)
+        assert cc.uses_llvm() is expected
+    monkeypatch.delenv(cc.COMPILER_ENV)
+    monkeypatch.setenv("CC", "gcc")  # CC names the C compiler to use: the C path
     assert cc.uses_llvm() is False
-    monkeypatch.setenv(cc.COMPILER_ENV, "llvm")
+    monkeypatch.setenv(cc.COMPILER_ENV, "llvm")  # unless CPU_COMPILER says llvm
     assert cc.uses_llvm() is True
 
 
-def test_the_listing_names_the_compiler_and_warns_on_the_slow_path(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("dev", "llvm"), [("CPU:CLANG", False), ("CPU:GCC", False), ("CPU:LLVM", True),
+                                           ("CPU", True), ("CPU:1", True)])
+def test_tinygrads_dev_names_the_path(monkeypatch: pytest.MonkeyPatch, dev: str, llvm: bool) -> None:
+    from tg_backend_cpu import compiler as cc
+    from tinygrad.helpers import DEV
+
+    _machine_with(monkeypatch, "/usr/bin/gcc", llvmlite=True)
+    monkeypatch.setattr(DEV, "value", dev)  # DEV is read from the environment once, at import
+    assert cc.uses_llvm() is llvm
+    monkeypatch.setenv(cc.COMPILER_ENV, "llvm" if not llvm else "gcc")  # CPU_COMPILER is asked first
+    assert cc.uses_llvm() is not llvm
+
+
+def test_llvmlite_problem_says_why_and_how_to_fix_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
     from tg_backend_cpu import compiler as cc
 
+    cc.llvmlite_problem.cache_clear()
+    try:
+        assert cc.llvmlite_problem() is None  # a dependency: it imports here
+        cc.llvmlite_problem.cache_clear()
+        monkeypatch.setitem(sys.modules, "llvmlite", None)
+        monkeypatch.setitem(sys.modules, "llvmlite.binding", None)
+        problem = cc.llvmlite_problem()
+        assert problem is not None and "cannot be imported (ModuleNotFoundError" in problem
+        assert "pip install llvmlite==0.50.0" in problem
+    finally:
+        cc.llvmlite_problem.cache_clear()
+
+
+def test_the_listing_names_the_compiler_and_says_why_it_fell_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tg_backend_cpu import compiler as cc
+
+    _machine_with(monkeypatch, "/usr/bin/gcc", llvmlite=True)
+    note = tg_backend_cpu._note()
+    assert note is not None and note.startswith("compiler: llvm (llvmlite ") and "thread" in note
+    assert "fallback" not in note
     _machine_with(monkeypatch, "/usr/bin/clang-19", llvmlite=False)
     note = tg_backend_cpu._note()
     assert note is not None and note.startswith("compiler: clang-19 19.1.7") and "thread" in note
     bits = cc.host_vector_bits()
     assert bits is None or f"{bits}-bit vectors" in note
-    assert "slower" not in note
+    assert f"fallback from the LLVM path: {NO_LLVMLITE}" in note and "slower" not in note
     _machine_with(monkeypatch, "/usr/bin/gcc", llvmlite=False)
     note = tg_backend_cpu._note()
     assert note is not None and note.startswith("compiler: gcc 12.2.0")
-    assert "slower" in note and "pip install 'tg-backend-cpu[llvm]'" in note and "clang >= 15" in note
+    assert "fallback from the LLVM path" in note and "slower" in note and "clang >= 15" in note
     monkeypatch.setenv("CC", "gcc")  # chosen on purpose: no advice
-    assert "slower" not in (tg_backend_cpu._note() or "")
+    assert "fallback" not in (tg_backend_cpu._note() or "")
+    monkeypatch.delenv("CC")
+    monkeypatch.setenv(cc.COMPILER_ENV, "gcc")
+    assert "fallback" not in (tg_backend_cpu._note() or "")
+
+
+def test_without_llvmlite_or_a_c_compiler_the_check_names_both_fixes(monkeypatch: pytest.MonkeyPatch) -> None:
+    _machine_with(monkeypatch, None, llvmlite=False)
+    reason = tg_backend_cpu._check() or ""
+    assert NO_LLVMLITE in reason and "no C compiler found" in reason
+
+
+# ---- gcc: the loop vectoriser off for kernels with a large register tile ----
+
+def _accumulator_kernel(n: int, k: int = 64) -> str:
+    """A reduction over k into n accumulators, as the C renderer writes a register tile."""
+    decls = "".join(f"  float acc{i} = 0.0f;\n" for i in range(n))
+    body = "".join(f"    acc{i} = (acc{i}+(a[ridx0*{n}+{i}]*b[ridx0]));\n" for i in range(n))
+    stores = "".join(f"  out[{i}] = acc{i};\n" for i in range(n))
+    return (f"void tile(float* restrict out, const float* restrict a, const float* restrict b) {{\n{decls}"
+            f"  for (int ridx0 = 0; ridx0 < {k}; ridx0++) {{\n{body}  }}\n{stores}}}\n")
+
+
+@pytest.mark.parametrize("compiler", ["gcc", "clang"])
+def test_gcc_builds_large_register_tiles_without_its_loop_vectoriser(
+        fresh_compiler_lookup, monkeypatch: pytest.MonkeyPatch, compiler: str) -> None:
+    import ctypes
+
+    import numpy as np
+    from tg_backend_cpu import compiler as cc
+    from tg_backend_cpu.loader import load_library
+
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv(cc.COMPILER_ENV, compiler)
+    if fresh_compiler_lookup()[0] is None:
+        pytest.skip(f"no {compiler} on this machine")
+    c = CCompiler()
+    n, k = cc.GCC_TILE_ACCUMULATORS, cc.GCC_TILE_LOOP
+    big = _accumulator_kernel(n, k)
+    assert ("-fno-tree-loop-vectorize" in c._flags_for(big)) is (compiler == "gcc")
+    # a smaller tile, or a short reduction loop (a convolution's window), keeps the loop vectoriser
+    assert "-fno-tree-loop-vectorize" not in c._flags_for(_accumulator_kernel(n - 1, k))
+    assert "-fno-tree-loop-vectorize" not in c._flags_for(_accumulator_kernel(n, k - 1))
+    assert (f"tile-no-loop-vectorize>={n},{k}" in c.cache_key) is (compiler == "gcc")
+    # and the kernel built so still computes the reduction
+    lib = load_library(c.compile(big))
+    a, b = np.random.default_rng(0).standard_normal((2, k * n), np.float32)
+    out = np.zeros(n, np.float32)
+    lib.tile(ctypes.c_void_p(out.ctypes.data), ctypes.c_void_p(a.ctypes.data), ctypes.c_void_p(b.ctypes.data))
+    np.testing.assert_allclose(out, a.reshape(k, n).T @ b[:k], rtol=1e-4, atol=1e-4)

@@ -4,6 +4,7 @@ count setting ($CPU_THREADS) as the device, `python -m tinygrad.device` and whol
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import resource
 import shutil
@@ -20,10 +21,11 @@ from typing import Any
 import numpy as np
 import pytest
 from tg_backend_cpu.compiler import CCompiler
+from tg_backend_cpu.llvm_pool import llvm_pool_library
 from tg_backend_cpu.loader import load_library
 from tg_backend_cpu.py_thread_pool import PythonThreadPool
 from tg_backend_cpu.thread_count import THREADS_ENV, available_cores, thread_count
-from tg_backend_cpu.thread_pool import ThreadPool
+from tg_backend_cpu.thread_pool import ThreadPool, c_pool_library
 
 COUNT_TASK = """
 #include <pthread.h>
@@ -54,10 +56,23 @@ class CountTask:
         return pool.run(self.fn, self.args, self.total, n_parts)
 
 
-@pytest.fixture(params=[ThreadPool, PythonThreadPool], ids=["native", "python"])
+def _pool_kind(kind: str) -> Any:
+    """A maker of pools of one kind: the C pool (thread_pool.c), its LLVM IR twin (llvm_pool.py), or Python threads."""
+    if kind == "native":
+        return functools.partial(ThreadPool, library=c_pool_library())
+    if kind == "llvm-ir":
+        return functools.partial(ThreadPool, library=llvm_pool_library())
+    return PythonThreadPool
+
+
+POOL_KINDS = ["native", "llvm-ir", "python"]
+
+
+@pytest.fixture(params=POOL_KINDS)
 def pool(request: pytest.FixtureRequest) -> Iterator[ThreadPool | PythonThreadPool]:
-    """The native pool, and the Python-threads pool a machine without a C compiler uses: the same contract."""
-    made: ThreadPool | PythonThreadPool = request.param(4)
+    """The C pool, the same pool in LLVM IR (the LLVM path's: it needs no C compiler), and the Python-threads pool
+    of a platform without POSIX threads: the same contract."""
+    made: ThreadPool | PythonThreadPool = _pool_kind(request.param)(4)
     yield made
     made.close()
 
@@ -134,8 +149,9 @@ def test_many_launches_in_a_row(pool: ThreadPool | PythonThreadPool) -> None:
     np.testing.assert_array_equal(task.hits, np.full(97, 3000, np.int64))
 
 
-def test_workers_that_sleep_between_every_launch_wake_up() -> None:
-    sleeper = ThreadPool(3, spin_ns=0)  # never spin: every job wakes sleeping workers, every wait sleeps
+@pytest.mark.parametrize("kind_name", ["native", "llvm-ir"])
+def test_workers_that_sleep_between_every_launch_wake_up(kind_name: str) -> None:
+    sleeper = _pool_kind(kind_name)(3, spin_ns=0)  # never spin: every job wakes sleeping workers, every wait sleeps
     task = CountTask(31)
     for i in range(400):
         assert task.run(sleeper, 3) == 3
@@ -456,8 +472,9 @@ def _bound_threads() -> dict[int, set[int]]:
     return bound
 
 
-@pytest.mark.parametrize("kind", [ThreadPool, PythonThreadPool], ids=["native", "python"])
-def test_a_pinned_pool_binds_one_worker_to_each_cpu_and_leaves_out_the_callers(kind: type) -> None:
+@pytest.mark.parametrize("kind_name", POOL_KINDS)
+def test_a_pinned_pool_binds_one_worker_to_each_cpu_and_leaves_out_the_callers(kind_name: str) -> None:
+    kind = _pool_kind(kind_name)
     # An unbound worker woken after a sleep is often put on the caller's core, and both then share it for the
     # whole kernel (a 1024 matmul after 50 ms idle: 1.7x slower on a 2-core machine). Bound, each worker has
     # its core, and the caller's core's worker sits the launch out.
@@ -500,8 +517,9 @@ def test_a_pinned_pool_binds_one_worker_to_each_cpu_and_leaves_out_the_callers(k
         pool.close()
 
 
-@pytest.mark.parametrize("kind", [ThreadPool, PythonThreadPool], ids=["native", "python"])
-def test_a_pool_whose_cpus_are_not_the_callers_runs_unbound(kind: type) -> None:
+@pytest.mark.parametrize("kind_name", POOL_KINDS)
+def test_a_pool_whose_cpus_are_not_the_callers_runs_unbound(kind_name: str) -> None:
+    kind = _pool_kind(kind_name)
     cpus = _usable_cpus()
     results: list[Any] = []
 

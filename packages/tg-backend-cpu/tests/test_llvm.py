@@ -1,6 +1,6 @@
-"""The LLVM path (CPU_COMPILER=llvm): LLVM IR from LLVMRenderer, compiled in process by LLVMCompiler (llvmlite),
-loaded from memory by llvm_loader. Kernels run on a CPUDevice of their own and are checked against numpy or the
-reference ALU; the op tables and the conformance kit run on this path too (see the README)."""
+"""The LLVM path (the default; CPU_COMPILER=llvm): LLVM IR from LLVMRenderer, compiled in process by LLVMCompiler
+(llvmlite), loaded from memory by llvm_loader. Kernels run on a CPUDevice of their own and are checked against numpy
+or the reference ALU; the op tables and the conformance kit run on this path too (see the README)."""
 
 from __future__ import annotations
 
@@ -186,9 +186,9 @@ def test_missing_llvmlite_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("CPU_COMPILER", "llvm")
     monkeypatch.setitem(sys.modules, "llvmlite", None)
     monkeypatch.setitem(sys.modules, "llvmlite.binding", None)
-    with pytest.raises(RuntimeError, match=r"pip install 'tg-backend-cpu\[llvm\]'"):
+    with pytest.raises(RuntimeError, match=r"pip install llvmlite==0\.50\.0; or CPU_COMPILER=clang"):
         CPUDevice()
-    assert "pip install 'tg-backend-cpu[llvm]'" in (tg_backend_cpu._check() or "")
+    assert "pip install llvmlite==0.50.0" in (tg_backend_cpu._check() or "")
 
 
 def test_an_unknown_compiler_choice_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -234,29 +234,39 @@ def test_tensors_threads_and_symbolic_sizes_on_the_llvm_path(tmp_path: Path) -> 
 
 
 def test_without_a_c_compiler_kernels_still_use_every_thread(tmp_path: Path) -> None:
-    # a machine with only Python and llvmlite: no compiler on PATH for the native pool, so Python threads run the
-    # slices; a matmul big enough to split must use them and still be right
+    # a machine with only Python and the packages (llvmlite among them): no compiler on PATH, and the default path
+    # still runs the native pool, built from LLVM IR; a matmul big enough to split must use it and be right, and a
+    # TinyJit replay runs from the pool library's loop
     script = textwrap.dedent("""
         import numpy as np
-        from tinygrad import Device, Tensor
-        from tg_backend_cpu.compiler import find_c_compiler
-        from tg_backend_cpu.py_thread_pool import PythonThreadPool
+        from tinygrad import Device, Tensor, TinyJit
+        from tg_backend_cpu import program
+        from tg_backend_cpu.compiler import find_c_compiler, uses_llvm
+        from tg_backend_cpu.llvm_pool import llvm_pool_library
+        from tg_backend_cpu.thread_pool import ThreadPool
         assert find_c_compiler()[0] is None, find_c_compiler()
+        assert uses_llvm()
         dev = Device["CPU"]
-        assert isinstance(dev.pool, PythonThreadPool), dev.pool
+        assert isinstance(dev.pool, ThreadPool), dev.pool
+        assert dev.pool.library() is llvm_pool_library()
         rng = np.random.default_rng(1)
         a, b = rng.standard_normal((257, 300), np.float32), rng.standard_normal((300, 129), np.float32)
         for _ in range(3):
             np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-4, atol=1e-3)
-        print("ok", dev.threads, dev.pool.started)
+        step = TinyJit(lambda x, y: ((x @ y).relu() + 1).sum(axis=1).realize())
+        for _ in range(4):
+            x, y = rng.standard_normal((257, 300), np.float32), rng.standard_normal((300, 129), np.float32)
+            np.testing.assert_allclose(step(Tensor(x), Tensor(y)).numpy(), (np.maximum(x @ y, 0) + 1).sum(axis=1),
+                                       rtol=1e-3, atol=1e-2)
+        print("ok", dev.threads, dev.pool.started, program._native_run_all() is not None)
     """)
     empty = tmp_path / "bin"
     empty.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("CC", "CPU_COMPILER")}
+    env = {k: v for k, v in os.environ.items() if k not in ("CC", "CPU_COMPILER", "DEV")}
     env.update({"PATH": str(empty), "DEV": "CPU", "CPU_THREADS": "3", "TINYGRAD_CACHE_DIR": str(tmp_path / "cache")})
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["ok", "3", "True"]
+    assert proc.stdout.split() == ["ok", "3", "True", "True"]
 
 
 def test_neighbouring_loads_of_an_upcast_are_vectorised() -> None:

@@ -1,10 +1,10 @@
-"""Finding and driving the C compiler: clang or gcc, or whatever `CC` names."""
+"""Choosing how CPU kernels are built (LLVM in process by default, or a C compiler), and finding and driving the C
+compiler: clang or gcc, or whatever `CC` names."""
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.util
 import os
 import platform
 import re
@@ -15,13 +15,13 @@ import tempfile
 from tinygrad.codegen.compiled import CompileError, Compiler
 from tinygrad.helpers import DEV
 
-# clang first: gcc 12's loop vectorizer miscompiles some of our kernels unless its loop if-conversion is off.
-# clang older than 15 cannot compile _Float16 on x86, so it is passed over.
+# the C compilers looked for when the C path is taken (CPU_COMPILER=clang or gcc, or no llvmlite): clang first,
+# whose code is the closer to the LLVM path's. clang older than 15 cannot compile _Float16 on x86: passed over.
 CANDIDATES = ("clang", "clang-19", "clang-18", "clang-17", "clang-16", "clang-15", "gcc", "cc")
 MIN_CLANG = 15
 
-#: which compiler builds kernels: "llvm" (llvmlite, in process: llvm_compiler.py), "clang" or "gcc"; unset, the
-#: first C compiler found (CANDIDATES, or CC)
+#: which compiler builds kernels: "llvm" (llvmlite, in process: llvm_compiler.py), "clang" or "gcc"; unset, LLVM
+#: (a C compiler only where `CC` is set, or where llvmlite cannot be imported)
 COMPILER_ENV = "CPU_COMPILER"
 COMPILER_CHOICES = ("llvm", "clang", "gcc")
 
@@ -33,7 +33,7 @@ def compiler_choice() -> str | None:
     if value:
         if value not in COMPILER_CHOICES:
             raise ValueError(f"{COMPILER_ENV}={value!r} is not one of {', '.join(COMPILER_CHOICES)}; unset it for "
-                             f"the default C compiler")
+                             f"the default (llvm)")
         return value
     renderer = DEV.target("CPU").renderer.lower()
     if renderer and not renderer.isdigit():  # DEV=CPU:1 names a device, not a renderer
@@ -45,17 +45,26 @@ def compiler_choice() -> str | None:
 
 
 def uses_llvm() -> bool:
-    """Whether kernels take the LLVM path: CPU_COMPILER=llvm; or, with neither CPU_COMPILER nor CC set, on a machine
-    without clang >= 15 when llvmlite is installed (gcc's code is several times slower on our kernels)."""
+    """Whether kernels take the LLVM path (llvmlite, in process): the default. The C path instead where
+    CPU_COMPILER or DEV asks for clang or gcc, where `CC` names a C compiler (and CPU_COMPILER does not say llvm),
+    or where llvmlite cannot be imported (a platform it has no wheel for: `llvmlite_problem` says why)."""
     choice = compiler_choice()
     if choice is not None:
         return choice == "llvm"
     if os.environ.get("CC"):
         return False
-    path = find_c_compiler()[0]
-    if path is not None and clang_major(path) is not None:
-        return False
-    return importlib.util.find_spec("llvmlite") is not None
+    return llvmlite_problem() is None
+
+
+@functools.cache
+def llvmlite_problem() -> str | None:
+    """None where llvmlite imports; else why not, with the fix (the CPU then falls back to a C compiler)."""
+    try:
+        import llvmlite.binding  # noqa: F401
+    except Exception as e:  # ImportError, or a wheel whose shared library does not load here (OSError)
+        return (f"llvmlite, a dependency of tg-backend-cpu, cannot be imported ({type(e).__name__}: {e}); "
+                f"`pip install llvmlite==0.50.0`, or where it has no wheel for this platform, install clang >= 15")
+    return None
 
 
 @functools.cache
@@ -114,7 +123,8 @@ def find_c_compiler() -> tuple[str | None, str | None]:
         return path, None
     return None, ("no C compiler found (looked for CC, then " + ", ".join(candidates) +
                   "); install one, for example `apt-get install clang` or `apt-get install gcc`" +
-                  (f", or use {COMPILER_ENV}=llvm (pip install 'tg-backend-cpu[llvm]')" if choice != "llvm" else ""))
+                  (f", or unset {COMPILER_ENV} for the LLVM path (llvmlite, no C compiler needed)"
+                   if choice in ("clang", "gcc") else ""))
 
 
 @functools.cache
@@ -136,6 +146,15 @@ def _accepted(path: str, flags: list[str]) -> list[str]:
                               capture_output=True, text=True)
         return proc.returncode == 0
     return flags if takes(flags) else [flag for flag in flags if takes([flag])]
+
+
+#: gcc compiles a kernel without its loop vectoriser from this many accumulators around an innermost loop of at
+#: least GCC_TILE_LOOP iterations (CCompiler._flags_for); how the C renderer declares an accumulator
+#: (`float acc12 = 0.0f;`) and a loop of constant bound
+GCC_TILE_ACCUMULATORS = 32
+GCC_TILE_LOOP = 64
+_ACCUMULATOR = re.compile(r"^\s*\w+ acc\d+ = ", re.M)
+_CONSTANT_LOOP = re.compile(r"for \(int (\w+) = 0; \1 < (?:\(int\))?(\d+);")
 
 
 def _runtime_library(path: str) -> str | None:
@@ -191,7 +210,21 @@ class CCompiler(Compiler):
         if self.runtime_lib is None:
             self.linker = None
         link = "ld" if self.linker else "driver"
-        self.cache_key = f"cpu|{self.version}|{' '.join(self.flags)}|{link}|{_cpu_signature()}"
+        tiles = "" if is_clang else f"|tile-no-loop-vectorize>={GCC_TILE_ACCUMULATORS},{GCC_TILE_LOOP}"
+        self.cache_key = f"cpu|{self.version}|{' '.join(self.flags)}{tiles}|{link}|{_cpu_signature()}"
+
+    def _flags_for(self, src: str) -> list[str]:
+        """The flags for one kernel. gcc's loop vectoriser vectorises a long innermost reduction loop around a
+        register tile (a matmul's) across its iterations, with strided loads and a spilled tile, where its SLP
+        vectoriser would vectorise the tile itself as clang and LLVM do: off for such kernels. Around a short loop
+        (a convolution's window, a weight gradient's rows) the loop vectoriser is what vectorises the tile, and it
+        stays on, as for every other kernel."""
+        if self.is_clang or len(_ACCUMULATOR.findall(src)) < GCC_TILE_ACCUMULATORS:
+            return self.flags
+        loops = _CONSTANT_LOOP.findall(src)
+        if not loops or int(loops[-1][1]) < GCC_TILE_LOOP:  # the last loop opened is the innermost
+            return self.flags
+        return ["-fno-tree-loop-vectorize", *self.flags]
 
     def _run(self, cmd: list[str], src: str, what: str, feed_source: bool = True) -> None:
         proc = subprocess.run(cmd, input=src if feed_source else None, capture_output=True, text=True)
@@ -210,7 +243,7 @@ class CCompiler(Compiler):
                 if proc.returncode == 0:  # less the header naming the temporary file
                     return "\n".join(line for line in proc.stdout.splitlines() if path not in line).strip("\n")
             out = os.path.join(tmp, "kernel.s")
-            flags = [f for f in self.flags if f != "-shared"]
+            flags = [f for f in self._flags_for(src) if f != "-shared"]
             self._run([self.path, *flags, "-S", "-", "-o", out], src, "assemble")
             with open(out) as asm:
                 return asm.read()
@@ -220,11 +253,11 @@ class CCompiler(Compiler):
             out = os.path.join(tmp, "kernel.so")
             if self.linker is not None:
                 obj = os.path.join(tmp, "kernel.o")
-                self._run([self.path, *self.flags, "-c", "-", "-o", obj], src, "compile")
+                self._run([self.path, *self._flags_for(src), "-c", "-", "-o", obj], src, "compile")
                 # -lpthread: the thread pool is built here too, and glibc before 2.34 keeps pthreads apart
                 self._run([self.linker, "-shared", "-o", out, obj, "-lm", "-lpthread", str(self.runtime_lib)], src,
                           "link", feed_source=False)
             else:
-                self._run([self.path, *self.flags, "-", "-o", out, "-lm"], src, "compile")
+                self._run([self.path, *self._flags_for(src), "-", "-o", out, "-lm"], src, "compile")
             with open(out, "rb") as f:
                 return f.read()

@@ -1,5 +1,6 @@
-"""The CPU device: host memory, C source, a shared object loaded with ctypes, a thread pool for big kernels; or,
-with CPU_COMPILER=llvm, LLVM IR compiled and loaded in process (llvm_renderer.py, llvm_compiler.py)."""
+"""The CPU device: host memory, LLVM IR compiled and loaded in process (llvm_renderer.py, llvm_compiler.py: the
+default), or C source built by clang or gcc into a shared object loaded with ctypes; a thread pool for big
+kernels."""
 
 from __future__ import annotations
 
@@ -17,12 +18,12 @@ from tinygrad.helpers import DEBUG
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import UOp
 
-from tg_backend_cpu.compiler import CCompiler, find_c_compiler, uses_llvm
+from tg_backend_cpu.compiler import CCompiler, uses_llvm
 from tg_backend_cpu.program import CPUProgram
 from tg_backend_cpu.py_thread_pool import PythonThreadPool
 from tg_backend_cpu.renderer import CPURenderer
 from tg_backend_cpu.thread_count import pinned_cpus, thread_count
-from tg_backend_cpu.thread_pool import ThreadPool, pool_library
+from tg_backend_cpu.thread_pool import ThreadPool, native_pool_available, pool_library
 
 __all__ = ["ALIGN", "CPUDevice", "CPUProgram", "CPURenderer", "HostAllocator"]
 
@@ -141,7 +142,7 @@ class CPUDevice(Compiled):
                          self._make_program)
 
     def background_builds(self) -> list[Callable[[], Any]]:
-        # the pool's C library is compiled on its first use: in a new process with a cold cache, next to the
+        # the pool's library is compiled on its first use: in a new process with a cold cache, next to the
         # first kernels instead of after them (it is a noticeable part of the first realize of a matmul)
         return [pool_library] if isinstance(self.pool, ThreadPool) and pool_library.cache_info().currsize == 0 else []
 
@@ -171,12 +172,12 @@ class CPUDevice(Compiled):
 
 
 def _make_pool(threads: int) -> ThreadPool | PythonThreadPool | None:
-    """The native pool (thread_pool.c, built by the C compiler); on a machine without one (the LLVM path needs
-    none), Python threads calling the slices; None for one thread."""
+    """The native pool (thread_pool.c built by the C compiler, or its LLVM IR twin on the LLVM path); where neither
+    can be built (no POSIX threads for the IR), Python threads calling the slices; None for one thread."""
     if threads <= 1:
         return None
     cpus = pinned_cpus(threads)
-    return ThreadPool(threads, cpus=cpus) if find_c_compiler()[0] is not None else PythonThreadPool(threads, cpus=cpus)
+    return ThreadPool(threads, cpus=cpus) if native_pool_available() else PythonThreadPool(threads, cpus=cpus)
 
 
 def _checked_threads(threads: int) -> int:

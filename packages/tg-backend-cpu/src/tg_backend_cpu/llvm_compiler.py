@@ -26,7 +26,7 @@ from tg_backend_cpu.llvm_workers import (
     optimized_module,
 )
 
-#: the llvmlite release this backend is written and tested against (the `llvm` extra pins it)
+#: the llvmlite release this backend is written and tested against (pinned in its dependencies)
 LLVMLITE_VERSION = "0.50.0"
 
 
@@ -35,8 +35,9 @@ def llvmlite_binding() -> ModuleType:
     try:
         import llvmlite.binding as llvm
     except ImportError as e:
-        raise RuntimeError(f"CPU_COMPILER=llvm needs llvmlite: pip install 'tg-backend-cpu[llvm]' (llvmlite=="
-                           f"{LLVMLITE_VERSION})") from e
+        raise RuntimeError(f"the CPU's LLVM path needs llvmlite, a dependency of tg-backend-cpu: pip install "
+                           f"llvmlite=={LLVMLITE_VERSION}; or CPU_COMPILER=clang (or gcc) to build kernels with a C "
+                           f"compiler instead") from e
     _initialize(llvm)
     return llvm
 

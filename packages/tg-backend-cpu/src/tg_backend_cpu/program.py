@@ -177,17 +177,17 @@ class PreparedLaunch:
     @staticmethod
     def run_together(launches: list[PreparedLaunch]) -> LaunchSequence | None:
         """One callable running these launches in order with one ctypes call (None: this machine has no native
-        loop, as without a C compiler, where each launch is called on its own)."""
+        loop, as a C path without a C compiler, where each launch is called on its own)."""
         return LaunchSequence(launches) if _native_run_all() is not None else None
 
 
 @functools.cache
 def _native_run_all() -> Callable[..., None] | None:
-    """thread_pool.c's tg_run_all, where a C compiler built the pool library (None where none can: replays then
-    call each launch, as they did before the native loop)."""
-    from tg_backend_cpu.compiler import find_c_compiler
+    """The pool library's tg_run_all (thread_pool.c, or llvm_pool.py's IR), where this machine can build it (None
+    where it cannot: replays then call each launch)."""
+    from tg_backend_cpu.thread_pool import native_pool_available
 
-    if find_c_compiler()[0] is None:
+    if not native_pool_available():
         return None
     try:
         return pool_library().tg_run_all  # type: ignore[no-any-return]
@@ -236,9 +236,12 @@ class LaunchSequence:
                 launch()
             return
         pool = self._pool
+        if pool is not None:  # the loop of the library that made the pool: a handle means nothing to another
+            pool.library().tg_run_all(pool.handle(), table, len(table))
+            return
         run_all = _native_run_all()
         assert run_all is not None  # a sequence is only made where it is
-        run_all(pool.handle() if pool is not None else None, table, len(table))
+        run_all(None, table, len(table))
 
 
 def _native_launch(launch: PreparedLaunch) -> NativeLaunch:
