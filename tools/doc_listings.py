@@ -5,7 +5,8 @@
 
 A listing in the page is a fenced block right after a marker line `<!-- debug-listing: N -->`; it holds what
 `DEBUG=N` prints for the page's expression on the CPU with `NOOPT=1` (no optimisation: the plain loops the page
-walks through), minus the lines that depend on the machine (timings, thread counts, devices opened).
+walks through) and `CPU_COMPILER=clang` (the C path, whose source the page reads; the default LLVM path prints IR),
+minus the lines that depend on the machine (timings, thread counts, devices opened).
 packages/tg-compiler/tests/test_doc_listings.py runs the check.
 """
 
@@ -32,7 +33,8 @@ MACHINE_LINES = re.compile(r"^(scheduled \d+ kernel|opened device|.*threads per 
 
 
 def debug_output(level: int) -> list[str]:
-    env = {**os.environ, "DEBUG": str(level), "NOOPT": "1", "DEV": "CPU", "DISABLE_COMPILER_CACHE": "1"}
+    env = {**os.environ, "DEBUG": str(level), "NOOPT": "1", "DEV": "CPU", "DISABLE_COMPILER_CACHE": "1",
+           "CPU_COMPILER": "clang"}
     done = subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         raise RuntimeError(f"DEBUG={level} run failed:\n{done.stderr[-2000:]}")
