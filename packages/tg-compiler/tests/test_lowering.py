@@ -120,6 +120,59 @@ MOVEMENT_CASES = {
 }
 
 
+def _cat_of_slices(u: UOp) -> UOp:
+    """u's rows 0:2, then row 2 plus 10, then row 3 plus 20: tinygrad's `cat` (wheres over pads of the parts)."""
+    parts = [u.shrink(((0, 2), (0, 3))), u.shrink(((2, 3), (0, 3))) + 10.0, u.shrink(((3, 4), (0, 3))) + 20.0]
+    out = None
+    offset = 0
+    for p in parts:
+        pairs = ((offset, 4 - offset - p.shape[0]), (0, 0))
+        placed = p.pad(pairs)
+        mask = UOp.const(dtypes.bool, True).reshape((1, 1)).expand(p.shape).pad(pairs)
+        out = placed if out is None else mask.alu(Ops.WHERE, placed, out)
+        offset += p.shape[0]
+    assert out is not None
+    return out
+
+
+def _np_cat_of_slices(a: np.ndarray) -> np.ndarray:
+    return np.concatenate([a[0:2], a[2:3] + 10, a[3:4] + 20])
+
+
+FOLDED_SLICE_CASES = {
+    "slice-of-slice": ((6, 5), lambda u: u.shrink(((1, 5), (0, 5))).shrink(((1, 3), (2, 4))), lambda a: a[2:4, 2:4]),
+    "slice-inside-pad": ((3, 4), lambda u: u.pad(((2, 1), (0, 0))).shrink(((2, 4), (1, 3))), lambda a: a[0:2, 1:3]),
+    "slice-in-padding": ((3, 4), lambda u: u.pad(((2, 1), (0, 0))).shrink(((0, 2), (0, 4))) + 1.0,
+                         lambda a: np.ones((2, 4))),
+    "slice-across-pad-edge": ((3, 4), lambda u: u.pad(((2, 1), (0, 0))).shrink(((1, 3), (0, 4))),
+                              lambda a: np.pad(a, ((2, 1), (0, 0)))[1:3]),
+    "slice-of-cat-part": ((4, 3), lambda u: _cat_of_slices(u).shrink(((2, 3), (0, 3))), lambda a: a[2:3] + 10),
+    "slice-across-cat-parts": ((4, 3), lambda u: _cat_of_slices(u).shrink(((1, 4), (1, 3))),
+                               lambda a: _np_cat_of_slices(a)[1:4, 1:3]),
+}
+
+
+@pytest.mark.parametrize("name", list(FOLDED_SLICE_CASES))
+def test_slices_of_pads_and_cats_fold_to_the_part_they_read(name: str) -> None:
+    shape, build, np_build = FOLDED_SLICE_CASES[name]
+    check_lowering(build, np_build, shape)
+
+
+def test_a_chain_of_cats_of_slices_lowers_to_a_graph_linear_in_its_length() -> None:
+    # each link reads the previous cat three times through slices; read without folding, the paths double per link
+    def chain(u: UOp, links: int) -> UOp:
+        for _ in range(links):
+            u = _cat_of_slices(u)
+        return u
+
+    for links in (8, 40):  # 8 first: unfolded, its graph has some 50000 nodes, and 40 would not finish
+        want = np.arange(1, 13, dtype=np.float64).reshape(4, 3)
+        for _ in range(links):
+            want = _np_cat_of_slices(want)
+        lowered = check_lowering(lambda u: chain(u, links), lambda a: want, (4, 3))  # noqa: B023
+        assert len(list(lowered.toposort())) < links * 60
+
+
 @pytest.mark.parametrize("name", list(MOVEMENT_CASES))
 def test_movement_ops_lower_to_the_right_indices(name: str) -> None:
     shape, build, np_build = MOVEMENT_CASES[name]

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from tinygrad.codegen.gather_fold import gather_fold
 from tinygrad.dtype import DType, dtypes
-from tinygrad.uop.ops import AxisKind, GroupOp, Ops, RangeArg, UOp, post_order, sint, sym_prod
+from tinygrad.uop.ops import AxisKind, GroupOp, Ops, RangeArg, UOp, fold_shrink, post_order, sint, sym_prod
 from tinygrad.uop.rewrite import graph_rewrite
 from tinygrad.uop.symbolic import symbolic
 
@@ -163,6 +163,8 @@ def _lower_expand(state: _Lowering, node: UOp, idxs: Indices, valid: UOp | None)
 
 
 def _lower_shrink(state: _Lowering, node: UOp, idxs: Indices, valid: UOp | None) -> UOp:
+    if (folded := fold_shrink(node.src[0], node.arg)) is not None:  # a slice of a cat reads the one part it needs
+        return state.lower(folded, idxs, valid)
     return state.lower(node.src[0], tuple(i + idx_const(b) if b else i for i, (b, _) in zip(idxs, node.arg)), valid)
 
 

@@ -850,3 +850,50 @@ def unbind(x: UOp) -> tuple[UOp, dict[UOp, int]]:
 
     out = strip(x)
     return out, values
+
+
+
+def _broadcast_constant(u: UOp) -> UOp | None:
+    """The CONST a node broadcasts (a constant reshaped and expanded), or None."""
+    while u.op in (Ops.EXPAND, Ops.RESHAPE):
+        u = u.src[0]
+    return u if u.op is Ops.CONST else None
+
+
+def shrink_folded(x: UOp, bounds: tuple[tuple[sint, sint], ...]) -> UOp:
+    """`x.shrink(bounds)`, folded where the graph says what the slice is (`fold_shrink`)."""
+    folded = fold_shrink(x, bounds)
+    return x.shrink(bounds) if folded is None else folded
+
+
+def fold_shrink(x: UOp, bounds: tuple[tuple[sint, sint], ...]) -> UOp | None:
+    """A slice of `x` without a SHRINK node where the graph says what it is, else None: a slice of a slice is one
+    slice; a slice of a pad that lies in the padded tensor is a slice of it, one that lies in the padding is zeros;
+    a slice of a broadcast constant is that constant; a slice of a `where` whose condition is constant over the
+    slice is the chosen side's slice. So a slice of a `cat` (wheres over pads) is the slice of the one part it lies
+    in. The lowerer folds every slice it reads: a chain of cats of slices of the previous cat (a counter advanced
+    draw by draw) would otherwise be read along every path through it, whose number doubles with each link. A loop,
+    not recursion: such chains are as deep as the program made them."""
+    if not all(isinstance(n, int) for n in x.shape):
+        return None
+    folded = False
+    while all(isinstance(b, int) and isinstance(e, int) for b, e in bounds):
+        shape = tuple(e - b for b, e in bounds)
+        if all(b == 0 and e == n for (b, e), n in zip(bounds, x.shape)):
+            return x
+        if x.op is Ops.SHRINK and all(isinstance(b, int) for b, _ in x.arg):
+            x, bounds = x.src[0], tuple((ob + b, ob + e) for (ob, _), (b, e) in zip(x.arg, bounds))
+        elif (c := _broadcast_constant(x)) is not None:
+            return c.reshape((1,) * len(shape)).expand(shape)  # type: ignore[arg-type]
+        elif x.op is Ops.PAD and any(e <= before or b >= before + n
+                                     for (b, e), (before, _), n in zip(bounds, x.arg, x.src[0].shape)):
+            return UOp.const(x.dtype, 0).reshape((1,) * len(shape)).expand(shape)  # type: ignore[arg-type]
+        elif x.op is Ops.PAD and all(b >= before and e <= before + n
+                                     for (b, e), (before, _), n in zip(bounds, x.arg, x.src[0].shape)):
+            x, bounds = x.src[0], tuple((b - before, e - before) for (b, e), (before, _) in zip(bounds, x.arg))
+        elif x.op is Ops.WHERE and (c := _broadcast_constant(shrink_folded(x.src[0], bounds))) is not None:
+            x = x.src[1] if c.arg else x.src[2]
+        else:
+            break
+        folded = True
+    return x.shrink(bounds) if folded else None
