@@ -449,19 +449,24 @@ def test_device_bits_follow_the_formula_across_the_32_bit_counter_boundary() -> 
     np.testing.assert_array_equal(Tensor.random_bits(5).numpy(), _reference_bits(42, start + 30, 5))
 
 
-def test_draws_are_kernels_over_one_state_buffer() -> None:
+def test_draws_are_lazy_and_the_state_graph_stays_bounded() -> None:
     from tinygrad import GlobalCounters
-    from tinygrad.mixin.rng import DeviceRNG
+    from tinygrad.mixin.rng import MAX_PENDING_DRAWS, DeviceRNG
 
     Tensor.rand(3).realize()
-    storage = DeviceRNG.state(Tensor, Device.DEFAULT)._buffer().storage
+    DeviceRNG.state(Tensor, Device.DEFAULT).realize()
+    DeviceRNG.pending[Device.DEFAULT] = 0
     before = GlobalCounters.kernel_count
-    x = Tensor.rand(1000)
-    assert GlobalCounters.kernel_count - before == 2, "advancing the state: one kernel, and its copy into the state"
+    x, y = Tensor.rand(1000), Tensor.randn(10)
+    assert GlobalCounters.kernel_count == before, "a draw runs nothing until its value is needed"
     leaves = [u for u in x.uop.toposort() if u.op.name == "BUFFER"]
     assert leaves and all(u.dtype == dtypes.uint32 for u in leaves), "no float data comes from the host"
-    x.realize()
-    assert DeviceRNG.state(Tensor, Device.DEFAULT)._buffer().storage is storage, "the state keeps its buffer"
+    for _ in range(MAX_PENDING_DRAWS - 3):
+        Tensor.rand(2)
+    assert GlobalCounters.kernel_count == before
+    Tensor.rand(2)  # the draw that would make the chain of unrealized advances too long realizes the state
+    assert GlobalCounters.kernel_count == before + 1 and DeviceRNG.pending[Device.DEFAULT] == 0
+    assert len(x.numpy()) == 1000 and np.isfinite(y.numpy()).all()
 
 
 def test_lazy_draws_do_not_depend_on_when_they_are_realized() -> None:

@@ -371,6 +371,23 @@ def test_losses_reject_targets_out_of_range(call: Any) -> None:
         call(x, Tensor([0, -5, 1]))
 
 
+@pytest.mark.parametrize("call", [
+    lambda x, y: x.cross_entropy(y), lambda x, y: x.nll_loss(y, reduction="sum"),
+    lambda x, y: x.sparse_categorical_crossentropy(y, reduction="none"),
+], ids=["cross_entropy", "nll_loss_sum", "sparse_categorical_crossentropy_none"])
+def test_lazy_targets_are_not_computed_early_and_out_of_range_ones_make_the_loss_nan(call: Any) -> None:
+    from tinygrad import GlobalCounters
+
+    labels = Tensor([2, 0, 1, C - 1, 3]).realize()
+    x = Tensor.arange(3 * C, dtype=dtypes.float32).reshape(3, C).realize() / 7
+    before = GlobalCounters.kernel_count
+    good = call(x, labels[Tensor([0, 1, 3])])  # a gather: a graph, not yet computed
+    assert GlobalCounters.kernel_count == before, "nothing runs until the loss is needed"
+    np.testing.assert_allclose(good.numpy(), call(x, Tensor([2, 0, C - 1])).numpy(), rtol=1e-6)
+    bad = call(x, (labels + C - 2)[Tensor([0, 1, 3])])  # C, C - 2 and 2C - 3: the first and last are out of range
+    assert np.isnan(bad.numpy()).all()
+
+
 def test_index_checks_can_be_switched_off_for_lazy_graphs() -> None:
     x = Tensor.zeros(2, C)
     with Context(CHECK_INDICES=0):

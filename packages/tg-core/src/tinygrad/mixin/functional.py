@@ -5,9 +5,10 @@ with a one-hot comparison against the class positions instead of a gather, so th
 
 Index checks: `one_hot` and the class-index losses check that every target is a valid class, as PyTorch does,
 and raise a clear error instead of silently reading nothing. That check reads the targets' min and max back to
-the host (one small kernel and a wait). `Context(CHECK_INDICES=0)` (or the environment variable) skips it, for
-fully lazy graphs, and it is skipped while a TinyJit captures; out-of-range targets then contribute 0 (one_hot:
-an all-zero row).
+the host (one small kernel and a wait). The losses do so only for targets already computed (an uploaded batch);
+targets that are still a lazy graph (`Y_train[samples]`) are not computed early for it: an out-of-range one makes
+the loss NaN when it is computed. `Context(CHECK_INDICES=0)` (or the environment variable) skips the check, and
+it is skipped while a TinyJit captures; out-of-range targets then contribute 0 (one_hot: an all-zero row).
 """
 
 from __future__ import annotations
@@ -41,13 +42,19 @@ def _check_reduction(reduction: str) -> None:
         raise ValueError(f"reduction={reduction!r} is not valid; use one of {', '.join(map(repr, REDUCTIONS))}")
 
 
-def _check_targets(target: Tensor, num_classes: int, ignore_index: int | None, what: str) -> None:
-    """Raise (like PyTorch) when a target that is not `ignore_index` lies outside [0, num_classes)."""
+def _check_targets(target: Tensor, num_classes: int, ignore_index: int | None, what: str,
+                   lazy: bool = False) -> Tensor | None:
+    """Raise (like PyTorch) when a target that is not `ignore_index` lies outside [0, num_classes). With `lazy`, a
+    target that is not computed yet is not computed for the check: a lazy bool scalar, true when some target is
+    out of range, is returned instead for the caller to fold into its result (a loss takes NaN), so that a
+    program that builds its whole training before running it (tinygrad's one-shot style) runs nothing early."""
     # inside a TinyJit capture a host read could not be replayed: the check is skipped there, as with
     # CHECK_INDICES=0 (out-of-range targets then contribute 0)
     if not CHECK_INDICES or target.numel() == 0 or any(j.capturing for j in jit_state.running):
-        return
+        return None
     t = target if ignore_index is None else (target == ignore_index).where(0, target)
+    if lazy and not _is_computed(target):
+        return ((t < 0) | (t >= num_classes)).any()
     lo, hi = t.min(), t.max()
     lo.realize(hi)
     lo_v, hi_v = int(lo.item()), int(hi.item())
@@ -56,6 +63,14 @@ def _check_targets(target: Tensor, num_classes: int, ignore_index: int | None, w
         skip = f" (or the ignore_index {ignore_index})" if ignore_index is not None else ""
         raise IndexError(f"{what}: target {bad} is out of bounds; targets must be class indices in "
                          f"[0, {num_classes}){skip}")
+    return None
+
+
+def _is_computed(t: Tensor) -> bool:
+    """Whether t's value is in a buffer already (an upload, or a realized result), so reading it computes nothing."""
+    from tinygrad.engine.schedule import base_buffer, realized_views
+
+    return base_buffer(t.uop) is not None or t.uop in realized_views
 
 
 def _class_mask(target: Tensor, num_classes: int, axis: int, ndim: int) -> Tensor:
@@ -341,7 +356,7 @@ def _index_loss(logp: Tensor, Y: Tensor, axis: int, weight: Tensor | None, ignor
     by the summed w[y] over the kept elements."""
     _check_reduction(reduction)
     C = logp.shape[axis]
-    _check_targets(Y, C, ignore_index, what)
+    out_of_range = _check_targets(Y, C, ignore_index, what, lazy=True)
     kept = Y != ignore_index if ignore_index is not None else Y == Y
     hit = _class_mask(Y, C, axis, logp.ndim) & kept.unsqueeze(axis)
     w = _class_weight(weight, C, axis, logp.ndim) if weight is not None else None
@@ -350,12 +365,12 @@ def _index_loss(logp: Tensor, Y: Tensor, axis: int, weight: Tensor | None, ignor
     if label_smoothing:
         smooth = -weighted.sum(axis) * kept
         loss = loss * (1 - label_smoothing) + smooth * (label_smoothing / C)
-    if reduction == "none":
-        return loss
     if reduction == "sum":
-        return loss.sum()
-    denominator = hit.where(w, 0.0).sum() if w is not None else kept.sum()
-    return loss.sum() / denominator
+        loss = loss.sum()
+    elif reduction == "mean":
+        loss = loss.sum() / (hit.where(w, 0.0).sum() if w is not None else kept.sum())
+    # a target out of range, found without computing the targets early, makes the loss NaN (see _check_targets)
+    return loss if out_of_range is None else out_of_range.where(math.nan, loss)
 
 
 def _repeat_heads(t: Tensor, heads: int) -> Tensor:

@@ -1,16 +1,18 @@
-"""The random number generator: counter-based, computed inside kernels, its state in a device buffer.
+"""The random number generator: counter-based, computed inside kernels, its state a tensor on each device.
 
 Value i of a draw is a hash of (key, counter + i), written with uint32 tensor ops, so it is part of the graph
 like any other op: a TinyJit replay computes new numbers instead of repeating the captured ones. Each device keeps
 a uint32[4] state tensor (key1, key2, counter low, counter high). A draw of n values
 
-  1. computes the advanced state `C = state + n` (one tiny kernel, realized at once),
-  2. copies C into the state buffer (a second tiny kernel: the state keeps one buffer, which a replay reads),
-  3. returns the lazy hash of (key, C - n + i) for i < n, which reads C, never the state.
+  1. computes the advanced state `C = state + n`, lazily, and assigns it to the state (an assign, as any model
+     state's: inside a TinyJit function the state is written back on every replay, and a draw made before keeps
+     the state it read);
+  2. returns the lazy hash of (key, C - n + i) for i < n.
 
-Both kernels run during a TinyJit capture, so replays advance the counter too; reading the snapshot C instead of
-the state makes a lazy draw independent of when it is realized. The keys come from the seed (host arithmetic, once
-per `manual_seed`), so one seed gives the same numbers on every device.
+Nothing runs until a value is needed, so a whole training can be built before anything is computed (tinygrad's
+one-shot style). Draws nobody realizes chain their advances: after MAX_PENDING_DRAWS of them the state is realized
+(one tiny kernel) to keep its graph small. The keys come from the seed (host arithmetic, once per `manual_seed`),
+so one seed gives the same numbers on every device.
 """
 
 from __future__ import annotations
@@ -20,10 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tinygrad.device import Buffer
 from tinygrad.dtype import DType, dtypes, significand_bits
-from tinygrad.engine.realize import run_schedule
-from tinygrad.engine.schedule import ScheduleItem, base_buffer, buffer_view, copy_kernel_ast
 
 if TYPE_CHECKING:
     from tinygrad.multi import DeviceSpec
@@ -32,6 +31,8 @@ if TYPE_CHECKING:
 MASK32 = 0xFFFFFFFF
 #: one draw takes at most this many values: the per-element index is 32 bits
 MAX_DRAW = 1 << 32
+#: a state is realized after this many draws nobody realized it through (each adds a few nodes to its graph)
+MAX_PENDING_DRAWS = 32
 
 
 def _mix_host(x: int) -> int:
@@ -65,18 +66,18 @@ class DeviceRNG:
 
     seed = 0
     states: dict[str, Tensor] = {}
+    pending: dict[str, int] = {}  # draws since a device's state was last realized
     _iota: dict[tuple[str, int], Tensor] = {}  # index vectors by (device, length), reused between draws
 
     @classmethod
     def manual_seed(cls, seed: int) -> None:
         cls.seed = int(seed)
         k1, k2 = seed_keys(cls.seed)
-        fresh = np.array([k1, k2, 0, 0], dtype=np.uint32)
-        for state in cls.states.values():
-            # written into the existing buffer: a TinyJit replay reads the state from there
-            buf = _state_buffer(state)
-            buf.copyin(fresh.data.cast("B"))
-            state.uop = buffer_view(Buffer(buf.device, buf.size, buf.dtype, base=buf), (4,))
+        for device, state in cls.states.items():
+            # an assign, as a draw's: draws made before keep their numbers, and a TinyJit function that draws takes
+            # the new state at its next replay
+            state.assign(type(state)(np.array([k1, k2, 0, 0], dtype=np.uint32), device=device))
+            cls.pending[device] = 0
 
     @classmethod
     def state(cls, tensor_type: type[Tensor], device: str) -> Tensor:
@@ -102,10 +103,12 @@ class DeviceRNG:
         if n >= MAX_DRAW:
             raise ValueError(f"one random draw can take at most {MAX_DRAW - 1} values, asked for {n}; draw in parts")
         state = cls.state(tensor_type, device)
-        after = _advance(state, n).realize()
-        buf = _state_buffer(state)
-        run_schedule([ScheduleItem(copy_kernel_ast(dtypes.uint32, 4), [buf, _state_buffer(after)], device)])
-        state.uop = buffer_view(Buffer(buf.device, buf.size, buf.dtype, base=buf), (4,))
+        after = _advance(state, n)
+        state.assign(after)  # lazy; inside a TinyJit function the state is written back on every replay
+        cls.pending[device] = cls.pending.get(device, 0) + 1
+        if cls.pending[device] >= MAX_PENDING_DRAWS:  # bound the chain of unrealized advances a state may hold
+            state.realize()
+            cls.pending[device] = 0
         if n == 0:
             return tensor_type.empty(0, dtype=dtypes.uint32, device=device)
         k1, k2, lo, hi = (after[i:i + 1] for i in range(4))
@@ -115,12 +118,6 @@ class DeviceRNG:
         idx_hi = start_hi + (idx_lo < start_lo).cast(dtypes.uint32)
         x = _mix(idx_lo + _mix(idx_hi ^ k2))
         return _mix(_mix(x ^ k1) + k2)
-
-
-def _state_buffer(state: Tensor) -> Buffer:
-    base = base_buffer(state.uop)
-    assert base is not None, "the generator state is always a realized buffer"
-    return base.arg  # type: ignore[no-any-return]
 
 
 def _advance(state: Tensor, n: int) -> Tensor:
