@@ -195,9 +195,10 @@ def test_int64_when_the_adapter_has_shader_int64(Tensor, webgpu_device) -> None:
         pytest.skip("this adapter has no shader-int64 feature")
     big = np.array([2**63 - 1, -(2**63), 5, -7], dtype=np.int64)
     np.testing.assert_array_equal((Tensor(big, device="WEBGPU") + 1).numpy(), big + 1)
-    ints = np.arange(-50, 50, dtype=np.int32)
-    got = Tensor(ints, device="WEBGPU").sum()
+    ints = np.arange(-50, 50, dtype=np.int64) * 2**40
+    got = Tensor(ints, device="WEBGPU").sum()  # an int64 sum stays int64 (tinygrad: int32 for narrower ones)
     assert got.dtype == dtypes.int64 and got.item() == int(ints.sum())
+    assert Tensor(ints, device="WEBGPU").cumsum().numpy().tolist() == np.cumsum(ints).tolist()
 
 
 def test_float64_is_refused_with_a_clear_message(Tensor, webgpu_device) -> None:  # type: ignore[no-untyped-def]
