@@ -4,6 +4,7 @@ kernels."""
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
 import sys
@@ -108,6 +109,12 @@ class HostAllocator(Allocator):
 
     def copyout(self, dest: memoryview, src: tuple[np.ndarray, int]) -> None:
         np.frombuffer(dest, dtype=np.uint8)[:] = src[0][:dest.nbytes]
+
+    def wrap_external(self, address: int, nbytes: int) -> tuple[np.ndarray, int]:
+        """Host memory at `address` that another owner keeps valid (Tensor.from_blob, DLPack), as a buffer's
+        handle, in place: kernels read and write that memory. Core never passes such a handle to `free`, so it
+        cannot enter the reuse lists."""
+        return np.frombuffer(memoryview((ctypes.c_uint8 * nbytes).from_address(address)), dtype=np.uint8), address
 
     def host_view(self, opaque: tuple[np.ndarray, int], nbytes: int) -> memoryview:
         """The first `nbytes` of a buffer's memory, in place: it is host memory, so host code (MPI in

@@ -18,8 +18,9 @@ from typing import cast as cast  # tinygrad's model files import typing.cast fro
 
 import numpy as np
 
-from tinygrad.device import Buffer, Device
+from tinygrad.device import Buffer, Device, shared_buffers
 from tinygrad.device.disk import is_disk
+from tinygrad.dlpack import aliases_shared, dlpack_device, export_capsule, write_shared
 from tinygrad.dtype import (
     DType,
     DTypeLike,
@@ -381,6 +382,34 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
     def __repr__(self) -> str:
         return f"<Tensor {self.shape} {self.dtype} on {self.device}{' requires_grad' if self.requires_grad else ''}>"
 
+    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
+        """A DLPack capsule lending this tensor's memory (host memory only), so that `np.from_dlpack(t)` and
+        `torch.from_dlpack(t)` share it: writes on either side are seen by the other, and the memory lives while
+        the consumer holds it. A tensor that is not a realized, contiguous buffer is realized first, into a
+        contiguous copy where it is a view (the consumer then shares that copy). `max_version` (1, x) asks for a
+        versioned capsule; `copy=True` lends a copy; `dl_device` must be the CPU's (1, 0), and a tensor on another
+        device is copied to the host only when it asks for that; `stream` must be None.
+
+        Examples:
+            >>> t = Tensor([1.0, 2.0, 3.0])
+            >>> a = np.from_dlpack(t)
+            >>> a[0] = 5.0
+            >>> t.tolist()
+            [5.0, 2.0, 3.0]
+        """
+        return export_capsule(self, stream, max_version, dl_device, copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """DLPack's (device type, device id) of this tensor: (1, 0), the CPU, for host memory; other devices raise
+        BufferError (move the tensor with .to("CPU") first).
+
+        Examples:
+            >>> Tensor([1, 2]).__dlpack_device__()
+            (1, 0)
+        """
+        return dlpack_device(self.device)
+
     def __getstate__(self) -> tuple[None, dict[str, Any]]:
         # pickled: its graph (realized: its buffer, with the bytes), device, gradient and flag. Not the record of the
         # view it was made as (what assign writes through): that is a weak reference to another tensor, which a
@@ -564,7 +593,8 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
             # backward() still reaches the leaves after realize() (PyTorch users print loss.item() before
             # loss.backward()); the scheduler reads the realized buffer in its place. Leaves and the others (None:
             # keeping every float graph alive would hold every input buffer it read) just become the buffer.
-            if t._requires_grad is not True or id(t) in Tensor._grad_tensors:
+            if (t._requires_grad is not True or id(t) in Tensor._grad_tensors) and \
+                    not (shared_buffers and aliases_shared(t.uop)):  # a view of shared memory keeps reading it
                 t.uop = view
         return self
 
@@ -748,6 +778,8 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
             return self
         # Functional: the tensor takes the new value's graph. Inside a TinyJit function the old buffer is noted, so
         # that replays write the new value back into it.
+        if shared_buffers and write_shared(self, other):  # memory shared with another library: written in place
+            return self
         note_assign(self)
         self.uop = other.uop
         return self

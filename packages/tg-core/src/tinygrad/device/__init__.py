@@ -98,6 +98,10 @@ class Allocator(ABC):
     @abstractmethod
     def copyout(self, dest: memoryview, src: Any) -> None: ...
 
+    # Optional: `wrap_external(address, nbytes) -> opaque`, memory at `address` that another owner allocated and keeps
+    # valid (Tensor.from_blob, DLPack imports), as a buffer's handle without a copy. Such a handle is never passed to
+    # `free`. A device without it takes host memory by copying it in (`wraps_external` tells which).
+
 
 @dataclass(frozen=True)
 class DeviceKnobs:
@@ -173,6 +177,32 @@ def _human_bytes(n: int) -> str:
     return f"{n} bytes"
 
 
+@dataclass(frozen=True, slots=True)
+class SharedMemory:
+    """How a buffer's memory is shared with another owner (numpy, PyTorch, a C library): see `shared_buffers`."""
+
+    #: what keeps imported memory valid while the buffer uses it (a DLPack producer and its capsule, a ctypes array);
+    #: None when the caller promised to (Tensor.from_blob with an int address) or for exported memory of our own
+    keepalive: Any = None
+    #: False for memory the producer lent read-only: an assign into it raises
+    writable: bool = True
+    #: True for memory another owner allocated (never freed here); False for the buffer's own memory, lent out
+    external: bool = True
+
+
+#: Buffers whose memory another library may read or write behind the engine's back: imported (Tensor.from_blob,
+#: Tensor.from_dlpack) or exported (DLPack). The engine's caches assume a buffer changes only by its own kernels, so
+#: for these it reuses no result computed from them (the memory may have changed since), keeps views of them
+#: reading the memory, and writes an assign into them into the memory itself (tinygrad/dlpack.py). Empty in a
+#: program that shares nothing, where the checks cost one test of this mapping's length.
+shared_buffers: weakref.WeakKeyDictionary[Buffer, SharedMemory] = weakref.WeakKeyDictionary()
+
+
+def wraps_external(device: str) -> bool:
+    """Whether `device`'s allocator can use memory allocated elsewhere in place (the optional `wrap_external`)."""
+    return getattr(Device[device].allocator, "wrap_external", None) is not None
+
+
 class Buffer:
     """`size` elements of `dtype` on `device`. Memory is allocated on first use and freed with the object."""
 
@@ -210,6 +240,30 @@ class Buffer:
         buf._allocator = allocator
         _own_memory(buf, allocator, opaque, nbytes)
         return buf
+
+    @classmethod
+    def external(cls, device: str, size: int, dtype: DType, address: int, keepalive: Any = None,
+                 writable: bool = True) -> Buffer:
+        """A buffer over `size` elements of `dtype` at `address`, memory that another owner allocated and keeps
+        valid (held alive through `keepalive`, if given, for as long as the buffer lives): used in place, never freed
+        here. The device's allocator must offer `wrap_external` (see `wraps_external`)."""
+        allocator = Device[device].allocator
+        wrap = getattr(allocator, "wrap_external", None)
+        if wrap is None:
+            raise NotImplementedError(f"{device} cannot use memory allocated elsewhere in place (its allocator has no "
+                                      f"wrap_external); copy the data in instead")
+        buf = cls(device, size, dtype)
+        if buf.nbytes == 0 or not address:
+            raise ValueError(f"an external buffer needs a non-null address and at least one byte, got {address:#x} "
+                             f"for {size} {dtype.name} elements")
+        buf._opaque, buf._allocator = wrap(address, buf.nbytes), allocator
+        shared_buffers[buf] = SharedMemory(keepalive, writable, external=True)
+        return buf
+
+    @property
+    def shared(self) -> SharedMemory | None:
+        """How this buffer's memory is shared with another library (None when it is not: see `shared_buffers`)."""
+        return shared_buffers.get(self.storage) if shared_buffers else None
 
     def __reduce_ex__(self, protocol: Any) -> tuple:
         # what the buffer is, and its bytes when it holds any (an unallocated buffer has no value to keep). With
@@ -266,9 +320,11 @@ class Buffer:
         free_intermediates); the next use allocates it again, with its contents lost. Returns the bytes freed."""
         if self.base is not None or self._opaque is None:
             return 0
+        if shared_buffers and self in shared_buffers:
+            return 0  # another owner's memory, or ours lent out (DLPack) that a consumer may still read: kept
         ref = next((r for r in _owned_memory if r() is self and r.nbytes), None)
         self._opaque = None
-        if ref is None:  # memory this buffer does not own (from_blob): just forget it
+        if ref is None:  # memory this buffer does not own: just forget it
             return 0
         # emptied and out of the table: live weak references to one buffer are equal keys, so the next allocation's
         # reference must not find this one there. Its callback still runs when the buffer dies, and frees nothing

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tinygrad.device import Allocator, Buffer, Device
+from tinygrad.device import Allocator, Buffer, Device, shared_buffers
 from tinygrad.dtype import DType
 from tinygrad.engine.jit_state import check_not_overwritten, overwritten
 from tinygrad.engine.realize import capture_hooks
@@ -109,8 +109,8 @@ def eager_key(root: UOp, device: str) -> tuple[tuple, list[Buffer]] | None:
                 continue
             if constant is None:
                 return None
-            if (realized := s._realized) is None:
-                return None
+            if (realized := s._realized) is None or (shared_buffers and _reads_shared(s)):
+                return None  # (computed from memory another library may have written since: the scheduler decides)
             view = realized
             base = view.src[0] if view.op is _RESHAPE else view
             if base.op is not _BUFFER:
@@ -122,6 +122,10 @@ def eager_key(root: UOp, device: str) -> tuple[tuple, list[Buffer]] | None:
             parts.append((buf.dtype, buf.size, buf.device, None if view is base else view.arg))
             bufs.append(buf)
     return tuple(parts), bufs
+
+
+def _reads_shared(node: UOp) -> bool:
+    return any(u.op is _BUFFER and u.arg.shared is not None for u in node.toposort())
 
 
 def lookup(key: tuple) -> _Entry | None:

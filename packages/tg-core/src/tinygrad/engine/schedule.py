@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from tinygrad.device import Buffer
+from tinygrad.device import Buffer, shared_buffers
 from tinygrad.dtype import DType
 from tinygrad.engine import jit_state
 from tinygrad.engine.memory import plan_memory
@@ -90,6 +90,9 @@ def _substitute_realized(roots: list[UOp]) -> list[UOp]:
     # the call would launch nothing, and every replay would hand back that old value. So it is computed again.
     capturing = jit_state.running[-1].inputs if jit_state.running and jit_state.running[-1].capturing else None
     from_inputs: dict[UOp, bool] = {}
+    # Memory shared with another library (from_blob, DLPack) may have been written since a node over it was realized:
+    # such a node is computed again, from the memory as it is now
+    shared: dict[UOp, bool] | None = {} if shared_buffers else None
     mapping: dict[UOp, UOp] = {}
     for u in sink.toposort():
         on_device[u] = u.op in (Ops.BUFFER, Ops.COPY) or any(on_device[s] for s in u.src)
@@ -97,6 +100,10 @@ def _substitute_realized(roots: list[UOp]) -> list[UOp]:
             from_inputs[u] = (u.op is Ops.BUFFER and id(u.arg.storage) in capturing) or \
                 any(from_inputs[s] for s in u.src)
             if from_inputs[u]:
+                continue
+        if shared is not None:
+            shared[u] = (u.op is Ops.BUFFER and u.arg.shared is not None) or any(shared.get(s, False) for s in u.src)
+            if shared[u]:
                 continue
         # Leaves keep their place: a buffer is its own value, and a constant is cheaper inline than read from memory.
         # So does a graph of constants, computed again wherever it is used: it is one node on every device

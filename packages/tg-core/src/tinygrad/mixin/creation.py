@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from tinygrad.device import Buffer, Device, dtype_error
+from tinygrad.device import Buffer, Device, dtype_error, wraps_external
+from tinygrad.dlpack import import_dlpack
 from tinygrad.dtype import DType, DTypeLike, dtypes, is_emulated_float, to_dtype, to_numpy
 from tinygrad.engine import jit_state
 from tinygrad.engine.schedule import buffer_view
@@ -265,34 +266,76 @@ class CreationMixin(TensorBase):
     @classmethod
     def from_blob(cls: type[Tensor], ptr: Any, shape: ShapeArg, device: str | None = None,
                   dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
-        """A tensor holding a copy of `prod(shape)` elements of `dtype` read from host memory at `ptr` (an int
-        address or a ctypes pointer/array). tinygrad wraps the memory without copying; this one copies, so the
-        tensor stays valid after the memory is freed.
+        """A tensor over `prod(shape)` elements of `dtype` (float32 by default) in row-major order at `ptr` (an int
+        address or a ctypes pointer/array), without a copy, as tinygrad's: the tensor reads and writes that memory,
+        and the memory must stay valid for the tensor's life (a ctypes object passed as `ptr` is kept alive with it;
+        for an int address that is the caller's duty). The address must be aligned to the element size.
+
+        Reads see the memory as it is when they run (writes made there by other code included), and an assign into
+        the tensor writes the memory in place. On a device whose allocator cannot use outside memory in place (no
+        `wrap_external`: the GPU backends), `ptr` must be host memory, and it is copied in when the tensor is made.
 
         Examples:
             >>> a = np.array([1.0, 2.0, 3.0], dtype=np.float32)
-            >>> Tensor.from_blob(a.ctypes.data, (3,), dtype=dtypes.float32).tolist()
-            [1.0, 2.0, 3.0]
+            >>> t = Tensor.from_blob(a.ctypes.data, (3,), dtype=dtypes.float32)
+            >>> a[0] = 5.0
+            >>> t.tolist()
+            [5.0, 2.0, 3.0]
         """
         sh = shape_args((shape,) if isinstance(shape, int) else tuple(shape))
         d = to_dtype(dtype) if dtype is not None else dtypes.default_float
         if isinstance(ptr, (bool, str, bytes, float)):
             raise TypeError(f"from_blob needs an int address or a ctypes pointer, got {type(ptr).__name__}")
+        keepalive = None
         if not isinstance(ptr, (int, np.integer)):
             try:
-                ptr = ctypes.cast(ptr, ctypes.c_void_p).value
+                address = ctypes.cast(ptr, ctypes.c_void_p).value
             except (TypeError, ctypes.ArgumentError):
                 raise TypeError(f"from_blob needs an int address or a ctypes pointer, got {type(ptr).__name__}") \
                     from None
+            keepalive, ptr = ptr, address
         dev = Device.canonicalize(device)
         if not Device[dev].supports_dtype(d):
             raise dtype_error(d, dev)
-        buf = Buffer(dev, prod(sh), d)
-        if buf.nbytes:
-            if not ptr:
-                raise ValueError(f"from_blob got a null pointer for {buf.nbytes} bytes of shape {sh}")
-            buf.copyin(memoryview(ctypes.string_at(int(ptr), buf.nbytes)))
+        size = prod(sh)
+        nbytes = size * d.itemsize
+        if not nbytes:  # nothing to read: any pointer will do
+            return cls(buffer_view(Buffer(dev, size, d), sh), device=dev, **kwargs)
+        if not ptr:
+            raise ValueError(f"from_blob got a null pointer for {nbytes} bytes of shape {sh}")
+        if wraps_external(dev):
+            if int(ptr) % d.itemsize:
+                raise ValueError(f"from_blob's address {int(ptr):#x} is not aligned to the {d.itemsize}-byte elements "
+                                 f"of {d.name}; copy the data to aligned memory (numpy arrays are) first")
+            buf = Buffer.external(dev, size, d, int(ptr), keepalive=keepalive)
+        else:
+            buf = Buffer(dev, size, d).copyin(memoryview((ctypes.c_char * nbytes).from_address(int(ptr))).cast("B"))
         return cls(buffer_view(buf, sh), device=dev, **kwargs)
+
+    @classmethod
+    def from_dlpack(cls: type[Tensor], x: Any, device: str | None = None, copy: bool | None = None) -> Tensor:
+        """A tensor sharing the memory of `x`, any object with `__dlpack__` (a numpy array, a PyTorch CPU tensor,
+        ...) or a DLPack capsule (which it consumes: a capsule is used once), without a copy: writes on either side
+        are seen by the other. `x` (and the memory) stays alive while the tensor, or anything over its memory, lives.
+
+        The memory must be host memory. Strides that movement ops express (permutes, slices with positive or negative
+        steps, broadcast zero strides) give a view over the producer's memory; others (overlapping windows, strides
+        that do not divide each other, an address not aligned to the element size) are copied, as is everything when
+        `copy=True` or when `device` (the CPU by default) cannot use host memory in place; `copy=False` raises
+        BufferError instead of copying. Reads see the memory as it is when they run, and an assign into the tensor
+        (a view of it included) writes the memory in place. dtypes: bool, int8-64, uint8-64, float16/32/64, bfloat16.
+
+        Examples:
+            >>> a = np.arange(6, dtype=np.float32).reshape(2, 3)
+            >>> t = Tensor.from_dlpack(a)
+            >>> a[0, 0] = 9.0
+            >>> t.tolist()
+            [[9.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+            >>> t[1, 2] = 7.0
+            >>> a[1, 2]
+            np.float32(7.0)
+        """
+        return import_dlpack(cls, x, device, copy)
 
     # ---- random ----
 
