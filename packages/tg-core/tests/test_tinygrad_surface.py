@@ -282,3 +282,44 @@ def test_clone_has_its_own_buffer_and_copies_the_gradient() -> None:
     np.testing.assert_equal(y.grad.numpy(), [5.0] * 3)
     with pytest.raises(RuntimeError, match="realize"):
         _ = (Tensor.ones(2) + 1).uop.buffer
+
+
+def test_uop_const_takes_tinygrads_order_and_ours() -> None:
+    from tinygrad import UOp
+
+    assert UOp.const(2.0).dtype == dtypes.float32 and UOp.const(3).dtype == dtypes.int32
+    assert UOp.const(True).dtype == dtypes.bool
+    assert UOp.const(2.5, dtypes.float16) is UOp.const(dtypes.float16, 2.5)  # one node either way
+    assert Tensor(UOp.const(2.0).cast(dtypes.float)).numpy() == 2.0
+    with pytest.raises(TypeError, match="needs a value"):
+        UOp.const(dtypes.float32)
+
+
+def test_clone_of_a_constant_has_a_buffer_and_can_go_to_a_device() -> None:
+    from tinygrad import UOp
+
+    t = Tensor(UOp.const(2.0).cast(dtypes.float)).clone()
+    assert t.numpy() == 2.0 and t.uop.has_buffer_identity()
+    assert not (Tensor([1.0]) + 1).uop.has_buffer_identity()
+    c = Tensor(UOp.const(2.0).cast(dtypes.float)).clone(device="CPU")
+    assert c.device == "CPU" and c.numpy() == 2.0
+
+
+def test_uop_variable_is_a_variable() -> None:
+    from tinygrad import UOp, Variable
+
+    v = UOp.variable("n", 1, 8)
+    assert v is Variable("n", 1, 8)
+    t = Tensor.arange(8)[:v.bind(3)]
+    assert t.max_shape == (8,) and t.numpy().tolist() == [0, 1, 2]
+    with pytest.raises(TypeError, match="integer"):
+        UOp.variable("x", 0, 1, dtypes.float32)
+
+
+def test_uop_axis_follows_the_sharding() -> None:
+    devices = ("CPU:1", "CPU:2", "CPU:3")
+    w = Tensor.arange(30).reshape(5, 6).float().shard(devices, axis=1)
+    assert w.uop.axis == 1 and (w + 1).uop.axis == 1
+    assert w.sum(axis=1).uop.axis is None  # summed over the split axis: replicated
+    assert w.sum(axis=0).uop.axis == 0  # the split axis moves left
+    assert Tensor.ones(4).shard(devices).uop.axis is None and Tensor([1]).uop.axis is None

@@ -312,3 +312,23 @@ def test_buffers_are_realized_with_the_step(training):
         bn(lin(Tensor(X[:, :3]))).sum().backward()
         opt.step()
     assert bn.num_batches_tracked.numpy().tolist() == [2]
+
+
+@pytest.mark.parametrize("opt", [optim.LAMB, optim.Adam])
+def test_optimizer_state_moved_to_the_cpu_updates_sharded_parameters(opt, training):
+    """Offloading the moments (`m.to_("CPU")`) of a parameter sharded over devices: the step computes where the
+    moments live, and the parameter keeps its devices and sharding."""
+    x = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
+    t = Tensor(x.copy(), requires_grad=True).shard(("CPU:0", "CPU:1"), axis=1)
+    o = opt([t])
+    for s in o.m + o.v:
+        s.to_("CPU")
+    ref = Tensor(x.copy(), requires_grad=True)
+    r = opt([ref])
+    for _ in range(2):
+        for p, step in ((t, o), (ref, r)):
+            step.zero_grad()
+            (p * p).sum().backward()
+            step.step()
+    assert t.device == ("CPU", "CPU:1") and t.uop.axis == 1  # CPU:0 is the CPU and o.m[0].device == "CPU"
+    close(t, ref.numpy(), atol=1e-6, rtol=1e-6)

@@ -39,6 +39,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import tinygrad.uop.ops as uop_ops
 from tinygrad.device import Buffer, Device
 from tinygrad.dtype import DTypeLike
 from tinygrad.engine import collectives
@@ -463,3 +464,11 @@ def view_of_buffers(buffers: Sequence[Buffer], shape: tuple[Any, ...], axis: int
     n = len(buffers)
     shard = shape if axis is None else shape[:axis] + (shape[axis] // n,) + shape[axis + 1:]
     return multi_node([buffer_view(b, shard) for b in buffers], axis)
+
+
+def _axis_of(root: UOp) -> int | None:
+    return sharding(root)[1]
+
+
+# `UOp.axis` answers through this layer, which builds on tinygrad.uop and so is registered from here
+uop_ops._sharding_axis = _axis_of

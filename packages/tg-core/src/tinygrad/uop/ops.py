@@ -19,6 +19,11 @@ from typing import Any, NamedTuple
 from tinygrad.dtype import DType, dtypes, truncate
 from tinygrad.helpers import argsort
 
+#: marks a missing argument of UOp.const (None cannot: tinygrad's order passes dtype=None)
+_NO_VALUE: Any = object()
+#: where a value on several devices is split: set by tinygrad.multi, which this module cannot import (it builds on it)
+_sharding_axis: Callable[[UOp], int | None] | None = None
+
 
 class Ops(enum.Enum):
     # leaves of the tensor graph
@@ -399,8 +404,37 @@ class UOp(metaclass=UOpMeta):
 
     # ---- constructors used everywhere ----
     @staticmethod
-    def const(dtype: DType, value: Any) -> UOp:
+    def const(dtype: Any, value: Any = _NO_VALUE) -> UOp:
+        """A constant: `UOp.const(dtypes.float32, 2.0)`, or tinygrad's order `UOp.const(2.0)` /
+        `UOp.const(2.0, dtypes.float32)`, where the dtype defaults to the Python value's (a value is never a DType,
+        so the order is unambiguous)."""
+        if not isinstance(dtype, DType):
+            dtype, value = (dtypes.from_py(dtype) if value is _NO_VALUE or value is None else value), dtype
+        elif value is _NO_VALUE:
+            raise TypeError(f"UOp.const({dtype}) needs a value: UOp.const(value, dtype) or UOp.const(dtype, value)")
         return UOp(Ops.CONST, dtype, (), truncate(value, dtype.scalar))
+
+    @staticmethod
+    def variable(name: str, min_val: int, max_val: int, dtype: DType | None = None) -> UOp:
+        """tinygrad's spelling of `Variable(name, min_val, max_val)` (an index-typed symbolic integer)."""
+        if dtype is not None and not dtype.is_int:
+            raise TypeError(f"a Variable is an integer, got dtype {dtype}")
+        return Variable(name, min_val, max_val)
+
+    def has_buffer_identity(self) -> bool:
+        """tinygrad's: whether this node is a buffer itself (through reshapes), so that writing it writes memory."""
+        u = self
+        while u.op is Ops.RESHAPE:
+            u = u.src[0]
+        return u.op is Ops.BUFFER
+
+    @property
+    def axis(self) -> int | None:
+        """The axis a value on several devices is split along (None: replicated, or on one device), as the
+        multi-device lowering places it (tinygrad's `t.uop.axis`)."""
+        if _sharding_axis is None:
+            raise RuntimeError("the multi-device layer (tinygrad.multi) is not loaded: import tinygrad first")
+        return _sharding_axis(self)
 
     def const_like(self, value: Any) -> UOp:
         c = UOp.const(self.dtype, value)

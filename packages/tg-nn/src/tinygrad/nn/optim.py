@@ -220,18 +220,23 @@ class LAMB(Optimizer):
         b1, b1_t = self.beta, self.beta ** self.t
         out = []
         for i, (p, g) in enumerate(zip(self.params, grads)):
-            w = p.float()
-            self.m[i].assign(self.m[i] * b1.to(p.device) + g * (1 - b1.to(p.device)))
-            self.v[i].assign(self.v[i] * self.b2 + g.square() * (1 - self.b2))
-            m_hat = self.m[i] / (1 - b1_t.to(p.device))
-            v_hat = self.v[i] / (1 - self.b2_t.to(p.device))
+            # the moments live on p's device unless the state was moved (`m.to_("CPU")` offloads it): the update is
+            # computed where the first moment lives and only the step comes back to the parameter
+            at = self.m[i].device
+            w = p.float().to(at)
+            gm = g.to(at)
+            self.m[i].assign(self.m[i] * b1.to(at) + gm * (1 - b1.to(at)))
+            gv = g.to(self.v[i].device)
+            self.v[i].assign(self.v[i] * self.b2 + gv.square() * (1 - self.b2))
+            m_hat = self.m[i] / (1 - b1_t.to(at))
+            v_hat = (self.v[i] / (1 - self.b2_t.to(self.v[i].device))).to(at)
             up = m_hat / (v_hat.sqrt() + self.eps)
             if self.wd:
                 up = up + self.wd * w
             if not self.adam:
                 wn, un = w.square().sum().sqrt(), up.square().sum().sqrt()
                 up = up * (wn > 0).where((un > 0).where(wn / un, 1.0), 1.0)
-            out.append(w - self.lr.to(p.device) * up)
+            out.append(p.float() - self.lr.to(p.device) * up.to(p.device))
         return out
 
     @property
