@@ -59,6 +59,14 @@ def test_random_creators_refuse_a_symbolic_size_as_tinygrad_does() -> None:
             make()
 
 
+def test_empty_over_an_unbound_variable_is_sized_for_its_largest_value() -> None:
+    n = Variable("n", 1, 32)
+    t = Tensor.empty(2, n, 4)
+    assert t.shape[1] is n and t.max_shape == (2, 32, 4) and t.max_numel() == 256
+    with pytest.raises(ValueError, match="bind it"):
+        (t + 1).numpy()
+
+
 def test_bad_variables_raise_clear_errors() -> None:
     n = Variable("n", 1, 8)
     with pytest.raises(ValueError, match="not bound"):

@@ -26,7 +26,7 @@ class TensorBase:
     __slots__ = ()
 
 
-def shape_args(shape: tuple[Any, ...], symbolic: bool = False) -> tuple[Any, ...]:
+def shape_args(shape: tuple[Any, ...], symbolic: bool = False, unbound: bool = False) -> tuple[Any, ...]:
     """Accept `f(2, 3)` and `f((2, 3))` alike, and check the sizes. With `symbolic`, a size may also be a bound
     Variable or an integer expression over bound Variables (`n.bind(10)`, `n.bind(10) * 2`)."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
@@ -36,7 +36,7 @@ def shape_args(shape: tuple[Any, ...], symbolic: bool = False) -> tuple[Any, ...
             raise ValueError(f"a symbolic size (a Variable) cannot be used here, only ints: got shape {shape}; random "
                              f"tensors and uploads need a concrete size, as in tinygrad")
         ints = iter(shape_args(tuple(s for s in shape if not isinstance(s, UOp))))  # checks the int entries
-        return tuple(symbolic_size(s) if isinstance(s, UOp) else next(ints) for s in shape)
+        return tuple(symbolic_size(s, unbound) if isinstance(s, UOp) else next(ints) for s in shape)
     for s in shape:
         if not isinstance(s, (int, np.integer)) or isinstance(s, bool):
             raise ShapeArgError(f"shape entries must be ints, got {type(s).__name__} {s!r} in {shape}")
@@ -45,16 +45,18 @@ def shape_args(shape: tuple[Any, ...], symbolic: bool = False) -> tuple[Any, ...
     return tuple(int(s) for s in shape)
 
 
-def symbolic_size(s: UOp) -> sint:
+def symbolic_size(s: UOp, unbound: bool = False) -> sint:
     """A symbolic size, checked: an integer expression whose Variables are all bound (the bound values are what
-    `.numpy()` and `.shape` readers see), in canonical form."""
+    `.numpy()` and `.shape` readers see), in canonical form. With `unbound`, free Variables are allowed too (memory
+    sized for their largest values, as `Tensor.empty` makes it): computing with such a size asks for a binding."""
     if not s.dtype.is_int:
         raise TypeError(f"a symbolic size must be an integer expression over Variables, got {s.dtype}: {s}")
     bound = {u.src[0] for u in s.toposort() if u.op is Ops.BIND}
     free = [u.arg.name for u in s.toposort() if u.op is Ops.DEFINE_VAR and u not in bound]
     if free:
-        raise ValueError(f"Variable {free[0]} is not bound: a size needs a value, use Variable(...).bind(value)")
-    if resolve_size(s) < 0:
+        if not unbound:
+            raise ValueError(f"Variable {free[0]} is not bound: a size needs a value, use Variable(...).bind(value)")
+    elif resolve_size(s) < 0:
         raise ValueError(f"a symbolic size must not be negative, got {s} = {resolve_size(s)}")
     return ssimplify(s)
 

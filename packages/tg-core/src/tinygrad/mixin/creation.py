@@ -40,14 +40,16 @@ class CreationMixin(TensorBase):
     def empty(cls: type[Tensor], *shape: Any, device: DeviceLike = None, dtype: DTypeLike | None = None,
               **kwargs: Any) -> Tensor:
         """An uninitialised tensor of `shape` (as `zeros(2, 3)` or `zeros((2, 3))`): memory is allocated, its
-        contents are not defined. `dtype` defaults to `dtypes.default_float`. A size may be a bound Variable.
+        contents are not defined. `dtype` defaults to `dtypes.default_float`. A size may be a Variable, bound or
+        not: the memory is sized for its largest value (`max_shape`), and an unbound one must be bound before the
+        tensor is computed with.
 
         Examples:
             >>> t = Tensor.empty(2, 3)
             >>> t.shape, t.dtype
             ((2, 3), dtypes.float32)
         """
-        sh = shape_args(shape, symbolic=True)
+        sh = shape_args(shape, symbolic=True, unbound=True)
         d = to_dtype(dtype) if dtype is not None else dtypes.default_float
         if device is not None and not isinstance(device, str):  # one buffer on each device
             devs = canonical_devices(device)
