@@ -69,11 +69,12 @@ def _dim_name(d: Any) -> Any:
 @dataclass(eq=False)
 class _Followed:
     """A tensor that held memory the kernels read and was assigned since the capture: its new value is copied into
-    that memory before a replay, whenever it has changed (`node`: its graph when last copied)."""
+    that memory before a replay, whenever it has changed (`node`: its graph when last copied, held weakly as
+    StateSlot's)."""
 
     tensor: weakref.ref[Tensor]
     buffers: list[Buffer]  # the memory the kernels read, one per device
-    node: UOp | None = None
+    node: weakref.ref[UOp] | None = None
 
 
 #: memory read by captured kernels -> the captures reading it, to be told of assigns to tensors that held it
@@ -257,22 +258,23 @@ class Capture:
     def _bring_in_assigned(self) -> None:
         """Copy the new values of tensors assigned since the capture into the memory the kernels read."""
         for held in self.state:
-            if (t := held.tensor()) is not None and t.uop is not held.node:
+            if (t := held.tensor()) is not None and t.uop is not held.node():
                 # assigned a new value outside the function (a checkpoint loaded, say): the kernels read the state
-                # from the captured buffer, so the new value goes there
+                # from the captured buffer, so the new value goes there, unless it was written there in place
                 for old, new in zip(held.buffers, buffers_of(t)):
-                    copy_into(old, new, old.device)
+                    if new.storage is not old.storage:
+                        copy_into(old, new, old.device)
         stale = False
         for followed in list(self.followed.values()):
             t = followed.tensor()
-            if t is None or t.uop is followed.node:
+            if t is None or (followed.node is not None and t.uop is followed.node()):
                 continue
             news = buffers_of(t)
             for old, new in zip(followed.buffers, news):
                 if new.storage is not old.storage:
                     copy_into(old, new, old.device)
                     stale = stale or id(old.storage) in self.pruned_reads
-            followed.node = t.uop
+            followed.node = weakref.ref(t.uop)
         if stale:  # a pruned launch read the old value: its result must follow
             self._rerun_pruned()
 
@@ -326,7 +328,8 @@ class Capture:
         GlobalCounters.count_launches(len(launches), self.replay_ops, self.replay_mem)
         for held in self.state:
             if (t := held.tensor()) is not None:  # a new name for the new contents, as realize() gives
-                t.uop = held.node = fresh_view(held.buffers, t, held.axis)
+                t.uop = fresh_view(held.buffers, t, held.axis)
+                held.node = weakref.ref(t.uop)
         return self._outputs_for(inputs, values)
 
     def _outputs_for(self, inputs: list[Buffer], values: dict[str, int]) -> Any:
@@ -410,7 +413,7 @@ class Capture:
 
 
 def make_state_slots(tensors: list[tuple[Tensor, list[Buffer]]]) -> list[StateSlot]:
-    return [StateSlot(weakref.ref(t), bufs, axis_of(t), t.uop) for t, bufs in tensors]
+    return [StateSlot(weakref.ref(t), bufs, axis_of(t), weakref.ref(t.uop)) for t, bufs in tensors]
 
 
 def _prepare(rec: Recorded, bufs: list[Buffer], var_vals: dict[str, int]) -> Callable[[], Any]:

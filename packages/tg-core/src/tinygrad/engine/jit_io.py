@@ -22,11 +22,14 @@ from tinygrad.uop.ops import Ops, UOp, unbind
 @dataclass(eq=False)
 class StateSlot:
     """A tensor the function assigns, the buffer its kernels read it from, and the node a replay last gave it
-    (another node means it was assigned outside the function since: load_state_dict, a manual assign)."""
+    (another node means it was assigned outside the function since: load_state_dict, a manual assign). The node is
+    held weakly: a strong reference would count as a reader of the buffer's graph, and an assign to a region of the
+    tensor between replays (a KV cache's prefill) would then compute a whole new value instead of writing the
+    region in place (mixin/views.py)."""
     tensor: weakref.ref[Tensor]
     buffers: list[Buffer]  # one per device for a tensor on several devices
     axis: int | None  # and the axis it is split along
-    node: UOp
+    node: weakref.ref[UOp]
 
 
 def held_buffers(u: UOp) -> list[Buffer] | None:

@@ -29,6 +29,9 @@ class RunningJit:
     #: the memory of the call's input tensors (ids of their storage): while capturing, a node computed from them is
     #: computed again even if an equal node was realized before the call, so that the capture records its kernel
     inputs: frozenset[int] = frozenset()
+    #: the buffer views that nodes were realized into during this capture (schedule.realized_views adds them): their
+    #: kernels are recorded, so a later realize in the same call reads them instead of computing them again
+    realized_here: set[UOp] = field(default_factory=set)
 
 
 running: list[RunningJit] = []

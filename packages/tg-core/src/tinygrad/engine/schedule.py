@@ -56,6 +56,8 @@ class RealizedViews:
 
     def __setitem__(self, node: UOp, view: UOp) -> None:
         node._realized = view
+        if jit_state.running and (state := jit_state.running[-1]).capturing:
+            state.realized_here.add(view)
 
     def __contains__(self, node: UOp) -> bool:
         return node._realized is not None
@@ -87,8 +89,12 @@ def _substitute_realized(roots: list[UOp]) -> list[UOp]:
     sink = UOp(Ops.SINK, src=tuple(roots))
     on_device: dict[UOp, bool] = {}  # whether a node reads a buffer (else it is constants, computed anywhere)
     # A TinyJit capture records the kernels it runs: a node of the call's inputs that an equal graph realized before
-    # the call would launch nothing, and every replay would hand back that old value. So it is computed again.
-    capturing = jit_state.running[-1].inputs if jit_state.running and jit_state.running[-1].capturing else None
+    # the call would launch nothing, and every replay would hand back that old value. So it is computed again. A
+    # node realized during the capture is read like any other: the kernel that computed it is recorded already, and
+    # computing it again would put a second, identical launch into every replay.
+    state = jit_state.running[-1] if jit_state.running and jit_state.running[-1].capturing else None
+    capturing = state.inputs if state is not None else None
+    realized_here = state.realized_here if state is not None else set()
     from_inputs: dict[UOp, bool] = {}
     # Memory shared with another library (from_blob, DLPack) may have been written since a node over it was realized:
     # such a node is computed again, from the memory as it is now
@@ -99,7 +105,7 @@ def _substitute_realized(roots: list[UOp]) -> list[UOp]:
         if capturing:
             from_inputs[u] = (u.op is Ops.BUFFER and id(u.arg.storage) in capturing) or \
                 any(from_inputs[s] for s in u.src)
-            if from_inputs[u]:
+            if from_inputs[u] and u._realized not in realized_here:
                 continue
         if shared is not None:
             shared[u] = (u.op is Ops.BUFFER and u.arg.shared is not None) or any(shared.get(s, False) for s in u.src)
