@@ -115,6 +115,20 @@ def test_gated_loads_read_nothing_outside_the_gate(llvm_device: CPUDevice) -> No
     np.testing.assert_array_equal(got.reshape(5, 8), np.pad(a.reshape(2, 4), ((1, 2), (3, 1))) * 2)
 
 
+def test_loop_counters_are_64_bit_and_read_as_int32_where_the_program_uses_them() -> None:
+    # counters are i64 like the address arithmetic that reads them (no sext per use for LLVM to widen); an index
+    # value used as data (arange) or in a gate (pad) reads the counter truncated, which must give the same numbers
+    from tg_backend_cpu.llvm_renderer import LLVMRenderer
+    from tinygrad import Device, Tensor
+
+    src = get_program(kernel(1.0, 4096), LLVMRenderer()).src
+    assert "icmp slt i64" in src and "alloca i32" not in src, src
+    if not isinstance(Device["CPU"].renderer, LLVMRenderer):
+        pytest.skip("the CPU device here is not on the LLVM path (CPU_COMPILER)")
+    got = (Tensor.arange(35, dtype=dtypes.int32, device="CPU").reshape(5, 7).pad(((1, 0), (0, 2))) * 3).numpy()
+    np.testing.assert_array_equal(got, np.pad(np.arange(35, dtype=np.int32).reshape(5, 7), ((1, 0), (0, 2))) * 3)
+
+
 def test_bool_values_are_bytes_in_memory(llvm_device: CPUDevice) -> None:
     xs, ys = [False, False, True, True], [False, True, False, True]
     p, q = param(1, 4, dtypes.bool), param(2, 4, dtypes.bool)
@@ -319,11 +333,21 @@ def batch_compiler(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-
 def test_a_batch_compiles_in_worker_processes_to_the_same_objects(batch_compiler) -> None:  # type: ignore[no-untyped-def]
     from tg_backend_cpu.llvm_compiler import LLVMCompiler
 
-    assert "worker processes" in batch_compiler.workers_note and batch_compiler._workers is not None
+    assert batch_compiler._workers is None  # started by the first compile: a batch all in the cache starts none
     in_process = LLVMCompiler()
     for src in _some_ir():
         assert batch_compiler.compile(src) == in_process.compile(src)
+    assert "worker processes" in batch_compiler.workers_note and batch_compiler._workers is not None
     assert batch_compiler._workers.alive >= 2
+
+
+def test_a_batch_that_compiles_nothing_starts_no_worker_now_or_for_a_later_kernel(batch_compiler) -> None:  # type: ignore[no-untyped-def]
+    # every kernel of the batch came from the compile cache (compile was never called): no process started, and the
+    # next kernel compiled alone, outside a batch, compiles in this process instead of starting the batch's workers
+    batch_compiler.end_batch()
+    assert batch_compiler._workers is None
+    assert batch_compiler.compile(_some_ir(1)[0])[:4] == b"\x7fELF"
+    assert batch_compiler._workers is None and "compiled nothing" in batch_compiler.workers_note
 
 
 def test_a_workers_compile_error_names_the_problem(batch_compiler) -> None:  # type: ignore[no-untyped-def]
@@ -335,10 +359,11 @@ def test_a_workers_compile_error_names_the_problem(batch_compiler) -> None:  # t
 def test_kernels_of_dead_workers_compile_in_this_process(batch_compiler) -> None:  # type: ignore[no-untyped-def]
     from tg_backend_cpu.llvm_compiler import LLVMCompiler
 
+    first, src = _some_ir(2)
+    batch_compiler.compile(first)  # starts the workers
     for worker in batch_compiler._workers._all:
         worker.proc.kill()
         worker.proc.wait()
-    src = _some_ir(1)[0]
     assert batch_compiler.compile(src) == LLVMCompiler().compile(src)
     assert "compiling in process" in batch_compiler.workers_note
 
@@ -353,8 +378,8 @@ def test_workers_that_cannot_start_leave_compiling_to_this_process(monkeypatch: 
     monkeypatch.setattr(llvm_compiler, "COMPILE_WORKERS", 2)
     compiler = llvm_compiler.LLVMCompiler()
     compiler.expect_batch(100)
-    assert compiler._workers is None and "process limit reached" in compiler.workers_note
     assert compiler.compile(_some_ir(1)[0])[:4] == b"\x7fELF"
+    assert compiler._workers is None and "process limit reached" in compiler.workers_note
 
 
 def test_a_training_step_compiled_by_workers_computes_the_same(tmp_path: Path) -> None:
@@ -408,9 +433,9 @@ def test_a_worker_that_answers_garbage_is_dropped(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(llvm_compiler, "COMPILE_WORKERS", 2)
     compiler = llvm_compiler.LLVMCompiler()
     compiler.expect_batch(100)
-    assert compiler._workers is not None
     src = _some_ir(1)[0]
     assert compiler.compile(src) == llvm_compiler.LLVMCompiler().compile(src)
+    assert compiler._workers is not None
     assert "not one" in compiler.workers_note and compiler._workers.alive == 1
     compiler._workers.close()
 

@@ -142,6 +142,22 @@ def test_upcast_copies_stores_and_their_reductions_share_one_loop() -> None:
     assert sum(u.op is Ops.LOAD for u in program) == 6
 
 
+def test_upcast_copies_are_the_store_with_each_value_substituted() -> None:
+    # expand_upcasts rebuilds only what depends on the upcast ranges: each copy must be exactly the whole-graph
+    # substitution, in the same (row-major) order, and a store that reads none of the ranges is kept as it is
+    from tinygrad.codegen.opt.expand import _substitute_each, _values
+
+    s = state_of(matmul_ast(8, 16, 12), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 2))
+    (st,) = s.sink.src
+    upcast = sorted((r for r in st.toposort() if r.op is Ops.RANGE and r.arg.kind is AxisKind.UPCAST),
+                    key=lambda r: -r.arg.axis)
+    assert len(upcast) == 2
+    copies = _substitute_each(st, upcast)
+    assert copies == [st.substitute(m) for m in _values(upcast)] and len(set(copies)) == 8
+    other = elementwise_ast((4, 4)).src[0]
+    assert _substitute_each(other, upcast) == [other] * 8
+
+
 def test_unroll_gives_independent_accumulators_in_one_loop() -> None:
     program = linearize(expand_kernel(state_of(reduce_ast(1, 64), Opt(OptOps.UNROLL, 0, 4))))
     assert sum(u.op is Ops.DEFINE_ACC for u in program) == 4

@@ -1,8 +1,8 @@
 """Compiling LLVM IR in this process with llvmlite: no compiler on the machine, no subprocess, no temporary file.
 
-The IR (llvm_renderer.py) goes through LLVM's O2 pipeline, with the loop and SLP vectorisers, for this host's
-CPU and features, and comes out as an object file: bytes kept in the compile cache as the C path keeps shared
-objects, and loaded by llvm_loader.py.
+The IR (llvm_renderer.py) goes through LLVM's O2 pipeline, with the loop and SLP vectorisers and without the loop
+unroller (`llvm_workers.PIPELINE`), for this host's CPU and features, and comes out as an object file: bytes kept in
+the compile cache as the C path keeps shared objects, and loaded by llvm_loader.py.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from tinygrad.codegen.compiled import COMPILE_WORKERS, CompileError, Compiler
 from tg_backend_cpu.llvm_workers import (
     LLVM_OPTIONS,
     OK,
+    PIPELINE,
     CompileWorkers,
     InvalidIR,
     WorkerDied,
@@ -81,10 +82,13 @@ class LLVMCompiler(Compiler):
         self.target_machine = host_target_machine(llvm)
         self._lock = threading.Lock()
         self._workers: CompileWorkers | None = None
+        #: worker processes a batch asked for, started by the batch's first compile (0: none wanted)
+        self._workers_wanted = 0
+        self._start_lock = threading.Lock()
         #: why there are no workers (for tests and DEBUG): a start that failed, or none wanted
         self.workers_note = "no batch yet"
         self.cache_key = (f"cpu-llvm|{llvm_description()}|{llvm.get_process_triple()}|{llvm.get_host_cpu_name()}|"
-                          f"{host_features(llvm)}|O2|{' '.join(LLVM_OPTIONS)}")
+                          f"{host_features(llvm)}|{PIPELINE}|{' '.join(LLVM_OPTIONS)}")
 
     def _optimized(self, src: str):  # type: ignore[no-untyped-def]
         """The IR parsed, checked and through the O2 pipeline for this host (call with the lock held)."""
@@ -94,16 +98,35 @@ class LLVMCompiler(Compiler):
             raise CompileError(str(e)) from e
 
     def expect_batch(self, kernels: int) -> None:
+        # the workers start at the batch's first compile, not here: a batch whose kernels are all in the compile
+        # cache (a second run) compiles nothing, and starting processes would be its only cost
         workers = min(kernels, COMPILE_WORKERS, _process_limit())
         if self._workers is not None or kernels < WORKERS_MIN_BATCH or workers < 2:
             return
-        try:
-            self._workers = CompileWorkers(workers)
-            self.workers_note = f"{workers} worker processes"
-        except OSError as e:  # no fork or exec here (a sandbox, a process limit): compile in process
-            self.workers_note = f"worker processes could not start ({e}); compiling in process"
+        self._workers_wanted = workers
+        self.workers_note = f"{workers} worker processes, started by the batch's first compile"
+
+    def end_batch(self) -> None:
+        with self._start_lock:
+            if self._workers_wanted:  # every kernel was in the cache: a later lone kernel compiles in process
+                self._workers_wanted = 0
+                self.workers_note = "no worker processes: the last batch compiled nothing"
+
+    def _start_workers(self) -> None:
+        # the batch's compile threads arrive here together: one starts the workers, the others wait for them
+        with self._start_lock:
+            workers = self._workers_wanted
+            if workers and self._workers is None:
+                try:
+                    self._workers = CompileWorkers(workers)
+                    self.workers_note = f"{workers} worker processes"
+                except OSError as e:  # no fork or exec here (a sandbox, a process limit): compile in process
+                    self.workers_note = f"worker processes could not start ({e}); compiling in process"
+            self._workers_wanted = 0
 
     def compile(self, src: str) -> bytes:
+        if self._workers_wanted:
+            self._start_workers()
         if self._workers is not None:
             try:
                 status, payload = self._workers.compile(src)

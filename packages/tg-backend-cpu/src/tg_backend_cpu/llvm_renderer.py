@@ -492,6 +492,13 @@ class _Kernel:
     # ---- loops ----
     def open_loop(self, u: UOp, sliced: bool) -> None:
         t = value_type(u.dtype)
+        if t == "i32":
+            # an int32 counter is counted in 64 bits, as the address arithmetic that reads it (`wide`): with a 32-bit
+            # one every address is built from sext(counter), which LLVM's induction variable pass then widens
+            # itself, one use at a time, and a register tile has thousands of uses; the counter stays within
+            # [0, bound) of an int32 bound, so its int32 reads are exact truncations
+            t = "i64"
+            self.wide.add(u)
         bound = self.int_resize(self.val(u.src[0]), value_type(u.src[0].dtype), t, u.src[0].dtype)
         lo, hi = "0", bound
         if sliced:  # this thread's part of [0, bound): bound*tg_start/tg_total .. bound*tg_end/tg_total, in 64 bits

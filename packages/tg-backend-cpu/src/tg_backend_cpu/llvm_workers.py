@@ -97,9 +97,13 @@ def host_target_machine(llvm: ModuleType):  # type: ignore[no-untyped-def]
                                         opt=2, reloc="default", codemodel="jitdefault", jit=True)
 
 
+#: what `optimized_module` runs, for the compile cache's key: it must change whenever the pipeline does
+PIPELINE = "O2 slp no-unroll"
+
+
 def optimized_module(llvm: ModuleType, target_machine, src: str):  # type: ignore[no-untyped-def]
-    """The IR parsed, checked and through the O2 pipeline for `target_machine` (one thread at a time: llvmlite is
-    not safe to call concurrently). Raises InvalidIR."""
+    """The IR parsed, checked and through the O2 pipeline (`PIPELINE`) for `target_machine` (one thread at a time:
+    llvmlite is not safe to call concurrently). Raises InvalidIR."""
     try:
         module = llvm.parse_assembly(src)
         module.verify()
@@ -110,6 +114,10 @@ def optimized_module(llvm: ModuleType, target_machine, src: str):  # type: ignor
     tuning = llvm.create_pipeline_tuning_options(speed_level=2)
     tuning.loop_vectorization = True
     tuning.slp_vectorization = True  # off at O2 by default in llvmlite; clang -O2 runs it
+    # no loop unroller: the kernel optimisations unroll (UPCAST, UNROLL) where it pays, and LLVM's unroller copied
+    # the loops around their register tiles again, which every later pass then paid for without the kernels running
+    # faster (CHANGELOG); the loop vectoriser still interleaves the loops it vectorises
+    tuning.loop_unrolling = False
     builder = llvm.create_pass_builder(target_machine, tuning)
     builder.getModulePassManager().run(module, builder)
     return module

@@ -59,6 +59,10 @@ class Compiler:
         compiler that compiles in process can start helpers here (the CPU backend's LLVM path starts worker
         processes). Optional; the default does nothing."""
 
+    def end_batch(self) -> None:
+        """The batch `expect_batch` announced is built (its kernels compiled or read from the cache): helpers that
+        were to start for it, and have not, need not start for a later kernel. Optional; the default does nothing."""
+
     #: why `disassemble` gives nothing, for DEBUG>=7 to say (a compiler that has no assembly to show sets it)
     no_assembly_reason: str = ""
 
@@ -226,16 +230,19 @@ class Compiled:
         if not self.compiler.parallel or workers < 2:
             return
         self.compiler.expect_batch(len(todo))
-        with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="tg-compile") as pool:
-            builds = [pool.submit(job) for job in self.background_builds()]
-            pending = []
-            for ast in todo:
-                spec = self._program(ast)
-                pending.append((ast, spec, pool.submit(self._compile, spec)))
-            for ast, spec, lib in pending:
-                self._runners.setdefault(ast, self.runner_from(spec, lib.result()))
-            for build in builds:
-                build.result()
+        try:
+            with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="tg-compile") as pool:
+                builds = [pool.submit(job) for job in self.background_builds()]
+                pending = []
+                for ast in todo:
+                    spec = self._program(ast)
+                    pending.append((ast, spec, pool.submit(self._compile, spec)))
+                for ast, spec, lib in pending:
+                    self._runners.setdefault(ast, self.runner_from(spec, lib.result()))
+                for build in builds:
+                    build.result()
+        finally:
+            self.compiler.end_batch()
 
     def _compile(self, spec: ProgramSpec) -> bytes:
         if not PROFILE:

@@ -58,10 +58,31 @@ def expand_upcasts(sink: UOp) -> UOp:
         upcast = sorted((r for r in st.toposort() if r.op is Ops.RANGE and r.arg.kind is AxisKind.UPCAST),
                         key=lambda r: -r.arg.axis)
         if upcast:
-            stores.extend(st.substitute(m) for m in _values(upcast))
+            stores.extend(_substitute_each(st, upcast))
         else:
             stores.append(st)
     return sink.replace(src=tuple(stores))
+
+
+def _substitute_each(root: UOp, ranges: list[UOp]) -> list[UOp]:
+    """`root.substitute(m)` for every m of `_values(ranges)`, rebuilding only the nodes that depend on the ranges:
+    a register tile makes hundreds of copies of a store, and a walk of the whole store per copy repeats the work
+    on every node that no copy changes."""
+    depends: list[UOp] = []  # in topological order
+    dependent = set(ranges)
+    for node in root.toposort():
+        if node not in dependent and any(s in dependent for s in node.src):
+            dependent.add(node)
+            depends.append(node)
+    if root not in dependent:  # a store that does not read the ranges: the same store every time
+        return [root] * len(_values(ranges))
+    copies = []
+    for mapping in _values(ranges):
+        new = dict(mapping)
+        for node in depends:
+            new[node] = node.replace(src=tuple(new.get(s, s) for s in node.src))
+        copies.append(new[root])
+    return copies
 
 
 def lower_group(state: OptState) -> UOp:
