@@ -193,8 +193,10 @@ class CCompiler(Compiler):
         # AVX10.1 feature goes off too, where the compiler knows it
         # -mno-gather/-mno-scatter: vectorised strided loads (a padded convolution's window) are built from loads and
         # shuffles instead of gather instructions, which AMD's Zen cores and Intel's with the Downfall microcode fix
-        # run slowly (the LLVM path sets the same tuning: llvm_workers.X86_TUNING)
-        x86 = ["-mno-avx512fp16", *_accepted(path, ["-mno-avx10.1-256", "-mno-gather", "-mno-scatter"]),
+        # run slowly (the LLVM path sets the same tuning: llvm_workers.X86_TUNING); gcc before 12.3 has no such flag,
+        # and spells it as the tuning it switches off (`use_gather`)
+        x86 = ["-mno-avx512fp16", *_accepted(path, ["-mno-avx10.1-256", "-mno-gather", "-mno-scatter"] +
+                                            ([] if is_clang else ["-mtune-ctrl=^use_gather"])),
                "-mprefer-vector-width=512"] \
             if platform.machine() in ("x86_64", "AMD64") else []
         self.flags = [opt, *workaround, "-march=native", *x86, "-fPIC", "-shared", "-pthread", "-fwrapv",
@@ -218,7 +220,9 @@ class CCompiler(Compiler):
         register tile (a matmul's) across its iterations, with strided loads and a spilled tile, where its SLP
         vectoriser would vectorise the tile itself as clang and LLVM do: off for such kernels. Around a short loop
         (a convolution's window, a weight gradient's rows) the loop vectoriser is what vectorises the tile, and it
-        stays on, as for every other kernel."""
+        stays on, as for every other kernel. The C renderer writes the tiles it can as vectors for gcc
+        (`renderer.plan_vector_tiles`), whose accumulators this rule does not count: it is for the tiles left
+        scalar."""
         if self.is_clang or len(_ACCUMULATOR.findall(src)) < GCC_TILE_ACCUMULATORS:
             return self.flags
         loops = _CONSTANT_LOOP.findall(src)

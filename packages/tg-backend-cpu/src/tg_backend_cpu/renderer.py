@@ -22,11 +22,13 @@ from dataclasses import dataclass
 
 from tinygrad.dtype import DType, dtypes
 from tinygrad.renderer.cstyle import CStyleRenderer
+from tinygrad.renderer.vectorize import split_index
 from tinygrad.uop.ops import AxisKind, GroupOp, Ops, UOp
 from tinygrad.uop.rewrite import PatternMatcher, UPat
 
 from tg_backend_cpu import program as launch_plan
 from tg_backend_cpu import vector_math
+from tg_backend_cpu.compiler import clang_major, find_c_compiler
 
 SLICE_PARAMS = ("tg_start", "tg_end", "tg_total")
 
@@ -176,12 +178,227 @@ C_TARGET_REWRITES = PatternMatcher([
 ])
 
 
+#: the arithmetic a register tile's vectors are computed with (gcc's and clang's vector extensions write it with the
+#: scalar operators, a scalar operand standing for every lane); comparisons give masks (every bit of a lane set where
+#: it holds), which the logic ops combine and WHERE and MAX select with
+_VECTOR_INFIX = {Ops.ADD: "+", Ops.MUL: "*", Ops.SUB: "-", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "==",
+                 Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^"}
+_COMPARISONS = (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ)
+#: the element types of vectors (C names), the accumulators' among them: float32 and float64
+_VECTOR_ELEMENTS = {dtypes.float32: "f32", dtypes.float64: "f64", dtypes.int8: "i8", dtypes.uint8: "u8",
+                    dtypes.int16: "i16", dtypes.uint16: "u16", dtypes.int32: "i32", dtypes.uint32: "u32",
+                    dtypes.int64: "i64", dtypes.uint64: "u64"}
+_ACC_ELEMENTS = (dtypes.float32, dtypes.float64)
+#: a tile without a vector load is computed as vectors from this many vector operations per gathered operand (gathering
+#: the lanes costs about as much as computing the lanes one by one, a few operations)
+GATHER_OPS = 4
+#: a mask's lanes for values of each size
+_MASK_OF = {4: dtypes.int32, 8: dtypes.int64}
+
+
+@dataclass(frozen=True)
+class Lanes:
+    """One value of a vector tile, lane by lane: how it is computed, as a vector of `dtype` (a mask: int32 or int64
+    lanes, all bits set where true). `kind` is "acc" (the tile's accumulators), "splat" (one scalar in every lane:
+    `uops[0]`), "load" (consecutive elements of a read-only buffer, lane 0's INDEX is `uops[0]`), "alu" (`op` of the
+    `args`, lane by lane; CAST converts), or "gather" (each lane's scalar, `uops`)."""
+
+    kind: str
+    dtype: DType
+    uops: tuple[UOp, ...] = ()
+    op: Ops | None = None
+    args: tuple[Lanes, ...] = ()
+
+    def count(self, kind: str) -> int:
+        return (self.kind == kind) + sum(a.count(kind) for a in self.args)
+
+
+@dataclass(frozen=True)
+class VectorTile:
+    """Accumulators (`accs`, in lane order) that a reduction updates alike, computed as one vector of their dtype:
+    `update` is the new value of every lane, written where the last of the `assigns` stands (`last`)."""
+
+    accs: tuple[UOp, ...]
+    assigns: tuple[UOp, ...]
+    update: Lanes
+    last: UOp  # the last of the assigns in program order
+
+
+def _contiguous(loads: tuple[UOp, ...], read_only: set[UOp]) -> bool:
+    """Whether the LOADs read consecutive elements of one buffer that the kernel does not write, ungated."""
+    indices = [u.src[0] for u in loads]
+    if any(i.op is not Ops.INDEX or len(i.src) != 2 or i.src[0] is not indices[0].src[0] for i in indices) or \
+            indices[0].src[0] not in read_only:
+        return False
+    splits = [split_index(i.src[1]) for i in indices]
+    return all(t == splits[0][0] and c == splits[0][1] + lane for lane, (t, c) in enumerate(splits))
+
+
+class _TileBuilder:
+    """`lanes`: how to compute a tuple of values (one per lane) as a vector, or None where it cannot."""
+
+    def __init__(self, accs: tuple[UOp, ...], read_only: set[UOp], has_acc: dict[UOp, bool], mask: DType):
+        self.accs, self.read_only, self.has_acc, self.mask = accs, read_only, has_acc, mask
+
+    def lanes(self, values: tuple[UOp, ...]) -> Lanes | None:
+        # a lane may read only its own accumulator: another's is the vector of a tile whose update is not ordered
+        # against this one's
+        first = values[0]
+        d = self.mask if first.dtype == dtypes.bool else first.dtype
+        if d not in _VECTOR_ELEMENTS or (first.dtype == dtypes.bool and first.op not in _COMPARISONS and
+                                         first.op not in (Ops.AND, Ops.OR, Ops.XOR)):
+            return None
+        if values == self.accs:
+            return Lanes("acc", d)
+        if all(v is first for v in values):
+            return None if self.has_acc[first] else Lanes("splat", d, (first,))
+        same = all(v.op is first.op and v.dtype == first.dtype and v.arg == first.arg and len(v.src) == len(first.src)
+                   for v in values)
+        if same and first.op is Ops.LOAD and first.dtype != dtypes.bool and _contiguous(values, self.read_only):
+            return None if self.has_acc[first] else Lanes("load", d, (first.src[0],))
+        if same and (first.op in _VECTOR_INFIX or first.op in (Ops.WHERE, Ops.MAX, Ops.CAST)):
+            args = [self.lanes(tuple(v.src[k] for v in values)) for k in range(len(first.src))]
+            if all(a is not None for a in args) and self._fits(first, d, [a for a in args if a is not None]):
+                return Lanes("alu", d, op=first.op, args=tuple(a for a in args if a is not None))
+        if first.dtype == dtypes.bool or any(self.has_acc[v] for v in values):
+            return None
+        return Lanes("gather", d, values)
+
+    def _fits(self, u: UOp, d: DType, args: list[Lanes]) -> bool:
+        """Whether the operands' vectors have the lanes `u`'s vector needs."""
+        if u.op is Ops.CAST:  # to floats only: the C conversion of a float to an integer is not the reference's
+            return d.is_float and u.src[0].dtype != dtypes.bool
+        if u.op in _COMPARISONS:  # of masks only != and ==: a true lane's mask (-1) is below a false one's (0)
+            if u.src[0].dtype == dtypes.bool and u.op is Ops.CMPLT:
+                return False
+            return args[0].dtype == args[1].dtype and args[0].dtype.itemsize == self.mask.itemsize
+        if u.op is Ops.WHERE:
+            return args[0].dtype == self.mask and d.itemsize == self.mask.itemsize
+        if u.op is Ops.MAX:
+            return d.is_float and d.itemsize == self.mask.itemsize
+        return True
+
+
+def _tile(program: list[UOp], run: tuple[UOp, ...], assigns: tuple[UOp, ...], loop_of: dict[UOp, UOp | None],
+          position: dict[UOp, int], reads: dict[UOp, list[UOp]], read_only: set[UOp],
+          has_acc: dict[UOp, bool]) -> VectorTile | None:
+    first = run[0]
+    if any(a.src[0].op is not Ops.CONST for a in run) or any(a.dtype != first.dtype or loop_of[a] is not loop_of[first]
+                                                             for a in run) or \
+            any(loop_of[s] is not loop_of[assigns[0]] or loop_of[s] is None for s in assigns):
+        return None
+    # between the first update and the last, a lane's accumulator is the vector's: nothing else may read it there,
+    # and the last update sees every lane's operands (no block of their own in between)
+    lo, hi = min(position[s] for s in assigns), max(position[s] for s in assigns)
+    if any(u.op in (Ops.IF, Ops.ENDIF) for u in program[lo:hi]):
+        return None
+    values = tuple(s.src[1] for s in assigns)
+    for acc, value in zip(run, values, strict=True):
+        inside = value.toposort()
+        if any(lo <= position[r] <= hi and r not in inside for r in reads.get(acc, [])):
+            return None
+    update = _TileBuilder(run, read_only, has_acc, _MASK_OF[first.dtype.itemsize]).lanes(values)
+    # worth it where a row of the tile is one vector load, or where the vector operations are many for each lane
+    # gathered from scalars (a max-pool over a batch of strided images: a dozen operations per element)
+    if update is None or update.dtype != first.dtype or \
+            (update.count("load") == 0 and update.count("alu") < GATHER_OPS * max(update.count("gather"), 1)):
+        return None
+    return VectorTile(run, assigns, update, max(assigns, key=position.__getitem__))
+
+
+def plan_vector_tiles(program: list[UOp], simd_bytes: int) -> list[VectorTile]:
+    """The register tile's accumulators as vectors, for compilers that do not vectorise a tile held in scalars
+    (gcc's SLP vectoriser does not start from a loop's accumulators: a convolution's tile ran one lane at a time).
+
+    Accumulators are taken in program order (an UPCAST's lanes, its last axis the fastest), as many at a time as a
+    SIMD register holds, else the largest power of two that fits: a run becomes a vector when every accumulator is
+    updated once in the same loop by the same operations, and one of their operands is consecutive elements of an
+    input (a row of the tile, one vector load); a lane may read only its own accumulator. Arithmetic, comparisons,
+    selects, maxima and conversions to floats are computed on vectors; anything else (a division, a math function)
+    is taken as lanes gathered from the scalar code, or where it reads an accumulator, makes no tile."""
+    position = {u: i for i, u in enumerate(program)}
+    loop_of: dict[UOp, UOp | None] = {}
+    open_loops: list[UOp] = []
+    for u in program:
+        if u.op is Ops.END:
+            open_loops.pop()
+        loop_of[u] = open_loops[-1] if open_loops else None
+        if u.op is Ops.RANGE:
+            open_loops.append(u)
+    assign_of: dict[UOp, UOp | None] = {}
+    reads: dict[UOp, list[UOp]] = {}
+    for u in program:
+        for s in u.src:
+            if s.op is Ops.DEFINE_ACC and u.op is not Ops.ASSIGN:
+                reads.setdefault(s, []).append(u)
+        if u.op is Ops.ASSIGN:
+            # an accumulator assigned twice is not one the tile's single update can replace
+            assign_of[u.src[0]] = u if u.src[0] not in assign_of else None
+    has_acc: dict[UOp, bool] = {}
+    for u in program:
+        has_acc[u] = u.op is Ops.DEFINE_ACC or any(has_acc.get(s, False) for s in u.src)
+    read_only = {u for u in program if u.op is Ops.PARAM} - \
+        {u.src[0].src[0] for u in program if u.op is Ops.STORE and u.src[0].op is Ops.INDEX}
+    accs = [u for u in program if u.op is Ops.DEFINE_ACC and u.dtype in _ACC_ELEMENTS and assign_of.get(u)]
+    tiles: list[VectorTile] = []
+    i = 0
+    while i < len(accs):
+        widest = simd_bytes // accs[i].dtype.itemsize
+        for width in (w for w in (64, 32, 16, 8, 4, 2) if w <= widest and i + w <= len(accs)):
+            run = tuple(accs[i:i + width])
+            assigns = tuple(a for a in (assign_of[acc] for acc in run) if a is not None)
+            if (tile := _tile(program, run, assigns, loop_of, position, reads, read_only, has_acc)) is not None:
+                tiles.append(tile)
+                i += width
+                break
+        else:
+            i += 1
+    return tiles
+
+
+
 #: what kernels use of <math.h>, as the compiler builtins gcc and clang both have: parsing math.h is a large part of
 #: a small kernel's compile, which the first step of a training loop pays a hundred times over (CHANGELOG)
 BUILTIN_MATH = ("sqrt", "sqrtf", "exp2", "exp2f", "log2", "log2f", "sin", "sinf", "trunc", "truncf", "fmod", "fmodf",
                 "signbit")
 BUILTIN_MATH_PRELUDE = "".join(f"#define {name} __builtin_{name}\n" for name in BUILTIN_MATH) + \
     "#define INFINITY __builtin_inff()\n#define NAN __builtin_nanf(\"\")\n#include <stdbool.h>\n"
+
+
+#: selects as bit operations, for gcc: C's `c ? a : b` is a branch, which gcc's loop vectoriser takes only after its
+#: loop if-conversion, and that is off on the C path (a miscompile, see compiler.py), so every loop with a select (a
+#: ReLU, a max-pool's max) stayed scalar. Both operands are computed either way, as the select they stand for does.
+SELECT_PRELUDE = """static inline float tg_where_f32(bool c, float a, float b) {
+  union { float f; unsigned int u; } x = {a}, y = {b}, r;
+  unsigned int m = -(unsigned int)c;
+  r.u = (x.u & m) | (y.u & ~m);
+  return r.f;
+}
+static inline double tg_where_f64(bool c, double a, double b) {
+  union { double f; unsigned long long u; } x = {a}, y = {b}, r;
+  unsigned long long m = -(unsigned long long)c;
+  r.u = (x.u & m) | (y.u & ~m);
+  return r.f;
+}
+static inline unsigned int tg_where_b32(bool c, unsigned int a, unsigned int b) {
+  unsigned int m = -(unsigned int)c;
+  return (a & m) | (b & ~m);
+}
+static inline unsigned long long tg_where_b64(bool c, unsigned long long a, unsigned long long b) {
+  unsigned long long m = -(unsigned long long)c;
+  return (a & m) | (b & ~m);
+}
+"""
+#: the select function of each dtype (integers through their bits: the conversions back are exact)
+_SELECT_FNS = {dtypes.float32: "tg_where_f32", dtypes.float64: "tg_where_f64", dtypes.int32: "tg_where_b32",
+               dtypes.uint32: "tg_where_b32", dtypes.int64: "tg_where_b64", dtypes.uint64: "tg_where_b64"}
+
+
+def _branch_free_where(r: CStyleRenderer, d: DType, src: tuple[UOp, ...], c: str, a: str, b: str) -> str:
+    if (fn := _SELECT_FNS.get(d)) is None:
+        return f"({c}?{a}:{b})"
+    # an integer result is converted back from the bits' unsigned type (exact: the same width)
+    return f"{fn}({c},{a},{b})" if d.is_float else f"(({r.value_type(d)}){fn}({c},{a},{b}))"
 
 
 class CPURenderer(CStyleRenderer):
@@ -197,9 +414,35 @@ class CPURenderer(CStyleRenderer):
     target_rewrites = C_TARGET_REWRITES
 
     def __init__(self) -> None:
+        # whether a register tile's accumulators are rendered as vectors (`plan_vector_tiles`): for gcc (and any
+        # C compiler but clang), whose SLP vectoriser leaves a tile held in scalar accumulators scalar. clang's
+        # vectorises the scalar tile itself, into better code than it makes of the vector source (a row of the
+        # tile that is not a power of two long stays in one register there, not in a vector and a remainder)
+        path, _ = find_c_compiler()
+        self.vector_tiles = path is None or clang_major(path) is None
+        # selects as bit operations (SELECT_PRELUDE) for the same compilers: clang's vectorisers take C's selects
+        self.branch_free_selects = self.vector_tiles
+        # a convolution whose rows leave part of a register empty tiles its output channels against a channels-last
+        # weight, as on the LLVM path: from vector tiles gcc makes of that tile what LLVM does (clang does not)
+        self.uneven_rows_channels_last = self.vector_tiles
+        if self.branch_free_selects:
+            self.prelude = BUILTIN_MATH_PRELUDE + SELECT_PRELUDE
+            self.code_for_op = {**self.code_for_op, Ops.WHERE: _branch_free_where}
         # the plan of the kernel being rendered (render_range is called once per RANGE, in program order); per
         # thread, so that two threads can render with one renderer
         self._state = threading.local()
+
+    def render_max(self, a: str, b: str, d: DType) -> str:
+        if self.branch_free_selects and d in (dtypes.float32, dtypes.float64):
+            # the base's test (NaN wins, +0.0 beats -0.0), as a select without a branch
+            return f"{_SELECT_FNS[d]}((({a})>({b}))|(({a})!=({a}))|((({a})==({b}))&!signbit({a})),{a},{b})"
+        return super().render_max(a, b, d)
+
+    def render_cast(self, x: str, frm: DType, to: DType) -> str:
+        if self.branch_free_selects and frm == dtypes.bool and to in (dtypes.float32, dtypes.float64):
+            # gcc converts a bool to a float with a branch (1.0 or 0.0), which leaves the loop scalar
+            return f"{_SELECT_FNS[to]}({x},{self.render_const(1.0, to)},{self.render_const(0.0, to)})"
+        return super().render_cast(x, frm, to)
 
     def render_range(self, name: str, bound: str, dtype: DType = dtypes.int32) -> str:
         plan: SplitPlan | None = getattr(self._state, "plan", None)
@@ -217,6 +460,12 @@ class CPURenderer(CStyleRenderer):
                       helpers: str = "") -> str:
         slice_params = [f"const long long {p}" for p in SLICE_PARAMS]
         helpers = vector_math.c_helpers(getattr(self._state, "helper_ops", set())) + helpers
+        for d, width in sorted(getattr(self._state, "vector_types", set()), key=lambda t: (t[0].itemsize, t[1])):
+            # the `u` type reads a vector at any element's address, whatever else the memory is read as
+            vtype, scalar, size = self._vector_name(d, width), self.value_type(d), d.itemsize * width
+            helpers += (f"typedef {scalar} {vtype} __attribute__((vector_size({size})));\n"
+                        f"typedef {scalar} {vtype}u __attribute__((vector_size({size}), aligned({d.itemsize}), "
+                        f"__may_alias__));\n")
         return super().render_kernel(name, [*params, *slice_params], body, uses_bf16, helpers)
 
     def math_fn(self, op: Ops, d: DType) -> str:
@@ -238,10 +487,91 @@ class CPURenderer(CStyleRenderer):
     def _render_with(self, name: str, program: list[UOp], plan: SplitPlan) -> str:
         self._state.plan, self._state.opened = plan, 0
         self._state.helper_ops = {u.op for u in program if vector_math.computes(u.op, u.dtype)}
+        tiles = plan_vector_tiles(program, self.simd_bytes) if self.vector_tiles else []
+        self._state.tile_of = {u: t for t in tiles for u in (*t.accs, *t.assigns)}
+        self._state.tile_names, self._state.vector_types = {}, set()
         try:
             return super().render(name, program)
         finally:
             self._state.plan = None
+            self._state.tile_of = {}
+
+    @staticmethod
+    def _vector_name(d: DType, width: int) -> str:
+        return f"tg_{_VECTOR_ELEMENTS[d]}x{width}"
+
+    def render_packed(self, u: UOp, names: dict[UOp, str]) -> list[str] | None:
+        tile: VectorTile | None = getattr(self._state, "tile_of", {}).get(u)
+        if tile is None:
+            return None
+        d, width = tile.accs[0].dtype, len(tile.accs)
+        vtype = self._vector_name(d, width)
+        tile_names: dict[VectorTile, str] = self._state.tile_names
+        if u.op is Ops.DEFINE_ACC:
+            if u is not tile.accs[0]:  # the first accumulator declares the vector (DEFINE_ACCs precede their loop)
+                return []
+            self._state.vector_types.add((d, width))
+            tile_names[tile] = vname = f"vacc{len(tile_names)}"
+            for lane, acc in enumerate(tile.accs):
+                names[acc] = f"{vname}[{lane}]"  # reads after the loop take their lane
+            inits = ", ".join(self.render_const(a.src[0].arg, d) for a in tile.accs)
+            return [f"{vtype} {vname} = ({vtype}){{{inits}}};"]
+        if u is not tile.last:  # every lane is updated at the last ASSIGN, when all its operands exist
+            return []
+        vname = tile_names[tile]
+        lines: list[str] = []
+        temps: dict[Lanes, str] = {}
+
+        def vector(d: DType) -> str:
+            self._state.vector_types.add((d, width))
+            return self._vector_name(d, width)
+
+        def temp(lanes: Lanes, text: str) -> str:
+            # an operand that a select names more than once gets a variable (and a shared one is computed once)
+            if lanes.kind == "acc" or lanes not in temps:
+                if lanes.kind == "acc":
+                    return text
+                temps[lanes] = f"{vname}_t{len(temps)}"
+                if lanes.kind == "splat" and lanes.uops[0].dtype != dtypes.bool:  # a scalar in every lane
+                    text = f"(({vector(lanes.dtype)}){{{', '.join([text] * width)}}})"
+                lines.append(f"{vector(lanes.dtype)} {temps[lanes]} = {text};")
+            return temps[lanes]
+
+        def select(mask: str, a: str, b: str, d: DType) -> str:
+            m = vector(_MASK_OF[d.itemsize])
+            return f"(({vector(d)})((({m})({a})&{mask})|(({m})({b})&~{mask})))"
+
+        def expr(lanes: Lanes) -> str:
+            vt = vector(lanes.dtype)
+            if lanes.kind == "acc":
+                return vname
+            if lanes.kind == "splat":
+                scalar = names[lanes.uops[0]]
+                if lanes.uops[0].dtype == dtypes.bool:  # a mask: 0 - 1 sets every bit
+                    return f"(({vt}){{0}}-({self.value_type(lanes.dtype)})({scalar}))"
+                return f"({scalar})"
+            if lanes.kind == "load":
+                index = lanes.uops[0]
+                return f"(*(const {vt}u*)({names[index.src[0]]}+({names[index.src[1]]})))"
+            if lanes.kind == "gather":
+                return f"(({vt}){{{', '.join(names[v] for v in lanes.uops)}}})"
+            args = [expr(a) for a in lanes.args]
+            if lanes.op is Ops.CAST:
+                return f"__builtin_convertvector({args[0]},{vt})"
+            if lanes.op is Ops.WHERE:
+                mask, a, b = (temp(x, t) for x, t in zip(lanes.args, args, strict=True))
+                return select(mask, a, b, lanes.dtype)
+            if lanes.op is Ops.MAX:
+                # the scalar path's test: NaN wins, and +0.0 beats -0.0 (the sign bit clear: as an integer, >= 0)
+                a, b = (temp(x, t) for x, t in zip(lanes.args, args, strict=True))
+                m = vector(_MASK_OF[lanes.dtype.itemsize])
+                mask = temp(Lanes("alu", _MASK_OF[lanes.dtype.itemsize], op=Ops.MAX, args=lanes.args),
+                            f"(({a}>{b})|({a}!={a})|(({a}=={b})&(({m})({a})>=0)))")
+                return select(mask, a, b, lanes.dtype)
+            assert lanes.op is not None
+            return "(" + _VECTOR_INFIX[lanes.op].join(args) + ")"
+        update = expr(tile.update)
+        return [*lines, f"{vname} = {update};"]
 
     def render_entry_points(self, name: str, program: list[UOp], plan: SplitPlan) -> str:
         # the kernel's parameters as the base orders them: buffers by index, then variables by name

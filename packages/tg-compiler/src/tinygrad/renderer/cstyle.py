@@ -442,6 +442,11 @@ class CStyleRenderer(Renderer):
             return not (u.src[0].dtype.is_float or (divisor.op is Ops.CONST and int(divisor.arg) > 0))
         return False
 
+    def render_packed(self, u: UOp, names: dict[UOp, str]) -> list[str] | None:
+        """The lines that replace u's own, for a target that renders some UOps itself (the CPU's C path computes
+        a register tile's accumulators as vectors); it may name u in `names`. None: the walk renders u as usual."""
+        return None
+
     # ---- the shared walk over the program ----
     def render(self, name: str, program: list[UOp]) -> str:
         depth_of, users = loop_depths_and_users(program)
@@ -509,6 +514,9 @@ class CStyleRenderer(Renderer):
         for u in program:
             pad = "  " * depth_of[u]
             op = u.op
+            if (packed := self.render_packed(u, names)) is not None:
+                body.extend(pad + line for line in packed)
+                continue
             if (access := vectors.get(u)) is not None:
                 buf = names[u.src[0].src[0]]
                 if op is Ops.LOAD and access not in vector_names:
