@@ -22,7 +22,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from line_worker import LineWorker
 
 
 def _models(torch: Any) -> dict[str, tuple[Any, tuple[int, ...]]]:
@@ -139,32 +139,6 @@ def worker(framework: str, path: str) -> None:
         print(json.dumps(reply), flush=True)
 
 
-class _Worker:
-    def __init__(self, framework: str, path: Path):
-        self.proc = subprocess.Popen([sys.executable, __file__, "--worker", framework, str(path)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.version = self._reply()["version"]
-
-    def _reply(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the benchmark's worker {self.proc.args} stopped (exit status {self.proc.wait()})")
-        reply: dict[str, Any] = json.loads(line)
-        return reply
-
-    def ask(self, **req: Any) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(req) + "\n")
-        self.proc.stdin.flush()
-        return self._reply()
-
-    def close(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        self.proc.wait(timeout=60)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=20, help="timed calls per row and framework (default 20)")
@@ -183,7 +157,7 @@ def main() -> None:
         for name, (model, sample) in _models(torch).items():
             path = Path(tmp) / f"model{len(rows)}.onnx"
             _export(torch, model, sample, path)
-            ours, ort = _Worker("ours", path), _Worker("ort", path)
+            ours, ort = LineWorker(__file__, "ours", str(path)), LineWorker(__file__, "ort", str(path))
             versions = f"{ours.version}; {ort.version}"
             try:
                 for batch in batches:

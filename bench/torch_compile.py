@@ -24,11 +24,12 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from line_worker import LineWorker
 
 #: steps before timing: aot_autograd traces and the backend compiles on the first, TinyJit captures on the second
 WARM = 3
@@ -94,32 +95,6 @@ def worker(backend: str, batch: int) -> None:
         print(json.dumps({"times": times, "losses": losses}), flush=True)
 
 
-class _Worker:
-    def __init__(self, backend: str, batch: int):
-        self.proc = subprocess.Popen([sys.executable, __file__, "--worker", backend, str(batch)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.version = self._reply()["version"]
-
-    def _reply(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the benchmark's worker {self.proc.args} stopped (exit status {self.proc.wait()})")
-        reply: dict[str, Any] = json.loads(line)
-        return reply
-
-    def ask(self, **req: Any) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(req) + "\n")
-        self.proc.stdin.flush()
-        return self._reply()
-
-    def close(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        self.proc.wait(timeout=60)
-
-
 def _cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -152,7 +127,7 @@ def main() -> None:
     names = args.backends.split(",")
     if "eager" not in names:
         names.insert(0, "eager")  # the reference for the losses and the ratios
-    workers = {n: _Worker(n, args.batch) for n in names}
+    workers = {n: LineWorker(__file__, n, str(args.batch)) for n in names}
     try:
         warm = {n: w.ask(warm=WARM) for n, w in workers.items()}
         for n in names:

@@ -32,13 +32,15 @@ def _renderer() -> Any:
 
 
 def _grid(blocks: int) -> tuple[int, int, int]:
-    """Workgroup counts (x, y, z) holding `blocks` workgroups; the kernel returns from the spare ones."""
-    x = min(max(blocks, 1), MAX_WORKGROUPS)
-    y = min(math.ceil(blocks / x), MAX_WORKGROUPS)
-    z = math.ceil(blocks / (x * y))
-    if z > MAX_WORKGROUPS:
-        raise ExportError(f"a launch of {blocks} workgroups is larger than WebGPU allows; export a smaller model")
-    return x, y, max(z, 1)
+    """Workgroup counts (x, y, z) holding `blocks` workgroups, as the WebGPU backend launches them (the kernel
+    returns from the spare ones)."""
+    from tg_backend_webgpu.device import launch_grid  # installed: _renderer() checked it
+
+    try:
+        return launch_grid(blocks, MAX_WORKGROUPS)
+    except ValueError:
+        raise ExportError(f"a launch of {blocks} workgroups is larger than WebGPU allows; export a smaller model") \
+            from None
 
 
 def _local_size(global_size: tuple[int, ...], budget: int = 64) -> tuple[int, ...]:
