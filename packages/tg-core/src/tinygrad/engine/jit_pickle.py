@@ -22,6 +22,7 @@ from tinygrad.device import Buffer
 from tinygrad.engine.jit_args import Arguments
 from tinygrad.engine.jit_io import OutputSlot
 from tinygrad.engine.schedule import ScheduleItem
+from tinygrad.uop.ops import Ops
 
 if TYPE_CHECKING:
     from tinygrad.dtype import DType
@@ -100,9 +101,22 @@ def loaded_buffers(entries: list[Any]) -> Callable[[Ref], Buffer]:
     return buffer
 
 
+def _region_stores(ast: Any) -> set[int]:
+    """The output PARAMs a kernel stores into through a region (a SHRINK of the buffer), not as a whole."""
+    out: set[int] = set()
+    for store in ast.src if ast.op is Ops.SINK else ():
+        if store.op is not Ops.STORE:
+            continue
+        target = store.src[0].toposort()
+        if any(u.op is Ops.SHRINK for u in target):
+            out.update(u.arg[0] for u in target if u.op is Ops.PARAM)
+    return out
+
+
 def read_first(cap: Capture) -> set[int]:
-    """Ids of the memory some launch of a replay reads before any launch of it writes there, inputs excepted: the
-    values a loaded capture must start from."""
+    """Ids of the memory a replay starts from, inputs excepted: what some launch reads before any launch writes it,
+    and what a launch first writes only a region of (an in-place region assign, as a KV cache's step: the rest of
+    the memory keeps what it held). These are the values a loaded capture must start from."""
     written: set[int] = set()
     read: set[int] = set()
     for r in cap.recorded:
@@ -110,6 +124,9 @@ def read_first(cap: Capture) -> set[int]:
         bufs, outs = r.item.bufs, r.item.outs
         read.update(id(b.storage) for pos, b in enumerate(bufs[outs:], outs)
                     if pos not in given and id(b.storage) not in written)
+        regions = _region_stores(r.item.ast) if r.runner is not None else set()
+        read.update(id(b.storage) for pos, b in enumerate(bufs[:outs])
+                    if pos in regions and pos not in given and id(b.storage) not in written)
         written.update(id(b.storage) for pos, b in enumerate(bufs[:outs]) if pos not in given)
     return read
 

@@ -2,9 +2,10 @@
 
 The plan is the capture's launches in order, over a table of memory: each distinct storage the launches touch once,
 as an input (the caller's data, copied in before a run), a weight (memory some launch reads before any launch
-writes it: model parameters, state the function assigns, results of launches `prune` left out; its bytes go to the
-weights file) or scratch (written before it is read). A buffer naming a storage's memory is that storage's start
-(tinygrad's views of a buffer begin where it begins), so a launch's argument is always a storage.
+writes it, or first writes only a region of: model parameters, state the function assigns, a KV cache written in
+place, results of launches `prune` left out; its bytes go to the weights file) or scratch (written whole before it
+is read). A buffer naming a storage's memory is that storage's start (tinygrad's views of a buffer begin where it
+begins), so a launch's argument is always a storage.
 """
 
 from __future__ import annotations

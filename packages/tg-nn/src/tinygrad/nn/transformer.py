@@ -31,6 +31,7 @@ from tinygrad import Tensor, TinyJit, Variable, dtypes
 from tinygrad.dtype import DType, DTypeLike, to_dtype
 from tinygrad.nn.norm import LayerNorm, RMSNorm
 from tinygrad.nn.state import get_state_dict, safe_load
+from tinygrad.nn.training import is_training
 from tinygrad.uop.ops import UOp
 
 __all__ = ["GPT2", "Attention", "ConfigError", "FeedForward", "GPT2Config", "KVCache", "Llama", "LlamaConfig",
@@ -152,9 +153,12 @@ class KVCache:
     def __init__(self, batch: int, n_kv_heads: int, max_context: int, head_dim: int, dtype: DType = dtypes.float32,
                  device: str | None = None):
         shape = (2, batch, n_kv_heads, max_context, head_dim)
-        # a buffer of its own: a realized Tensor.zeros would be one constant shared by every cache of this shape
+        # a buffer of its own, zeroed from the host. Not `assign(Tensor.zeros(...))`: that constant graph is one node
+        # shared by every cache of this shape and, realized, names the last cache's buffer, so that cache's first
+        # write would have another reader and could not go in place.
         self.kv = Tensor.empty(*shape, dtype=dtype, device=device)
-        self.kv.assign(Tensor.zeros(*shape, dtype=dtype, device=device)).realize()
+        memory = self.kv._buffer()
+        memory.copyin(memoryview(bytearray(memory.nbytes)))  # all-zero bytes: 0.0 in every float format
 
     @property
     def max_context(self) -> int:
@@ -167,7 +171,17 @@ class KVCache:
         end = start_pos + T
         # a region of the realized cache that nothing else reads: the scheduler writes the new rows into its buffer
         # in place (mixin/views.py); realizing the cache, not the view, which would copy the rows out again
-        self.kv[:, :, :, start_pos:end].assign(Tensor.stack(k, v).cast(self.kv.dtype).contiguous())
+        value = Tensor.stack(k, v).cast(self.kv.dtype)
+        if not is_training():
+            # Outside training the cache holds data, not a gradient path. A value computed from parameters (nn's norm
+            # weights are requires_grad=True until a checkpoint replaces them) would make the cache keep its graph
+            # after realize(): every step would then compute a whole new cache instead of storing its rows, and a
+            # TinyJit capture would add a copy back per layer. In training mode (where an optimizer steps)
+            # gradients flow through the cache.
+            value = value.detach()
+            if self.kv.requires_grad:  # set by a training-mode call; the cache is plain state again from here on
+                self.kv.requires_grad = None
+        self.kv[:, :, :, start_pos:end].assign(value.contiguous())
         self.kv.realize()
         return self.kv[0, :, :, 0:end], self.kv[1, :, :, 0:end]
 
