@@ -109,7 +109,7 @@ def _region_stores(ast: Any) -> set[int]:
             continue
         target = store.src[0].toposort()
         if any(u.op is Ops.SHRINK for u in target):
-            out.update(u.arg[0] for u in target if u.op is Ops.PARAM)
+            out.update(u.arg.slot for u in target if u.op is Ops.PARAM)
     return out
 
 
