@@ -155,3 +155,16 @@ def frameworks(wanted: list[str], setup: bool = True) -> list[Framework]:
 if __name__ == "__main__":  # `python bench/envs.py` makes every venv ahead of a run
     for fw in frameworks(["numpy", "torch", "tinygrad", "ours"]):
         print(f"{fw.label:18} {fw.python or fw.why_missing}")
+
+
+def cpu_name() -> str:
+    """The processor's model name, for a bench's header (machines differ: every ratio names its CPU)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or "unknown CPU"

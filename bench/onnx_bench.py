@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from envs import cpu_name
 from line_worker import LineWorker
 
 
@@ -81,16 +82,6 @@ def _export(torch: Any, model: Any, sample: tuple[int, ...], path: Path) -> None
         warnings.simplefilter("ignore")
         torch.onnx.export(model, (torch.randn(2, *sample),), str(path), input_names=["x"], output_names=["y"],
                           dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}}, dynamo=False, opset_version=17)
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def _input(batch: int, sample: list[int]) -> np.ndarray:
@@ -176,7 +167,7 @@ def main() -> None:
             finally:
                 ours.close()
                 ort.close()
-    print(f"machine: {_cpu_name()}, {os.cpu_count()} logical CPUs, Python {platform.python_version()}; {versions}; "
+    print(f"machine: {cpu_name()}, {os.cpu_count()} logical CPUs, Python {platform.python_version()}; {versions}; "
           f"{rounds} rounds, medians\n")
     print("| model | batch | tinygrad.onnx (ms) | onnxruntime (ms) | ours / ort |")
     print("|---|---:|---:|---:|---:|")

@@ -26,9 +26,9 @@ import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
+from envs import cpu_name
 from line_worker import LineWorker
 
 #: steps before timing: aot_autograd traces and the backend compiles on the first, TinyJit captures on the second
@@ -95,16 +95,6 @@ def worker(backend: str, batch: int) -> None:
         print(json.dumps({"times": times, "losses": losses}), flush=True)
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def coverage_report() -> str:
     from tinygrad.torch_compile import core_aten_coverage
     covered, missing = core_aten_coverage()
@@ -142,7 +132,7 @@ def main() -> None:
     finally:
         for w in workers.values():
             w.close()
-    print(f"machine: {_cpu_name()}, {os.cpu_count()} logical CPUs, Python {platform.python_version()}; {version}; "
+    print(f"machine: {cpu_name()}, {os.cpu_count()} logical CPUs, Python {platform.python_version()}; {version}; "
           f"batch {args.batch}, {rounds} timed steps, medians\n")
     print("| backend | first step (s) | steps 2-3 (s) | step (ms) | vs eager |")
     print("|---|---:|---:|---:|---:|")

@@ -43,15 +43,6 @@ def _grid(blocks: int) -> tuple[int, int, int]:
             from None
 
 
-def _local_size(global_size: tuple[int, ...], budget: int = 64) -> tuple[int, ...]:
-    out = []
-    for size in global_size:
-        take = max(1, min(size, budget))
-        out.append(take)
-        budget //= take
-    return tuple(out)
-
-
 def render_webgpu(plan: Plan, prefix: str = "net") -> tuple[str, str, bytes, dict]:
     """(the JavaScript module, index.html, the weights file, the manifest) of a plan."""
     from tinygrad.codegen import get_program
@@ -61,6 +52,7 @@ def render_webgpu(plan: Plan, prefix: str = "net") -> tuple[str, str, bytes, dic
                           f"the WebGPU export writes fixed launch sizes only. Capture with plain ints, or use "
                           f"export_c, whose program takes them at run time")
     renderer = _renderer()
+    from tg_backend_webgpu.device import default_local_size  # installed: _renderer() checked it
     kernels: dict[Any, int] = {}
     programs: list[dict] = []
     steps: list[list] = []
@@ -78,7 +70,7 @@ def render_webgpu(plan: Plan, prefix: str = "net") -> tuple[str, str, bytes, dic
                 raise ExportError(f"TinyJit function {plan.name}: a kernel cannot be written as WGSL for a browser "
                                   f"({type(e).__name__}: {e})") from e
             gs = tuple(spec.global_size or ())
-            local = tuple(spec.local_size) if spec.local_size is not None else _local_size(gs)
+            local = tuple(spec.local_size) if spec.local_size is not None else default_local_size(gs)
             blocks = math.prod(-(-g // s) for g, s in zip(gs, local)) if gs else 1
             k = kernels[step.ast] = len(programs)
             programs.append({"name": spec.name, "src": spec.src, "local": list(local), "grid": list(_grid(blocks)),
