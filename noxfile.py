@@ -75,6 +75,9 @@ def integration(session: nox.Session) -> None:
     _install_framework(session)
     session.install(*TEST_DEPS, MPI4PY)  # MPI: the data-parallel test runs mpirun -n 2
     session.run("pytest", "-q", "integration-tests", *session.posargs, success_codes=[0, 5])
+    # the bench commands in --quick mode (this project's rows; the other frameworks' rows say their venvs are
+    # missing) and the bench harness's own tests
+    session.run("pytest", "-q", "bench", *session.posargs, success_codes=[0, 5])
 
 
 @nox.session(python="3.11")

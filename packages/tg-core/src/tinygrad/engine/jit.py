@@ -200,7 +200,7 @@ class TinyJit(Generic[R]):
         if capture is None:
             return out  # type: ignore[no-any-return]
         assert key is not None
-        records += write_back_state(state)
+        records += write_back_state(state, records, out_tensors)
         capture.state = make_state_slots(state_tensors(state))
         out = capture.finish(self.fn, records, buffers, found.variables, out, prune=self.prune)
         self._captures[key] = self._current = capture

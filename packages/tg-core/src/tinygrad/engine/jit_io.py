@@ -9,6 +9,7 @@ from typing import Any
 
 from tinygrad.device import Buffer, Device, Runner
 from tinygrad.engine import realize as engine_realize
+from tinygrad.engine.jit_in_place import write_in_place
 from tinygrad.engine.jit_state import JitError, RunningJit
 from tinygrad.engine.schedule import ScheduleItem, buffer_view, copy_kernel_ast, realized_views
 from tinygrad.engine.schedule_item import buffer_node
@@ -59,20 +60,34 @@ def state_tensors(state: RunningJit) -> list[tuple[Tensor, list[Buffer]]]:
     return out
 
 
-def write_back_state(state: RunningJit) -> list[tuple[ScheduleItem, Runner | None]]:
+def write_back_state(state: RunningJit, records: list[tuple[ScheduleItem, Runner | None]],
+                     outputs: list[Tensor]) -> list[tuple[ScheduleItem, Runner | None]]:
     """Copy each state tensor's new value into the buffer it held before the call, and point the tensor there.
-    Replays read the state from those buffers, so they must hold the newest value after every replay."""
-    records: list[tuple[ScheduleItem, Runner | None]] = []
+    Replays read the state from those buffers, so they must hold the newest value after every replay: the kernel that
+    computes a new value is rewritten in `records` to store it there where it safely can (jit_in_place.py); the
+    copies the replays still need are returned."""
+    moved: list[tuple[Tensor, list[Buffer], list[Buffer]]] = []
     for t, olds in state_tensors(state):
         news = buffers_of(t)
         if [b.size for b in news] != [b.size for b in olds]:
             raise JitError(f"TinyJit function {state.name} gave a tensor on {t.device} a new placement (its shards "
                            f"changed size); a replay writes the new value into the old buffers, so keep the sharding")
-        if all(new.storage is old.storage for new, old in zip(news, olds)):
-            continue
-        records += [copy_into(old, new, old.device) for old, new in zip(olds, news) if new.storage is not old.storage]
+        if any(new.storage is not old.storage for new, old in zip(news, olds)):
+            moved.append((t, olds, news))
+    states = {id(t) for t, _, _ in moved}
+    held = {id(u.arg.storage) for out in outputs if id(out) not in states for u in out.uop.toposort()
+            if u.op is Ops.BUFFER}
+    pairs = [(old, new) for _, olds, news in moved for old, new in zip(olds, news) if new.storage is not old.storage]
+    in_place = write_in_place(records, pairs, held)
+    copies: list[tuple[ScheduleItem, Runner | None]] = []
+    for t, olds, news in moved:
+        for old, new in zip(olds, news):
+            if new.storage is not old.storage:
+                copy = copy_into(old, new, old.device)  # run now: this call ran the kernels that wrote `new`
+                if id(new.storage) not in in_place:
+                    copies.append(copy)
         t.uop = fresh_view(olds, t, axis_of(t))
-    return records
+    return copies
 
 
 def axis_of(t: Tensor) -> int | None:

@@ -3,8 +3,9 @@
 What goes in, for each capture: the launches in order (each kernel's AST, its compiled program and launch sizes, the
 buffers it takes, its variables), the shapes, dtypes and devices of the inputs, the key of the non-tensor
 arguments, and the template the outputs are rebuilt from. Memory goes in as a table: the buffers a replay reads
-before it writes them (model weights, state the function assigns, results of launches left out by `prune`) with
-their bytes, out of band under protocol 5 with a `buffer_callback`; inputs, outputs and scratch as their sizes.
+before it writes them (model weights, state the function assigns, results of launches left out by `prune`) and the
+outputs it returns without writing them, with their bytes, out of band under protocol 5 with a `buffer_callback`;
+inputs, outputs and scratch as their sizes.
 The function itself does not go in: a loaded jit replays calls like the captured ones and refuses any other.
 
 A compiled program loads only where the same compiler with the same cache key would have made it
@@ -113,10 +114,18 @@ def _region_stores(ast: Any) -> set[int]:
     return out
 
 
+def _outputs_read(ast: Any) -> set[int]:
+    """The PARAMs a kernel's stored values read: for an output, a kernel that updates its output in place (a state
+    update a capture made in-place, engine/jit_in_place.py) reads the value it overwrites."""
+    return {u.arg.slot for store in (ast.src if ast.op is Ops.SINK else ()) if store.op is Ops.STORE
+            for u in store.src[1].toposort() if u.op is Ops.PARAM}
+
+
 def read_first(cap: Capture) -> set[int]:
     """Ids of the memory a replay starts from, inputs excepted: what some launch reads before any launch writes it,
     and what a launch first writes only a region of (an in-place region assign, as a KV cache's step: the rest of
-    the memory keeps what it held). These are the values a loaded capture must start from."""
+    the memory keeps what it held) or reads as it writes it (a state updated in place). These are the values a
+    loaded capture must start from."""
     written: set[int] = set()
     read: set[int] = set()
     for r in cap.recorded:
@@ -124,11 +133,26 @@ def read_first(cap: Capture) -> set[int]:
         bufs, outs = r.item.bufs, r.item.outs
         read.update(id(b.storage) for pos, b in enumerate(bufs[outs:], outs)
                     if pos not in given and id(b.storage) not in written)
-        regions = _region_stores(r.item.ast) if r.runner is not None else set()
+        regions = _region_stores(r.item.ast) | _outputs_read(r.item.ast) if r.runner is not None else set()
         read.update(id(b.storage) for pos, b in enumerate(bufs[:outs])
                     if pos in regions and pos not in given and id(b.storage) not in written)
         written.update(id(b.storage) for pos, b in enumerate(bufs[:outs]) if pos not in given)
     return read
+
+
+def held_outputs(cap: Capture) -> set[int]:
+    """Ids of the memory of outputs that no replayed launch writes: a tensor the function returns as it found it (a
+    weight), or the result of a launch `prune` left out. A replay hands that memory back as it is, so a loaded
+    capture must start from its value too."""
+    written = {id(b.storage) for r in cap.recorded for b in r.item.bufs[:r.item.outs]}
+    held: set[int] = set()
+
+    def visit(s: OutputSlot) -> OutputSlot:
+        held.update(id(b.storage) for b in s.buffers if b is not None and id(b.storage) not in written)
+        return s
+
+    _map_outputs(cap.outputs, visit, OutputSlot)
+    return held
 
 
 # ---- outputs ----
@@ -163,7 +187,7 @@ def reduce_capture(cap: Capture) -> tuple:
             raise pickle.PicklingError(f"TinyJit function {cap.name}: launch {i} runs a {type(r.runner).__name__} "
                                        f"on {r.item.device}, which has no pickled form; only compiled kernels "
                                        f"and copies can be pickled")
-    table = MemoryTable(read_first(cap))
+    table = MemoryTable(read_first(cap) | held_outputs(cap))
     launches = [(r.item.ast, [table.ref(b) for b in r.item.bufs], r.item.device, dict(r.item.var_vals), r.item.outs,
                  r.runner, list(r.input_slots), r.takes_vars) for r in cap.recorded]
 
