@@ -260,6 +260,26 @@ def test_a_second_process_loads_the_jit_and_gives_the_same_bits(tmp_path: Path) 
     assert np.array_equal(there.view(np.uint32), np.stack(here).view(np.uint32))
 
 
+def test_outputs_no_replayed_launch_writes_keep_their_values_in_a_second_process(tmp_path: Path) -> None:
+    # a weight returned as it is, and the result of a launch prune=True leaves out of replays: no launch of the
+    # loaded capture writes their memory, so it has to travel with its bytes
+    w = Tensor(np.arange(1, 7, dtype=np.float32)).realize()
+    step = _captured(TinyJit(lambda x: (x + 1, w, (w * 2).contiguous()), prune=True), Tensor(_data(3)))
+    assert step.captured is not None and len(step.captured.pruned) == 1
+    (tmp_path / "step.pkl").write_bytes(pickle.dumps(step, protocol=5))
+    script = textwrap.dedent(f"""
+        import pickle
+        import numpy as np
+        from tinygrad import Tensor
+        step = pickle.loads(open({str(tmp_path / "step.pkl")!r}, "rb").read())
+        np.save({str(tmp_path / "out.npy")!r}, np.stack([t.numpy() for t in step(Tensor(np.zeros(3, np.float32)))[1:]]))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], env={**os.environ, "DEV": Device.DEFAULT},
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), [np.arange(1, 7), np.arange(1, 7) * 2])
+
+
 def test_a_loaded_jit_refuses_calls_it_did_not_capture() -> None:
     f = _captured(TinyJit(lambda x: x * 2), Tensor(_data(4)))
     loaded = pickle.loads(pickle.dumps(f))

@@ -14,12 +14,21 @@ A damaged or hostile model fails with an OnnxError that names the node: a malfor
 wrong count of inputs or pads) when it is loaded or built, and a node that would make a tensor out of all proportion
 to the model and its inputs before anything is allocated (`OnnxRunner(..., max_tensor_bytes=)` or the environment
 variable TG_ONNX_MAX_TENSOR_BYTES raises that limit for a trusted model).
+
+Compile and ship (docs/onnx.md): `compile_onnx(model, "model.tgprog", {"x": (1, 3, 224, 224)})` captures the model
+under TinyJit into one file (kernels as compiled, weights, launch order, input and output names, shapes, dtypes,
+device); `load_compiled("model.tgprog")` loads it in a process without the model or onnx, and compiles nothing:
+`program({"x": x})` gives the same outputs. On the command line: `python -m tinygrad.onnx compile MODEL.onnx OUT`
+and `python -m tinygrad.onnx run OUT`.
 """
 
+from tinygrad.onnx._compiled import CompiledOnnx, CompileResult, compile_onnx, load_compiled
+from tinygrad.onnx._program_file import CompiledFileError
 from tinygrad.onnx._proto import OnnxError
 from tinygrad.onnx._runner import OnnxRunner
 
-__all__ = ["OnnxError", "OnnxRunner", "supported_ops"]
+__all__ = ["CompileResult", "CompiledFileError", "CompiledOnnx", "OnnxError", "OnnxRunner", "compile_onnx",
+           "load_compiled", "supported_ops"]
 
 
 def supported_ops() -> list[str]:

@@ -1,9 +1,14 @@
 """python -m tinygrad.onnx MODEL.onnx [--input name=file.npy ...] [--dim name=size ...] [--runs N] [--jit]
+python -m tinygrad.onnx compile MODEL.onnx OUT [--input name=file.npy|name=shape ...] [--dim name=size ...]
+python -m tinygrad.onnx run OUT [--input name=file.npy ...] [--runs N] [--save FOLDER]
 
-Runs an ONNX model on the given inputs (.npy files) or random ones of the declared types and shapes (a symbolic
-dimension is 1 unless --dim sets it), prints each output's name, shape, dtype and first values, and the time of the
-first call (which compiles the kernels) and the median of the next N. DEBUG=2 in the environment lists the kernels
-as it does for any tinygrad program.
+The first form runs an ONNX model on the given inputs (.npy files) or random ones of the declared types and shapes
+(a symbolic dimension is 1 unless --dim sets it), prints each output's name, shape, dtype and first values, and the
+time of the first call (which compiles the kernels) and the median of the next N. DEBUG=2 in the environment lists the
+kernels as it does for any tinygrad program.
+
+`compile` captures the model's kernels and weights into one file, and `run` runs that file in a process that needs
+neither the model nor the onnx package, and compiles nothing (see tinygrad/onnx/_cli.py and docs/onnx.md).
 """
 
 from __future__ import annotations
@@ -18,42 +23,28 @@ import numpy as np
 
 
 def _random_input(elem: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-    if elem in ("FLOAT", "DOUBLE", "FLOAT16", "BFLOAT16"):
-        dt = {"FLOAT": np.float32, "DOUBLE": np.float64, "FLOAT16": np.float16, "BFLOAT16": np.float32}[elem]
-        return rng.standard_normal(shape).astype(dt)
-    if elem == "BOOL":
-        return rng.integers(0, 2, shape).astype(np.bool_)
-    ints = {"INT8": np.int8, "UINT8": np.uint8, "INT16": np.int16, "UINT16": np.uint16, "INT32": np.int32,
-            "UINT32": np.uint32, "INT64": np.int64, "UINT64": np.uint64}
-    if elem in ints:
-        return rng.integers(0, 10, shape).astype(ints[elem])
-    raise SystemExit(f"cannot make a random input of type {elem}; pass it with --input name=file.npy")
+    """random_input (tinygrad.onnx._compiled), its error the command's exit message (python -m tinygrad.export uses
+    it too)."""
+    from tinygrad.onnx._compiled import random_input
+    from tinygrad.onnx._proto import OnnxError
 
-
-def _pairs(items: list[str], what: str) -> dict[str, str]:
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise SystemExit(f"{what} takes name=value, got {item!r}")
-        k, v = item.split("=", 1)
-        out[k] = v
-    return out
-
-
-def _summary(v: Any, n: int = 6) -> str:
-    from tinygrad import Tensor
-    if isinstance(v, list):
-        return f"sequence of {len(v)}"
-    if v is None:
-        return "empty optional"
-    arr = v.numpy() if isinstance(v, Tensor) else np.asarray(v)
-    dtype = v.dtype.name if isinstance(v, Tensor) else arr.dtype.name
-    flat = arr.reshape(-1)[:n]
-    more = " ..." if arr.size > n else ""
-    return f"shape {tuple(arr.shape)} {dtype}: {np.array2string(flat, precision=5, separator=', ')}{more}"
+    try:
+        return random_input(elem, shape, rng)
+    except OnnxError as e:
+        raise SystemExit(str(e)) from None
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("compile", "run"):
+        from tinygrad.onnx._cli import compile_main, run_main
+        from tinygrad.onnx._proto import OnnxError
+
+        try:
+            return (compile_main if argv[0] == "compile" else run_main)(argv[1:])
+        except OnnxError as e:  # the model, the file or the inputs: the message says what to change
+            print(f"error: {e}", file=sys.stderr)
+            return 1
     ap = argparse.ArgumentParser(prog="python -m tinygrad.onnx", description=__doc__.split("\n\n")[1])
     ap.add_argument("model", help="path to an .onnx file")
     ap.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy", help="an input from a file")
@@ -68,14 +59,15 @@ def main(argv: list[str] | None = None) -> int:
 
     from tinygrad import Device
     from tinygrad.onnx import OnnxRunner
+    from tinygrad.onnx._cli import pairs, summary
     from tinygrad.onnx._proto import import_onnx
 
     import_onnx()  # importing onnx itself is not the model's load time
     t0 = time.perf_counter()
     runner = OnnxRunner(args.model, device=args.device, jit=args.jit, max_tensor_bytes=args.max_tensor_bytes)
     load_s = time.perf_counter() - t0
-    given = {k: np.load(v) for k, v in _pairs(args.input, "--input").items()}
-    dims = {k: int(v) for k, v in _pairs(args.dim, "--dim").items()}
+    given = {k: np.load(v) for k, v in pairs(args.input, "--input").items()}
+    dims = {k: int(v) for k, v in pairs(args.dim, "--dim").items()}
     rng = np.random.default_rng(args.seed)
     inputs: dict[str, Any] = {}
     for name, (elem, shape) in runner.input_spec().items():
@@ -97,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     dev.synchronize()
     first_s = time.perf_counter() - t0
     for name, v in out.items():
-        print(f"output {name}: {_summary(v)}")
+        print(f"output {name}: {summary(v)}")
     times = []
     for _ in range(args.runs):
         t0 = time.perf_counter()
