@@ -494,10 +494,12 @@ def test_matmul_and_newton_schulz_bad_input() -> None:
 
 
 @pytest.mark.parametrize("shapes,transposed", [
-    (((3, 256), (256, 1024)), False),      # a right operand of 1 MiB: read from a panel-packed copy
-    (((2, 5, 64), (2, 64, 4096)), False),  # batched
-    (((4, 512), (512, 512)), True),        # a transposed (non-contiguous) right operand
-    (((3, 256), (256, 1000)), False),      # 1000 columns are not whole panels: not packed
+    (((40, 256), (256, 1024)), False),      # a right operand of 1 MiB: read from a panel-packed copy
+    (((2, 37, 64), (2, 64, 4096)), False),  # batched
+    (((40, 512), (512, 512)), True),        # a transposed (non-contiguous) right operand
+    (((40, 256), (256, 1000)), False),      # 1000 columns are not whole panels: not packed
+    (((1, 256), (256, 1024)), False),       # one row (a decode step): the copy would cost as much as the product
+    (((6, 64), (64, 4096)), False),         # six rows: not packed either
 ])
 def test_matmul_with_a_panel_packed_right_operand(shapes: tuple[tuple[int, ...], ...], transposed: bool) -> None:
     from tinygrad.device import Device
@@ -510,7 +512,8 @@ def test_matmul_with_a_panel_packed_right_operand(shapes: tuple[tuple[int, ...],
     bn = rng.standard_normal(shapes[1][:-2] + shapes[1][-2:][::-1] if transposed else shapes[1]).astype(np.float32)
     a, b = Tensor(an, requires_grad=True), Tensor(bn, requires_grad=True)
     rhs, rhs_n = (b.transpose(-1, -2), bn.swapaxes(-1, -2)) if transposed else (b, bn)
-    packed = rhs.shape[-1] % PANEL == 0 and rhs.numel() * 4 >= PACK_MIN_BYTES
+    rows = int(np.prod(shapes[0][:-1])) // int(np.prod(shapes[1][:-2]))  # rows of a reading each matrix of b
+    packed = rhs.shape[-1] % PANEL == 0 and rhs.numel() * 4 >= PACK_MIN_BYTES and rows >= PANEL
     out = a @ rhs
     assert (sum(1 for u in out.uop.toposort() if u.op is Ops.CONTIGUOUS) >= 1) == packed
     g = rng.standard_normal(out.shape).astype(np.float32)
@@ -530,7 +533,7 @@ def test_a_half_right_operand_is_packed_as_half() -> None:
     from tinygrad.dtype import dtypes
     from tinygrad.uop.ops import Ops
     rng = np.random.default_rng(1)
-    an, bn = rng.standard_normal((3, 256)).astype(np.float16), rng.standard_normal((256, 2048)).astype(np.float16)
+    an, bn = rng.standard_normal((40, 256)).astype(np.float16), rng.standard_normal((256, 2048)).astype(np.float16)
     out = Tensor(an) @ Tensor(bn)
     copies = [u for u in out.uop.toposort() if u.op is Ops.CONTIGUOUS]
     assert copies and all(u.dtype == dtypes.float16 for u in copies)

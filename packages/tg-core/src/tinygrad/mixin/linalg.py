@@ -4,6 +4,7 @@ Householder reflections in lazy Tensor ops, so it is differentiable and runs on 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from math import prod
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -97,10 +98,12 @@ def _diagonal(x: Tensor, labels: list[Any], k: int) -> tuple[Tensor, list[Any]]:
         labels = [labels[a] for a in keep] + [dup]
 
 
-def _panel_packed(y: Tensor) -> Tensor:
+def _panel_packed(y: Tensor, rows: Any) -> Tensor:
     """y (..., k, m) unchanged in value, but read from a copy laid out as (..., m/PANEL, k, PANEL), where PANEL is
     the widest register tile of the CPU heuristics: two of the device's SIMD registers of float32 (its knobs,
-    32 columns with AVX-512). Only a y of at least the device's L2 is packed: a smaller one stays in L2 whole.
+    32 columns with AVX-512). Only a y of at least the device's L2 is packed: a smaller one stays in L2 whole. Nor
+    is a y that fewer than PANEL rows of the other operand read (`rows`; a decode step's one token): the copy is a
+    pass over y as long as the product itself, which then reads y once anyway.
 
     A register-tiled matmul reads, per output tile, a strip of B: PANEL columns over all k rows. In row-major B
     those rows lie a whole row apart; with a power-of-two row length (1024 floats = 4 KiB) they all fall in
@@ -113,7 +116,8 @@ def _panel_packed(y: Tensor) -> Tensor:
         return y  # symbolic sizes: the layout would change with the variable's value
     knobs = Device[first_device(y.device)].knobs
     panel = 2 * knobs.simd_lanes(dtypes.float32)
-    if m % panel or m == panel or k < panel or y.numel() * y.dtype.itemsize < knobs.l2_cache_bytes:
+    if m % panel or m == panel or k < panel or y.numel() * y.dtype.itemsize < knobs.l2_cache_bytes or \
+            (isinstance(rows, int) and rows < panel):
         return y
     lead = y.shape[:-2]
     n = len(lead)
@@ -167,7 +171,11 @@ class LinalgMixin(TensorBase):
         xe = xa.cast(acc).expand(batch + (n, k)).reshape(batch + (n, 1, k))
         # packed in its own dtype: a half B stays half in the copy (half the bytes), and the product reads it through
         # a cast, which is the sum of half products that tensor cores take (codegen/opt/tensor_cores.py)
-        ye = _panel_packed(yb).cast(acc).expand(batch + (k, m)).transpose(-1, -2).reshape(batch + (1, m, k))
+        # rows of `a` that read each matrix of `b` (None: a symbolic size)
+        sizes = (n, *batch, *yb.shape[:-2])
+        rows = prod(sizes[:len(batch) + 1]) // max(1, prod(yb.shape[:-2])) \
+            if all(isinstance(s, int) for s in sizes) else None
+        ye = _panel_packed(yb, rows).cast(acc).expand(batch + (k, m)).transpose(-1, -2).reshape(batch + (1, m, k))
         out = (xe * ye).sum(-1, dtype=acc).cast(out_dtype)  # integer products stay in their dtype, as in PyTorch
         if a.ndim == 1:
             out = out.squeeze(-2)
