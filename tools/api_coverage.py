@@ -31,8 +31,6 @@ LEFT_OUT: dict[str, str] = {
     "schedule_linear": "as linear_with_vars; use Tensor.schedule()",
     "invalids": "tensors of tinygrad's Invalid sentinel value, which our IR does not have",
     "decode_hevc_frame": "hardware video decoding on tinygrad's AMD/NV drivers; no such decoder here",
-    "threefry": "tinygrad's Threefry-2x32 generator primitive; our random numbers come from a different "
-                "counter-based hash (Tensor.manual_seed), see random_bits",
     "usum": "tinygrad-internal sum over UOp arguments",
     "uprod": "tinygrad-internal product over UOp arguments",
 }

@@ -8,6 +8,13 @@ import pytest
 from tinygrad import Tensor
 
 
+@pytest.fixture(autouse=True)
+def _fresh_seed():
+    # the generator starts from the time of import (tinygrad's default): each test starts from seed 0, so that it
+    # draws the same numbers in every run, whatever ran before it (xdist reorders tests)
+    Tensor.manual_seed(0)
+
+
 @pytest.fixture
 def training():
     """Run the test in training mode, restoring the previous mode afterwards."""

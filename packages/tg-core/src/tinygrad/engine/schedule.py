@@ -84,8 +84,9 @@ def base_buffer(u: UOp) -> UOp | None:
     return u if u.op is Ops.BUFFER else None
 
 
-def _substitute_realized(roots: list[UOp]) -> list[UOp]:
-    """`roots` with every node realized before replaced by the buffer view holding its value."""
+def _substitute_realized(roots: list[UOp]) -> tuple[list[UOp], dict[UOp, UOp]]:
+    """`roots` with every node realized before replaced by the buffer view holding its value, and the tagged
+    CONTIGUOUS nodes (a tensor's own value: their views are remembered) this rebuilt, rebuilt node -> given node."""
     sink = UOp(Ops.SINK, src=tuple(roots))
     on_device: dict[UOp, bool] = {}  # whether a node reads a buffer (else it is constants, computed anywhere)
     # A TinyJit capture records the kernels it runs: a node of the call's inputs that an equal graph realized before
@@ -118,7 +119,34 @@ def _substitute_realized(roots: list[UOp]) -> list[UOp]:
         # just been assigned ones replayed `x + x`.
         if u.src and on_device[u] and (v := u._realized) is not None:
             mapping[u] = v
-    return list(sink.substitute(mapping).src) if mapping else roots
+    if not mapping:
+        return roots, {}
+    rebuilt: dict[UOp, UOp] = {}
+    renamed: dict[UOp, UOp] = {}
+    for u in sink.toposort():
+        if u in mapping:
+            rebuilt[u] = mapping[u]
+            continue
+        new_src = tuple(rebuilt[s] for s in u.src)
+        rebuilt[u] = u if new_src == u.src else u.replace(src=new_src)
+        if rebuilt[u] is not u and _stands_for_a_tensor(u):
+            renamed[rebuilt[u]] = u
+    return list(rebuilt[sink].src), renamed
+
+
+def _named_back(result: tuple[list[ScheduleItem], dict[UOp, UOp], list[UOp]], renamed: dict[UOp, UOp]
+                ) -> tuple[list[ScheduleItem], dict[UOp, UOp], list[UOp]]:
+    """The views of tagged nodes that `_substitute_realized` rebuilt, reported for the given nodes too: the caller
+    remembers them there, where tensors and later graphs hold them (a clone or a random draw computed from a value
+    realized before would otherwise be computed again by every later realize that reads it)."""
+    if not renamed:
+        return result
+    items, views, out_views = result
+    views = dict(views)
+    for new, old in renamed.items():
+        if (view := views.get(new)) is not None:
+            views[old] = view
+    return items, views, out_views
 
 
 #: what a reduction's value passes through on its way to the node realized in its place (its epilogue)
@@ -349,19 +377,21 @@ def create_schedule(outputs: list[UOp], devices: list[str]) -> tuple[list[Schedu
 
 def _create_schedule(outputs: list[UOp], devices: list[str]) -> tuple[list[ScheduleItem], dict[UOp, UOp], list[UOp]]:
     if not SCHEDULE_CACHE.value:
-        return _schedule_graph(_substitute_realized(outputs), devices)
+        outputs, renamed = _substitute_realized(outputs)
+        return _named_back(_schedule_graph(outputs, devices), renamed)
     walked = graph_key(outputs, devices, stop_at_realized=True)
+    renamed = {}
     if walked is None:  # part of the graph was realized before: schedule the graph that reads those buffers instead
-        outputs = _substitute_realized(outputs)
+        outputs, renamed = _substitute_realized(outputs)
         walked = graph_key(outputs, devices)
         assert walked is not None, "graph_key gives up only at realized nodes when asked to"
     key, topo, inputs = walked
     key = (key, split_settings())  # the graph passes' settings change the schedule of the same graph
     if (template := schedule_cache.get(key)) is not None:
-        return template.instantiate(topo, inputs)
+        return _named_back(template.instantiate(topo, inputs), renamed)
     items, views, out_views = _schedule_graph(outputs, devices)
     schedule_cache.put(key, Template.record(topo, inputs, items, views, out_views))
-    return items, views, out_views
+    return _named_back((items, views, out_views), renamed)
 
 
 def _schedule_graph(given: list[UOp], devices: list[str]) -> tuple[list[ScheduleItem], dict[UOp, UOp], list[UOp]]:

@@ -1,9 +1,10 @@
 """Creating tensors: constants, ranges, and random numbers from a seeded counter-based generator.
 
-Random numbers are computed inside kernels from a counter-based hash of (seed, position) whose state lives in a
-device buffer (mixin/rng.py), so a seed gives the same values on every device, no two draws after one
-`manual_seed` share positions, and a TinyJit replay draws new numbers. randperm and multinomial draw their bits on
-the device and finish on the host (a sort, a search), so they cannot run inside a TinyJit function.
+Random numbers are tinygrad 0.14's: its Threefry-2x32 stream (mixin/rng.py), computed inside kernels from a
+per-device state that lives in a device buffer, so a seed gives tinygrad's values, no two draws after one
+`manual_seed` share positions, and a TinyJit replay draws new numbers. The distributions use tinygrad's arithmetic
+on those draws (rand's bits to floats, Box-Muller, randint's scaling, randperm's sort of rand); everything runs on
+the device, randperm and multinomial included.
 
 Bad sizes raise ValueError (a negative dimension, count or step number) or TypeError (a non-integer one), where
 PyTorch raises RuntimeError for both; bad random arguments raise what PyTorch raises.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -25,12 +27,16 @@ from tinygrad.engine.schedule import buffer_view
 from tinygrad.errors import DTypeError
 from tinygrad.helpers import TRAINING, prod
 from tinygrad.mixin.common import Scalar, ShapeArg, TensorBase, shape_args
-from tinygrad.mixin.rng import DeviceRNG, bits64, normal_bits, uniform_bits
-from tinygrad.multi import DeviceLike, canonical_device, canonical_devices, device_names, multi_node
-from tinygrad.uop.ops import UOp, sint, sym_prod
+from tinygrad.mixin.rng import DeviceRNG, bits64, normal_bits, stream_bytes, threefry2x32, uniform_bits, words_for
+from tinygrad.multi import DeviceLike, canonical_device, canonical_devices, device_names, multi_node, sharding
+from tinygrad.uop.ops import Ops, UOp, sint, sym_prod
 
 if TYPE_CHECKING:
     from tinygrad.tensor import Tensor
+
+
+#: randperm sorts longer draws on the host outside a TinyJit capture (the device's argsort is quadratic)
+HOST_SORT_MIN = 2048
 
 
 class CreationMixin(TensorBase):
@@ -343,9 +349,12 @@ class CreationMixin(TensorBase):
 
     @classmethod
     def manual_seed(cls: type[Tensor], seed: int = 0) -> None:
-        """Seed the random number generator of every device: after the same seed, the same draws give the same
-        values, on every device (randn may differ in the last bit). The draws are computed in kernels from a
-        counter, so no two draws after one seed repeat each other, and a TinyJit replay draws new numbers.
+        """Seed the random number generator (tinygrad 0.14's Threefry stream, mixin/rng.py): after the same seed, the
+        same draws give the same values as tinygrad's (rand bit for bit; randn within an ulp or so of log, cos and
+        sqrt). Each device draws its own stream, keyed by its place in the order in which devices first draw after
+        the seed. Without a seed the generator starts from the time of import, as tinygrad's. The draws are computed
+        in kernels from a counter, so no two draws after one seed repeat each other, and a TinyJit replay draws new
+        numbers.
 
         Examples:
             >>> Tensor.manual_seed(42)
@@ -360,7 +369,8 @@ class CreationMixin(TensorBase):
     def random_bits(cls: type[Tensor], *shape: Any, device: DeviceLike = None, dtype: DTypeLike = dtypes.uint32,
                     **kwargs: Any) -> Tensor:
         """Raw generator output: every bit of every element uniformly random, in any integer dtype (uint32 by
-        default).
+        default). The elements take the bytes of the word stream in order (a uint8 takes a quarter of a word, a
+        uint64 two words, the low one first), so they are the stream's words bitcast to `dtype`.
 
         Examples:
             >>> Tensor.manual_seed(0)
@@ -376,16 +386,36 @@ class CreationMixin(TensorBase):
         if d.itemsize == 8:
             raw = bits64(cls, n, dev)
         else:
-            raw = DeviceRNG.bits(cls, n, dev)
+            raw = stream_bytes(DeviceRNG.bits(cls, words_for(n, d), dev), n, d.itemsize)
             raw = raw if d.itemsize == 4 else raw.cast(dtypes.uint8 if d.itemsize == 1 else dtypes.uint16)
-        unsigned = raw.dtype
-        out = raw if d == unsigned else raw.bitcast(d)
+        out = raw if d == raw.dtype else raw.bitcast(d)
         return cls(out.reshape(sh).uop, device=dev, **kwargs)
+
+    def threefry(self: Tensor, seed: Tensor | int) -> Tensor:
+        """tinygrad's Threefry-2x32 primitive (20 rounds), elementwise: each uint64 of self is a counter (its low word
+        first) and `seed` (a uint64 tensor, broadcast, or an int) the key; the result packs the two output words
+        into a uint64 the same way. It is the generator the random functions draw from (mixin/rng.py).
+
+        Examples:
+            >>> Tensor([0], dtype=dtypes.uint64).threefry(0).tolist()
+            [11077253088097075545]
+        """
+        key = seed if isinstance(seed, TensorBase) else type(self).full(self.shape, seed, dtype=dtypes.uint64,
+                                                                         device=self.device)
+        if self.dtype != dtypes.uint64 or key.dtype != dtypes.uint64:
+            raise DTypeError(f"threefry takes uint64 counters and a uint64 key, got {self.dtype} and {key.dtype}; "
+                             f"cast them with .cast(dtypes.uint64)")
+        y0, y1 = threefry2x32(key.cast(dtypes.uint32), (key >> 32).cast(dtypes.uint32), self.cast(dtypes.uint32),
+                              (self >> 32).cast(dtypes.uint32))
+        return (y1.cast(dtypes.uint64) << 32) | y0.cast(dtypes.uint64)
 
     @classmethod
     def rand(cls: type[Tensor], *shape: Any, device: DeviceLike = None, dtype: DTypeLike | None = None,
-             **kwargs: Any) -> Tensor:
-        """Uniform values in [0, 1) of `shape`, float32 unless `dtype=` gives another float dtype.
+             contiguous: bool = True, **kwargs: Any) -> Tensor:
+        """Uniform values in [0, 1) of `shape`, float32 unless `dtype=` gives another float dtype. As in tinygrad the
+        values are written to a buffer of their own when something reads them (`contiguous=False` leaves them to
+        be computed inside their readers), and a float of m mantissa bits takes m random bits (float32: multiples
+        of 2**-23).
 
         Examples:
             >>> Tensor.manual_seed(0)
@@ -396,13 +426,14 @@ class CreationMixin(TensorBase):
         sh = shape_args(shape)
         d = _float_dtype(dtype, "rand")
         dev = canonical_device(device)  # several devices: drawn on the first, replicated
-        return cls(uniform_bits(cls, prod(sh), d, dev).reshape(sh).uop, device=dev, **kwargs)
+        out = uniform_bits(cls, prod(sh), d, dev).reshape(sh)
+        return cls((_own_buffer(out) if contiguous else out).uop, device=dev, **kwargs)
 
     @classmethod
     def randn(cls: type[Tensor], *shape: Any, device: DeviceLike = None, dtype: DTypeLike | None = None,
               **kwargs: Any) -> Tensor:
-        """Standard normal values of `shape` (Box-Muller on two uniform draws), float32 unless `dtype=` says
-        otherwise.
+        """Standard normal values of `shape`, `dtype` (float32 by default; any other dtype is drawn in float32 and
+        cast, as in tinygrad): Box-Muller on one float32 uniform draw of twice the size.
 
         Examples:
             >>> Tensor.manual_seed(0)
@@ -412,32 +443,52 @@ class CreationMixin(TensorBase):
         """
         sh = shape_args(shape)
         want = to_dtype(dtype) if dtype is not None else dtypes.default_float
-        d = want if want.is_float else dtypes.float32  # tinygrad: any other dtype is drawn in float32 and cast
         dev = canonical_device(device)  # several devices: drawn on the first, replicated
-        return cls(normal_bits(cls, prod(sh), d, dev).reshape(sh).cast(want).uop, device=dev, **kwargs)
+        return cls(normal_bits(cls, prod(sh), dev).reshape(sh).cast(want).uop, device=dev, **kwargs)
+
+    def _drawn_like(self: Tensor, draw: Callable[[tuple[int, ...], str | tuple[str, ...]], Tensor]) -> Tensor:
+        """A draw of self's shape and placement: on a tensor sharded along an axis each device draws its own shard
+        from its own stream (tinygrad's rule), otherwise one draw on self's device (the first of several)."""
+        if isinstance(self.device, tuple):
+            devs, axis = sharding(self.uop)
+            if axis is not None and isinstance(devs, tuple):
+                sh = tuple(int(s) for s in self.shape)
+                part = sh[:axis] + (sh[axis] // len(devs),) + sh[axis + 1:]
+                return type(self)(multi_node([draw(part, d).uop for d in devs], axis), device=devs)
+        return draw(self.shape, self.device)
 
     def rand_like(self: Tensor, **kwargs: Any) -> Tensor:
-        """Uniform values in [0, 1) of self's shape and device; self's dtype, which must be a float (or `dtype=`).
+        """Uniform values in [0, 1) of self's shape and device; self's dtype, which must be a float (or `dtype=`). A
+        tensor sharded along an axis gets a draw per shard, each on its own device.
 
         Examples:
             >>> Tensor.manual_seed(0)
             >>> Tensor.zeros(2, 2).rand_like().shape
             (2, 2)
         """
-        return type(self).rand(self.shape, **{"dtype": self._like_dtype(kwargs, "rand_like"), "device": self.device,
-                                              **kwargs})
+        d = self._like_dtype(kwargs, "rand_like")
+        if kwargs.get("device") is not None:
+            return type(self).rand(self.shape, dtype=d, **kwargs)
+        kwargs.pop("device", None)
+        contiguous = kwargs.pop("contiguous", True)
+        out = self._drawn_like(lambda sh, dev: type(self).rand(sh, dtype=d, device=dev, contiguous=contiguous))
+        return type(self)(out.uop, device=out.device, **kwargs) if kwargs else out
 
     def randn_like(self: Tensor, **kwargs: Any) -> Tensor:
         """Standard normal values of self's shape and device, in self's dtype (or `dtype=`); a dtype that is not a
-        float is drawn in float32 and cast, as in tinygrad.
+        float is drawn in float32 and cast, as in tinygrad. A tensor sharded along an axis gets a draw per shard.
 
         Examples:
             >>> Tensor.manual_seed(0)
             >>> Tensor.zeros(3, dtype=dtypes.float16).randn_like().dtype
             dtypes.float16
         """
-        return type(self).randn(self.shape, **{"dtype": kwargs.pop("dtype", None) or self.dtype,
-                                               "device": self.device, **kwargs})
+        d = kwargs.pop("dtype", None) or self.dtype
+        if kwargs.get("device") is not None:
+            return type(self).randn(self.shape, dtype=d, **kwargs)
+        kwargs.pop("device", None)
+        out = self._drawn_like(lambda sh, dev: type(self).randn(sh, dtype=d, device=dev))
+        return type(self)(out.uop, device=out.device, **kwargs) if kwargs else out
 
     def _like_dtype(self: Tensor, kwargs: dict[str, Any], name: str) -> DType:
         d = to_dtype(kwargs.pop("dtype")) if kwargs.get("dtype") is not None else self.dtype
@@ -446,8 +497,20 @@ class CreationMixin(TensorBase):
         return d
 
     @classmethod
-    def uniform(cls: type[Tensor], *shape: Any, low: float = 0.0, high: float = 1.0, **kwargs: Any) -> Tensor:
-        """Uniform values in [low, high); the result is a leaf (requires_grad applies to it, not to rand).
+    def _scaled_rand(cls: type[Tensor], shape: tuple[Any, ...], low: float, high: float, dtype: DTypeLike | None,
+                     kwargs: dict[str, Any]) -> Tensor:
+        """tinygrad's uniform arithmetic, unrealized: `((high - low) * rand).cast(dtype) + low`, rand in the default
+        float whatever `dtype` is (so the values are tinygrad's, and an integer dtype truncates)."""
+        if not low < high:
+            raise ValueError(f"uniform needs low < high, got low={low}, high={high}")
+        d = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        return ((high - low) * cls.rand(*shape, **kwargs)).cast(d) + low
+
+    @classmethod
+    def uniform(cls: type[Tensor], *shape: Any, low: float = 0.0, high: float = 1.0, dtype: DTypeLike | None = None,
+                **kwargs: Any) -> Tensor:
+        """Uniform values in [low, high) (`low < high`): `(high - low) * rand + low`, computed in float32 and cast to
+        `dtype` before adding `low`, as tinygrad. The result is a realized leaf (requires_grad applies to it).
 
         Examples:
             >>> Tensor.manual_seed(0)
@@ -456,13 +519,13 @@ class CreationMixin(TensorBase):
             True
         """
         requires_grad = kwargs.pop("requires_grad", None)
-        out = (cls.rand(*shape, **kwargs) * (high - low) + low).realize()
+        out = cls._scaled_rand(shape, low, high, dtype, kwargs).realize()
         return out.requires_grad_(requires_grad)  # None (tinygrad's default), True or False
 
     @classmethod
     def normal(cls: type[Tensor], *shape: Any, mean: float = 0.0, std: float = 1.0, **kwargs: Any) -> Tensor:
-        """Normal values with the given `mean` and `std` (`std` must be >= 0); the result is a realized leaf, so
-        `requires_grad=` applies to it.
+        """Normal values with the given `mean` and `std` (`std` must be >= 0): `std * randn + mean`; the result is a
+        realized leaf, so `requires_grad=` applies to it.
 
         Examples:
             >>> Tensor.manual_seed(0)
@@ -473,13 +536,15 @@ class CreationMixin(TensorBase):
         if std < 0:
             raise RuntimeError(f"normal needs std >= 0, got std={std}")
         requires_grad = kwargs.pop("requires_grad", None)
-        out = (cls.randn(*shape, **kwargs) * std + mean).realize()
+        out = (std * cls.randn(*shape, **kwargs) + mean).realize()
         return out.requires_grad_(requires_grad)  # None (tinygrad's default), True or False
 
     @classmethod
     def randint(cls: type[Tensor], *shape: Any, low: int = 0, high: int = 10, dtype: DTypeLike = dtypes.int32,
                 device: DeviceLike = None, **kwargs: Any) -> Tensor:
-        """Integers drawn uniformly from [low, high). The default dtype is int32 (tinygrad's; PyTorch's is int64).
+        """Integers from [low, high): tinygrad's `low + trunc((high - low) * rand)`, the product in float32, so a
+        range wider than 2**23 is covered in steps (the values are tinygrad's). The default dtype is int32
+        (tinygrad's; PyTorch's is int64); a float dtype gets the integers as floats.
 
         Examples:
             >>> Tensor.manual_seed(0)
@@ -498,40 +563,47 @@ class CreationMixin(TensorBase):
             raise ValueError(f"randint range [{low}, {high}) does not fit in {d} ([{d.min}, {d.max}])")
         span = high - low
         dev = canonical_device(device)  # several devices: drawn on the first, replicated
-        n = prod(sh)
-        if all(Device[d].supports_dtype(dtypes.uint64) for d in device_names(dev)):
-            # mod a 64-bit draw: the bias is below span / 2**64
-            draws = bits64(cls, n, dev)
-            offsets = draws if span >= 1 << 64 else draws % span
-            values = (offsets + (low % (1 << 64))).bitcast(dtypes.int64)  # wraps to the signed value
+        # float32(span) * u with u < 1 stays below span (it rounds to at most span - 1 once span passes 2**24), so
+        # truncated it is an offset in [0, span); it is added to low in unsigned words of the width the range needs
+        # (wrapping), which gives tinygrad's `.cast(dtype) + low` wherever that is defined, 8-bit dtypes included
+        offset = span * cls.rand(*sh, device=dev)
+        if d.itemsize < 8 and dtypes.int32.min <= low and high - 1 <= dtypes.int32.max:
+            values = (offset.cast(dtypes.uint32) + (low % (1 << 32))).bitcast(dtypes.int32)
         else:
-            if not (dtypes.int32.min <= low and high - 1 <= dtypes.int32.max):
+            if not all(Device[x].supports_dtype(dtypes.uint64) for x in device_names(dev)):
                 raise ValueError(f"randint range [{low}, {high}) needs 64-bit integers, which device {dev} lacks; "
                                  f"use a range within int32")
-            offsets = DeviceRNG.bits(cls, n, dev) % span if span < 1 << 32 else DeviceRNG.bits(cls, n, dev)
-            values = (offsets + (low % (1 << 32))).bitcast(dtypes.int32)
+            values = (offset.cast(dtypes.uint64) + (low % (1 << 64))).bitcast(dtypes.int64)
         if d.is_unsigned and d.itemsize == values.dtype.itemsize:
             values = values.bitcast(d)
-        return cls(values.cast(d).reshape(sh).uop, device=dev, **kwargs)
+        return cls(values.cast(d).uop, device=dev, **kwargs)
 
     @classmethod
     def randperm(cls: type[Tensor], n: int, device: DeviceLike = None, dtype: DTypeLike = dtypes.int32,
                  **kwargs: Any) -> Tensor:
-        """A random permutation of 0..n-1 (int32 by default, tinygrad's; PyTorch's is int64).
+        """A random permutation of 0..n-1 (int32 by default, tinygrad's; PyTorch's is int64): the order that sorts
+        `rand(n)` (tinygrad's), ties in index order. Inside a TinyJit capture the sort runs on the device (O(n**2)
+        work, so a replay draws a new permutation); outside one, a long draw is sorted on the host instead (the same
+        permutation, without the quadratic cost: a dataset's shuffle).
 
         Examples:
             >>> Tensor.manual_seed(0)
-            >>> sorted(Tensor.randperm(5).tolist())
-            [0, 1, 2, 3, 4]
+            >>> Tensor.randperm(10).tolist()
+            [8, 9, 4, 3, 6, 1, 7, 5, 2, 0]
         """
         _check_count(n, "randperm n")
-        perm = np.argsort(cls.random_bits(n, dtype=dtypes.uint64, device=device).numpy(), kind="stable")
-        d = to_dtype(dtype)
-        return cls(perm if is_emulated_float(d) else perm.astype(to_numpy(d)), device=device, dtype=d, **kwargs)
+        capturing = jit_state.tracing_functions or (jit_state.running and jit_state.running[-1].capturing)
+        draw = cls.rand(n, device=device)
+        if n > HOST_SORT_MIN and not capturing and not isinstance(draw.device, tuple):
+            order = np.argsort(draw.numpy(), kind="stable").astype(np.int64)
+            return cls(order, device=draw.device, dtype=to_dtype(dtype), **kwargs)
+        perm = draw.argsort().cast(to_dtype(dtype))
+        return cls(perm.uop, device=perm.device, **kwargs) if kwargs else perm
 
     @classmethod
     def scaled_uniform(cls: type[Tensor], *shape: Any, **kwargs: Any) -> Tensor:
-        """Uniform in [-1, 1) scaled by 1/sqrt(numel); the result is a leaf, as `uniform`'s.
+        """Uniform in [-1, 1) scaled by 1/sqrt(numel) (tinygrad's arithmetic: the scale multiplies the uniform
+        values); the result is a leaf, as `uniform`'s.
 
         Examples:
             >>> Tensor.manual_seed(0)
@@ -540,11 +612,13 @@ class CreationMixin(TensorBase):
             True
         """
         n = prod(shape_args(shape))
-        return cls.uniform(*shape, low=-n ** -0.5 if n else -1.0, high=n ** -0.5 if n else 1.0, **kwargs)
+        requires_grad, dtype = kwargs.pop("requires_grad", None), kwargs.pop("dtype", None)
+        out = (cls._scaled_rand(shape, -1.0, 1.0, dtype, kwargs) * (n ** -0.5 if n else 1.0)).realize()
+        return out.requires_grad_(requires_grad)
 
     @classmethod
     def glorot_uniform(cls: type[Tensor], *shape: Any, **kwargs: Any) -> Tensor:
-        """Xavier/Glorot uniform: bound sqrt(6 / (fan_out + fan_in)) with fan_out = shape[0].
+        """Xavier/Glorot uniform: bound (6 / (fan_out + fan_in)) ** 0.5 with fan_out = shape[0].
 
         Examples:
             >>> Tensor.manual_seed(0)
@@ -556,12 +630,12 @@ class CreationMixin(TensorBase):
         if not sh:
             raise ValueError("glorot_uniform needs a shape with at least one dimension")
         fans = sh[0] + prod(sh[1:])
-        bound = math.sqrt(6 / fans) if fans else 1.0
+        bound = (6 / fans) ** 0.5 if fans else 1.0
         return cls.uniform(*shape, low=-bound, high=bound, **kwargs)
 
     @classmethod
     def kaiming_uniform(cls: type[Tensor], *shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
-        """He uniform for a leaky ReLU of slope `a`: bound sqrt(6 / ((1 + a^2) fan_in)), fan_in = prod(shape[1:]).
+        """He uniform for a leaky ReLU of slope `a`: bound (6 / (1 + a^2) / fan_in) ** 0.5, fan_in = prod(shape[1:]).
 
         Examples:
             >>> Tensor.manual_seed(0)
@@ -570,12 +644,12 @@ class CreationMixin(TensorBase):
             True
         """
         fan_in = prod(shape_args(shape)[1:])
-        bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(fan_in) if fan_in else 1.0
+        bound = (6 / (1 + a ** 2) / fan_in) ** 0.5 if fan_in else 1.0
         return cls.uniform(*shape, low=-bound, high=bound, **kwargs)
 
     @classmethod
     def kaiming_normal(cls: type[Tensor], *shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
-        """He normal for a leaky ReLU of slope `a`: std sqrt(2 / ((1 + a^2) fan_in)), fan_in = prod(shape[1:]).
+        """He normal for a leaky ReLU of slope `a`: std (2 / (1 + a^2) / fan_in) ** 0.5, fan_in = prod(shape[1:]).
 
         Examples:
             >>> Tensor.manual_seed(0)
@@ -583,14 +657,17 @@ class CreationMixin(TensorBase):
             (8, 16)
         """
         fan_in = prod(shape_args(shape)[1:])
-        std = math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(fan_in) if fan_in else 1.0
+        std = (2 / (1 + a ** 2) / fan_in) ** 0.5 if fan_in else 1.0
         return cls.normal(*shape, mean=0.0, std=std, **kwargs)
 
     def multinomial(self: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
         """Indices drawn from the categories of each row of `self` (1-D or 2-D non-negative weights, not
         necessarily normalized). Without replacement an index appears at most once per row. Returns int32
-        (tinygrad's choice; PyTorch returns int64). The draw runs on the device, inside TinyJit too; the weights are
-        checked on the host (finite, non-negative, a positive one per row) except while a TinyJit captures.
+        (tinygrad's choice; PyTorch returns int64). tinygrad's draws: with replacement (or one sample) a float32
+        rand of shape (num_samples, rows) on the default device against the cumulative weights (summed in float32),
+        else the largest log2(rand) / weight per row (Efraimidis-Spirakis). It runs on the device, inside TinyJit
+        too; the weights are checked on the host (finite, non-negative, a positive one per row) except while a
+        TinyJit captures.
 
         Examples:
             >>> Tensor.manual_seed(0)
@@ -609,28 +686,26 @@ class CreationMixin(TensorBase):
             raise RuntimeError(f"cannot draw {num_samples} samples without replacement from {self.shape[-1]} "
                                f"categories")
         cats = self.shape[-1]
-        w = self.float().reshape(-1, cats)
+        w = self.reshape(-1, cats)
         if not (jit_state.tracing_functions or (jit_state.running and jit_state.running[-1].capturing)):
-            _check_multinomial_weights(w.numpy(), num_samples, replacement)  # a replay could not check on the host
+            _check_multinomial_weights(w.float().numpy(), num_samples, replacement)  # a replay could not check
         rows = w.shape[0]
-        if replacement:
-            # the index of a draw u is the number of cdf entries at or below it (the first category whose cdf passes u)
-            cdf = (w / w.sum(axis=1, keepdim=True)).cumsum(axis=1)
-            u = type(self).rand(rows, num_samples, device=self.device)
-            idx = (cdf.reshape(rows, 1, cats) <= u.reshape(rows, num_samples, 1)).sum(axis=2)
-            # rounding can leave the cdf's end just below 1: a draw past it takes the last positive category
-            last = ((w > 0).where(type(self).arange(cats, device=self.device).reshape(1, cats), 0)).max(axis=1)
-            idx = idx.minimum(last.reshape(rows, 1))
+        if replacement or num_samples == 1:
+            # the index of a draw u is the number of categories whose cumulative share is at or below it; the last
+            # share is exactly 1 (a sum divided by itself), above every draw, and a zero weight adds no step
+            cum = w.float().cumsum(1)
+            cdf = cum / cum[:, cats - 1:]
+            u = type(self).rand(num_samples, rows, 1).to(self.device)
+            idx = (u >= cdf).sum(2).permute(1, 0)
         else:
-            # exponential races: the first num_samples arrivals of clocks running at rates w (rate 0 never arrives)
-            u = type(self).rand(rows, cats, device=self.device)
-            arrival = (w > 0).where(-(1 - u).log() / w, float("inf"))
-            idx = arrival.topk(num_samples, dim=1, largest=False)[1]
+            # Efraimidis-Spirakis: the num_samples largest u ** (1 / w), compared through their logarithms
+            idx = (w.rand_like(dtype=dtypes.float32).log2() / w.float()).topk(num_samples, dim=1)[1]
         return idx.cast(dtypes.int32).reshape(self.shape[:-1] + (num_samples,))
 
     def dropout(self: Tensor, p: float = 0.5) -> Tensor:
         """In training mode (`Tensor.training`, or `Context(TRAINING=1)`), zero each element with probability p and
-        scale the rest by 1/(1-p); otherwise the identity.
+        divide the rest by 1 - p; otherwise the identity. The mask is tinygrad's: `rand_like(self) >= p` in the
+        default float (a draw per shard on a sharded tensor), written to a buffer of its own.
 
         Examples:
             >>> Tensor.ones(4).dropout(0.5).tolist()
@@ -649,8 +724,13 @@ class CreationMixin(TensorBase):
             raise DTypeError(f"dropout of a {self.dtype} tensor; dropout scales by 1/(1-p) and needs floats")
         if p == 1:
             return self * 0
-        keep = type(self).rand(*self.shape, device=self.device) >= p
-        return keep.where(self, 0) * (1 / (1 - p))
+        keep = _own_buffer(self.rand_like(dtype=dtypes.default_float, contiguous=False) >= p)
+        return keep.where(self, 0) / (1.0 - p)
+
+def _own_buffer(t: Tensor) -> Tensor:
+    """`t` marked to be written to a buffer of its own when a reader runs, and remembered there (a tagged CONTIGUOUS,
+    as a clone's): later readers, and the tensor itself, read that buffer, as tinygrad's contiguous random values."""
+    return type(t)(UOp(Ops.CONTIGUOUS, t.dtype, (t.uop,), ("random",)), device=t.device)
 
 
 def _max_size(s: sint) -> int:

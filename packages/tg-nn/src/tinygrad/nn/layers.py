@@ -21,13 +21,21 @@ def _tuple(x: int | Sequence[int], n: int, what: str) -> tuple[int, ...]:
 
 def _uniform_bias(n: int, fan_in: int) -> Tensor:
     # PyTorch's default bias: U(-1/sqrt(fan_in), 1/sqrt(fan_in))
-    bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+    if fan_in <= 0:  # PyTorch's bound 0 (uniform itself needs low < high)
+        return Tensor.zeros(n, requires_grad=True).contiguous().realize()
+    bound = 1 / math.sqrt(fan_in)
     return Tensor.uniform(n, low=-bound, high=bound, requires_grad=True)
 
 
 def _kaiming_sqrt5(*shape: int) -> Tensor:
-    # PyTorch's default weight: kaiming_uniform(a=sqrt(5)), fan_in = prod(shape[1:]), i.e. U(+-1/sqrt(fan_in))
-    return Tensor.kaiming_uniform(*shape, a=math.sqrt(5), requires_grad=True)
+    # PyTorch's default weight: kaiming_uniform(a=sqrt(5)), fan_in = prod(shape[1:]), i.e. U(+-1/sqrt(fan_in)). The
+    # bound is written as tinygrad writes it (1 / sqrt(fan_in)), so that after the same seed Linear and Conv2d (groups
+    # 1) draw tinygrad's weights bit for bit; kaiming_uniform's sqrt(6 / (1 + a^2) / fan_in) rounds differently
+    fan_in = prod(shape[1:])
+    if fan_in <= 0:  # no elements
+        return Tensor.zeros(*shape, requires_grad=True).contiguous().realize()
+    bound = 1 / math.sqrt(fan_in)
+    return Tensor.uniform(*shape, low=-bound, high=bound, requires_grad=True)
 
 
 def _check_channels(name: str, in_channels: int, out_channels: int, groups: int) -> None:
