@@ -214,7 +214,7 @@ def backend_metal(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def models(session: nox.Session) -> None:
-    """Language models against transformers (GPT-2, LLaMA 2/3, Qwen2, Mamba; Whisper), GGUF against the gguf package, and the
+    """Language models against transformers (GPT-2, LLaMA 2/3, Qwen2/3, Mixtral, Qwen3-MoE, OLMoE, Mamba; Whisper), GGUF against the gguf package, and the
     tinygrad.llm server driven by the openai client and its chat page by headless Chromium. The tests session
     collects the same files and skips them there (these dependencies are not installed in it)."""
     _install_framework(session)
@@ -222,6 +222,7 @@ def models(session: nox.Session) -> None:
     session.run("pytest", "-n", os.environ.get("PYTEST_WORKERS", "2"), "-q", "packages/tg-nn/tests/test_gguf.py",
                 "packages/tg-nn/tests/test_transformer_models.py", "packages/tg-nn/tests/test_llm_server.py",
                 "packages/tg-nn/tests/test_whisper_model.py", "packages/tg-nn/tests/test_mamba_model.py",
+                "packages/tg-nn/tests/test_moe_models.py",
                 "integration-tests/test_llm_chat_page.py", *session.posargs)
 
 

@@ -333,7 +333,7 @@ def _edit_config(d: pathlib.Path, **changes) -> None:
 
 
 @pytest.mark.parametrize("changes, match", [
-    ({"model_type": "mixtral"}, "model_type"),
+    ({"model_type": "deepseek_v3"}, "model_type"),
     ({"hidden_act": "gelu"}, "hidden_act"),
     ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0}}, "yarn"),
     ({"num_key_value_heads": 3}, "multiple"),

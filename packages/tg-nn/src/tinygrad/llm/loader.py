@@ -1,6 +1,6 @@
-"""Loading what `python -m tinygrad.llm --model PATH` serves: a Hugging Face directory (GPT-2, or LLaMA/Qwen2 by
-config.json's model_type) with its tokenizer.json and chat template, or a llama.cpp .gguf file with the vocabulary
-and chat template from its metadata."""
+"""Loading what `python -m tinygrad.llm --model PATH` serves: a Hugging Face directory (GPT-2, or by config.json's
+model_type LLaMA, Qwen2, Qwen3 and the mixtures of experts Mixtral, Qwen3-MoE and OLMoE) with its tokenizer.json and
+chat template, or a llama.cpp .gguf file with the vocabulary and chat template from its metadata."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from tinygrad.llm.engine import Engine
 
 __all__ = ["gguf_metadata", "hf_chat_template", "load_engine"]
 
-LLAMA_TYPES = ("llama", "qwen2")
+# the model_types tinygrad.nn.transformer.Llama loads (its LLAMA_MODEL_TYPES)
+LLAMA_TYPES = ("llama", "qwen2", "qwen3", "mixtral", "qwen3_moe", "olmoe")
 
 
 def _read_json(path: pathlib.Path) -> dict[str, Any]:

@@ -1,5 +1,7 @@
-"""Decoder-only language models: GPT-2, and LLaMA 2/3 with its Qwen2 variant, loaded from Hugging Face checkpoints
-(`config.json` with `model.safetensors` or a sharded `model.safetensors.index.json`) or, for LLaMA, a GGUF file.
+"""Decoder-only language models: GPT-2, and LLaMA 2/3 with its Qwen2 and Qwen3 variants and the mixtures of experts
+Mixtral, Qwen3-MoE and OLMoE (`SparseMoE`: each token runs only its top-k experts), loaded from Hugging Face
+checkpoints (`config.json` with `model.safetensors` or a sharded `model.safetensors.index.json`) or, for the LLaMA
+family, a GGUF file.
 
     from tinygrad.nn.transformer import Llama, load_tokenizer
     model = Llama.from_pretrained("path/to/model")
@@ -32,11 +34,11 @@ from tinygrad.dtype import DType, DTypeLike, to_dtype
 from tinygrad.nn.norm import LayerNorm, RMSNorm
 from tinygrad.nn.state import get_state_dict, safe_load
 from tinygrad.nn.training import is_training
-from tinygrad.uop.ops import UOp
+from tinygrad.uop.ops import Ops, UOp
 
-__all__ = ["GPT2", "Attention", "ConfigError", "FeedForward", "GPT2Config", "KVCache", "Llama", "LlamaConfig",
-           "WeightsError", "apply_rope", "generate_main", "load_hf_weights", "load_tokenizer", "precompute_rope",
-           "rope_frequencies", "sample"]
+__all__ = ["GPT2", "LLAMA_MODEL_TYPES", "Attention", "ConfigError", "Experts", "FeedForward", "GPT2Config", "KVCache",
+           "Llama", "LlamaConfig", "SparseMoE", "WeightsError", "apply_rope", "generate_main", "load_hf_weights",
+           "load_tokenizer", "precompute_rope", "rope_frequencies", "sample"]
 
 Pos = int | UOp  # a start position: a plain int, or a bound Variable inside the jitted decode step
 
@@ -202,23 +204,46 @@ class Attention:
     cache; the projections are named as in Hugging Face's LLaMA."""
 
     def __init__(self, dim: int, n_heads: int, n_kv_heads: int, head_dim: int, qkv_bias: bool = False,
-                 out_bias: bool = False, dtype: DType = dtypes.float32):
+                 out_bias: bool = False, dtype: DType = dtypes.float32, qk_norm: str | None = None,
+                 norm_eps: float = 1e-6, clip_qkv: float | None = None):
         if n_heads % n_kv_heads:
             raise ConfigError(f"num_attention_heads={n_heads} must be a multiple of num_key_value_heads={n_kv_heads}")
+        if qk_norm not in (None, "head", "full"):
+            raise ConfigError(f"qk_norm must be None, 'head' or 'full', got {qk_norm!r}")
         self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, head_dim
         self.q_proj = Linear(dim, n_heads * head_dim, qkv_bias, dtype)
         self.k_proj = Linear(dim, n_kv_heads * head_dim, qkv_bias, dtype)
         self.v_proj = Linear(dim, n_kv_heads * head_dim, qkv_bias, dtype)
         self.o_proj = Linear(n_heads * head_dim, dim, out_bias, dtype)
+        # RMSNorms of the queries and keys before rope: per head over head_dim (Qwen3), or over the whole
+        # projection (OLMo/OLMoE, whose weights then have n_heads * head_dim entries)
+        self.qk_norm, self.clip_qkv = qk_norm, clip_qkv
+        if qk_norm is not None:
+            q_size, k_size = (head_dim, head_dim) if qk_norm == "head" else (n_heads * head_dim, n_kv_heads * head_dim)
+            self.q_norm = RMSNorm(q_size, eps=norm_eps)
+            self.k_norm = RMSNorm(k_size, eps=norm_eps)
         self._cache: KVCache | None = None
+
+    def _project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q (B, n_heads, T, hd), k and v (B, n_kv_heads, T, hd), normalised and clipped as configured."""
+        B, T, _ = x.shape
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        if self.qk_norm == "full":
+            q, k = self.q_norm(q).cast(x.dtype), self.k_norm(k).cast(x.dtype)
+        if self.clip_qkv is not None:
+            q, k, v = (t.clip(-self.clip_qkv, self.clip_qkv) for t in (q, k, v))
+        q = q.reshape(B, T, self.n_heads, self.head_dim)
+        k = k.reshape(B, T, self.n_kv_heads, self.head_dim)
+        if self.qk_norm == "head":
+            q, k = self.q_norm(q).cast(x.dtype), self.k_norm(k).cast(x.dtype)
+        return (q.transpose(1, 2), k.transpose(1, 2),
+                v.reshape(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2))
 
     def __call__(self, x: Tensor, start_pos: Pos, rope: tuple[Tensor, Tensor], mask: Tensor | None) -> Tensor:
         if self._cache is None:
             raise RuntimeError("the attention layer has no KV cache; call the model (it makes one per batch size)")
         B, T, _ = x.shape
-        q = self.q_proj(x).reshape(B, T, self.n_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).reshape(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).reshape(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q, k, v = self._project(x)
         q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         keys, values = self._cache.update(k, v, start_pos)
         out = attend(q, keys, values, mask)
@@ -235,6 +260,132 @@ class FeedForward:
 
     def __call__(self, x: Tensor) -> Tensor:
         return self.down_proj(self.gate_proj(x).silu() * self.up_proj(x))
+
+
+class Experts:
+    """The weights of a mixture's experts, each a SwiGLU, stacked and stored input-major: gate_up (n_experts, dim,
+    2 * hidden_dim), each expert's gate columns then its up columns, and down (n_experts, hidden_dim, dim). These
+    are the transposes of transformers' stacked gate_up_proj and down_proj (the loaders transpose once): a kernel
+    that reads one expert's weights for one token then reads rows of outputs side by side, whole cache lines at a
+    time, where the output-major layout would read one value from each of many rows a power of two apart, which
+    the caches map to the same few sets (several times slower)."""
+
+    def __init__(self, n_experts: int, dim: int, hidden_dim: int, dtype: DType = dtypes.float32):
+        self.n_experts, self.dim, self.hidden_dim = n_experts, dim, hidden_dim
+        self.gate_up = Tensor.empty(n_experts, dim, 2 * hidden_dim, dtype=dtype)
+        self.down = Tensor.empty(n_experts, hidden_dim, dim, dtype=dtype)
+
+
+def _host_reads_allowed() -> bool:
+    """False inside a TinyJit call or a traced function body, where reading device data on the host is refused
+    (a replay would keep the value read while capturing)."""
+    from tinygrad.engine.jit_state import running, tracing_functions
+
+    return not running and not tracing_functions
+
+
+class SparseMoE:
+    """A mixture of SwiGLU experts with top-k routing (Mixtral, Qwen3-MoE, OLMoE): the router `gate` scores the
+    experts per token, softmax (in float32), the k best are kept, their weights renormalised to sum to 1 where
+    `norm_topk_prob` (always for Mixtral), and the token's output is the weighted sum of those k experts' outputs.
+
+    Only the chosen experts run, in one of two ways:
+    - gathered (few tokens, and always inside TinyJit): per (token, chosen expert) the matmuls read that expert's
+      rows directly. The one-hot compare over the experts is written as a where that the compiler folds into an
+      indexed load (tg-compiler's codegen/gather_fold.py), so an expert that is not chosen is never read and the
+      work is that of k experts. Every shape is static: the decode step compiles once.
+    - grouped (prefill): the routing is read on the host, the tokens are sorted by expert into a (n_experts,
+      capacity, dim) batch (capacity: the busiest expert's count, rounded up so that few shapes compile), and
+      each expert runs one matmul over its tokens, reading its weights once for all of them. Unused
+      slots are padding whose outputs are never gathered back.
+    The gathered form reads the chosen experts' weights once per token; the grouped form reads every expert's
+    weights once, whatever the number of tokens, and computes the padding too. So the grouped form pays off once
+    each expert is chosen about twice on average (`grouped_min_choices`)."""
+
+    #: (token, expert) choices per expert, on average, from which a call outside TinyJit groups tokens by expert
+    grouped_min_choices = 2.0
+
+    def __init__(self, dim: int, hidden_dim: int, n_experts: int, top_k: int, norm_topk_prob: bool,
+                 dtype: DType = dtypes.float32):
+        if not 1 <= top_k <= n_experts:
+            raise ConfigError(f"num_experts_per_tok={top_k} must be between 1 and the number of experts ({n_experts})")
+        self.top_k, self.norm_topk_prob = top_k, norm_topk_prob
+        self.gate = Linear(dim, n_experts, False, dtype)
+        self.experts = Experts(n_experts, dim, hidden_dim, dtype)
+
+    def route(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """For tokens x (N, dim): the weights (N, k) in x's dtype and the chosen experts (N, k) int32, best first."""
+        probs = self.gate(x).float().softmax(-1)
+        n_experts = probs.shape[-1]
+        positions = _positions(n_experts, x.device)
+        weights, chosen = [], []
+        for _ in range(self.top_k):  # k rounds of argmax: k is small, and ties go to the lowest index as in torch
+            best = probs.argmax(-1, keepdim=True).cast(dtypes.int32)
+            weights.append(probs.max(-1, keepdim=True))
+            chosen.append(best)
+            probs = (positions == best).where(-1.0, probs)  # probabilities are >= 0: a taken expert drops out
+        w, sel = Tensor.cat(*weights, dim=-1), Tensor.cat(*chosen, dim=-1)
+        if self.norm_topk_prob:
+            w = w / w.sum(-1, keepdim=True)
+        return w.cast(x.dtype), sel
+
+    def __call__(self, x: Tensor) -> Tensor:
+        shape = x.shape
+        flat = x.reshape(-1, shape[-1])
+        w, sel = self.route(flat)
+        n = flat.shape[0]
+        if isinstance(n, int) and n * self.top_k >= self.grouped_min_choices * self.experts.n_experts \
+                and _host_reads_allowed():
+            out = self._grouped(flat, w, sel)
+        else:
+            out = self._gathered(flat, w, sel)
+        return out.reshape(shape)
+
+    def _gathered(self, x: Tensor, w: Tensor, sel: Tensor) -> Tensor:
+        N, D = x.shape
+        k, ex = self.top_k, self.experts
+        E, H = ex.n_experts, ex.hidden_dim
+        # (N, k, E, 1, 1): which expert each (token, choice) takes; a sum over E of a where on it is what the
+        # compiler folds into a load of the chosen expert's row, so the sum over E never runs
+        pick = sel.reshape(N, k, 1, 1, 1) == _positions(E, x.device).reshape(1, 1, E, 1, 1)
+        # products and sums in float32, as matmul accumulates, with the casts inside the where: a sum of a cast where
+        # (what a half sum would build) is not the where the fold looks for
+        gate_up = pick.where(x.float().reshape(N, 1, 1, D, 1) * ex.gate_up.float().reshape(1, 1, E, D, 2 * H), 0.0)
+        gate_up = gate_up.sum((2, 3)).contiguous()  # (N, k, 2H); realized once, not per output column below
+        hidden = (gate_up[..., :H].silu() * gate_up[..., H:]).cast(x.dtype).contiguous()
+        y = pick.where(hidden.float().reshape(N, k, 1, H, 1) * ex.down.float().reshape(1, 1, E, H, D), 0.0)
+        return (y.sum((2, 3)) * w.float().reshape(N, k, 1)).sum(1).cast(x.dtype)
+
+    def _grouped(self, x: Tensor, w: Tensor, sel: Tensor) -> Tensor:
+        N, D = x.shape
+        k, ex = self.top_k, self.experts
+        E, H = ex.n_experts, ex.hidden_dim
+        w = w.realize(sel)  # one schedule for both: the routing is computed once
+        chosen = sel.numpy().reshape(-1).astype(np.int64)  # (N * k,) the expert of each (token, choice)
+        counts = np.bincount(chosen, minlength=E)
+        busiest = int(counts.max())
+        # rounded up to a multiple of an eighth to a quarter of itself: at most 25% padding, and few distinct shapes
+        # (each compiles its kernels once) as prompt lengths vary
+        step = 1 << max(0, busiest.bit_length() - 3)
+        capacity = -(-busiest // step) * step
+        order = np.argsort(chosen, kind="stable")
+        first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        slot = np.empty_like(chosen)
+        slot[order] = np.arange(len(chosen)) - first[chosen[order]]
+        tokens = np.zeros((E, capacity), np.int32)  # padding slots read token 0; their results are never used
+        tokens[chosen, slot] = np.arange(len(chosen)) // k
+        where = (chosen * capacity + slot).reshape(N, k).astype(np.int32)
+        xs = x[Tensor(tokens, device=x.device)]  # (E, capacity, D)
+        gate_up = xs.matmul(ex.gate_up).contiguous()
+        hidden = gate_up[..., :H].silu() * gate_up[..., H:]
+        y = hidden.matmul(ex.down).reshape(E * capacity, D)
+        return (y[Tensor(where, device=x.device)] * w.reshape(N, k, 1)).sum(1).cast(x.dtype)
+
+
+def _positions(n: int, device: str | tuple[str, ...] | None) -> Tensor:
+    """0 .. n-1 (int32) as a lazy ARANGE node, not host data: compared with an index and summed over, it lowers to
+    the reduce loop's own counter, which is what lets the compiler fold the compare-and-sum into a load."""
+    return Tensor(UOp(Ops.ARANGE, dtypes.int32, (), n), device=device)
 
 
 # ---- sampling -------------------------------------------------------------------------------------------------------
@@ -780,14 +931,25 @@ class LlamaConfig:
     mlp_bias: bool = False
     tie_word_embeddings: bool = False
     model_type: str = "llama"
+    qk_norm: str | None = None  # "head": RMSNorm per head (Qwen3); "full": over the whole projection (OLMoE)
+    clip_qkv: float | None = None  # OLMoE: q, k and v clipped to [-clip_qkv, clip_qkv]
+    sliding_window: int | None = None  # keys a query sees at most; a KV cache no longer than it never needs it
+    # a mixture of experts (num_experts > 0): experts of moe_intermediate_size, top num_experts_per_tok per token,
+    # in every layer except dense_layers (which keep a SwiGLU of intermediate_size)
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    norm_topk_prob: bool = False
+    dense_layers: tuple[int, ...] = ()
 
     @staticmethod
     def from_hf(cfg: Mapping[str, Any]) -> LlamaConfig:
-        """From a Hugging Face config.json dict of model_type "llama" or "qwen2" (transformers 4's `rope_theta` and
-        `rope_scaling`, or 5's `rope_parameters`)."""
+        """From a Hugging Face config.json dict of model_type "llama", "qwen2", "qwen3", or a mixture of experts:
+        "mixtral", "qwen3_moe", "olmoe" (transformers 4's `rope_theta` and `rope_scaling`, or 5's
+        `rope_parameters`)."""
         kind = cfg.get("model_type", "llama")
-        if kind not in ("llama", "qwen2"):
-            raise ConfigError(f"Llama loads model_type 'llama' or 'qwen2', not {kind!r}")
+        if kind not in LLAMA_MODEL_TYPES:
+            raise ConfigError(f"Llama loads model_type {', '.join(map(repr, LLAMA_MODEL_TYPES))}, not {kind!r}")
         act = cfg.get("hidden_act", "silu")
         if act != "silu":
             raise ConfigError(f"hidden_act {act!r} is not supported (LLaMA's SwiGLU uses 'silu')")
@@ -808,48 +970,105 @@ class LlamaConfig:
         if heads % kv_heads:
             raise ConfigError(f"num_attention_heads={heads} must be a multiple of num_key_value_heads={kv_heads}")
         qwen = kind == "qwen2"
+        layers = int(_need(cfg, "num_hidden_layers"))
+        moe: dict[str, Any] = {}
+        if kind in ("mixtral", "qwen3_moe", "olmoe"):
+            moe = _moe_fields(cfg, kind, layers)
+        if kind == "olmoe" and head_dim * heads != dim:
+            raise ConfigError(f"OLMoE normalises the whole query projection: head_dim ({head_dim}) times "
+                              f"num_attention_heads ({heads}) must equal hidden_size ({dim})")
+        clip = cfg.get("clip_qkv") if kind == "olmoe" else None
+        window = cfg.get("sliding_window") if kind == "mixtral" else None
         return LlamaConfig(
             vocab_size=int(_need(cfg, "vocab_size")), hidden_size=dim,
             intermediate_size=int(_need(cfg, "intermediate_size")),
-            num_hidden_layers=int(_need(cfg, "num_hidden_layers")), num_attention_heads=heads,
+            num_hidden_layers=layers, num_attention_heads=heads,
             num_key_value_heads=kv_heads, head_dim=head_dim,
             max_position_embeddings=int(cfg.get("max_position_embeddings") or 2048),
             rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), rope_theta=theta, rope_scaling=scaling,
-            # Qwen2 always has q/k/v biases and no output bias; LLaMA's attention_bias covers all four
+            # Qwen2 always has q/k/v biases and no output bias; the others' attention_bias covers all four
             attention_bias=qwen or bool(cfg.get("attention_bias", False)),
             o_bias=not qwen and bool(cfg.get("attention_bias", False)), mlp_bias=bool(cfg.get("mlp_bias", False)),
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)), model_type=kind)
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)), model_type=kind,
+            qk_norm={"qwen3": "head", "qwen3_moe": "head", "olmoe": "full"}.get(kind),
+            clip_qkv=None if clip is None else float(clip), sliding_window=None if window is None else int(window),
+            **moe)
+
+
+LLAMA_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mixtral", "qwen3_moe", "olmoe")
+
+
+def _moe_fields(cfg: Mapping[str, Any], kind: str, layers: int) -> dict[str, Any]:
+    """The mixture-of-experts fields of LlamaConfig from a Mixtral, Qwen3-MoE or OLMoE config.json."""
+    # Mixtral's configs say num_local_experts, Qwen3-MoE's and OLMoE's num_experts (transformers 5 writes either)
+    count = cfg.get("num_local_experts") if cfg.get("num_experts") is None else cfg.get("num_experts")
+    if count is None:
+        raise ConfigError(f"config.json of a {kind} model has neither 'num_experts' nor 'num_local_experts'")
+    experts = int(count)
+    top_k = int(_need(cfg, "num_experts_per_tok"))
+    if not 1 <= top_k <= experts:
+        raise ConfigError(f"num_experts_per_tok={top_k} must be between 1 and the number of experts ({experts})")
+    dense: tuple[int, ...] = ()
+    if kind == "qwen3_moe":
+        # Qwen3-MoE keeps a dense SwiGLU in the layers mlp_only_layers lists and in those decoder_sparse_step skips
+        step = int(cfg.get("decoder_sparse_step") or 1)
+        only = {int(i) for i in cfg.get("mlp_only_layers") or []}
+        dense = tuple(i for i in range(layers) if i in only or (i + 1) % step)
+    hidden = int(_need(cfg, "moe_intermediate_size")) if kind == "qwen3_moe" else int(_need(cfg, "intermediate_size"))
+    return {"num_experts": experts, "num_experts_per_tok": top_k, "moe_intermediate_size": hidden,
+            # Mixtral always renormalises the chosen experts' weights; the others say so in norm_topk_prob
+            "norm_topk_prob": True if kind == "mixtral" else bool(cfg.get("norm_topk_prob", False)),
+            "dense_layers": dense}
 
 
 class LlamaBlock:
-    def __init__(self, cfg: LlamaConfig, dtype: DType):
+    def __init__(self, cfg: LlamaConfig, dtype: DType, layer: int = 0):
         self.input_layernorm = RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
         self.self_attn = Attention(cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim,
-                                   cfg.attention_bias, cfg.o_bias, dtype)
+                                   cfg.attention_bias, cfg.o_bias, dtype, cfg.qk_norm, cfg.rms_norm_eps, cfg.clip_qkv)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
-        self.mlp = FeedForward(cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias, dtype)
+        ffn: FeedForward | SparseMoE
+        if cfg.num_experts and layer not in cfg.dense_layers:
+            ffn = SparseMoE(cfg.hidden_size, cfg.moe_intermediate_size, cfg.num_experts, cfg.num_experts_per_tok,
+                            cfg.norm_topk_prob, dtype)
+        else:
+            ffn = FeedForward(cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias, dtype)
+        # the name Hugging Face gives the feed-forward part: Mixtral calls its mixture block_sparse_moe
+        self._ffn_name = "block_sparse_moe" if cfg.model_type == "mixtral" else "mlp"
+        setattr(self, self._ffn_name, ffn)
 
     def __call__(self, x: Tensor, start_pos: Pos, rope: tuple[Tensor, Tensor], mask: Tensor | None) -> Tensor:
         h = x + self.self_attn(self.input_layernorm(x).cast(x.dtype), start_pos, rope, mask)
-        return h + self.mlp(self.post_attention_layernorm(h).cast(h.dtype))
+        return h + getattr(self, self._ffn_name)(self.post_attention_layernorm(h).cast(h.dtype))
 
 
 class _LlamaBody:
     def __init__(self, cfg: LlamaConfig, dtype: DType):
         self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size, dtype)
-        self.layers = [LlamaBlock(cfg, dtype) for _ in range(cfg.num_hidden_layers)]
+        self.layers = [LlamaBlock(cfg, dtype, i) for i in range(cfg.num_hidden_layers)]
         self.norm = RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
 
 
 class Llama(_CausalLM):
-    """LLaMA 2/3 (RMSNorm, rotary positions with optional LLaMA 3 scaling, grouped-query attention, SwiGLU) and
-    Qwen2 (the same with q/k/v biases). Attribute names follow Hugging Face's LlamaForCausalLM."""
+    """LLaMA 2/3 (RMSNorm, rotary positions with optional LLaMA 3 scaling, grouped-query attention, SwiGLU), Qwen2
+    (the same with q/k/v biases), Qwen3 (RMSNorms of each query and key head), and the mixtures of experts Mixtral,
+    Qwen3-MoE and OLMoE (the SwiGLU replaced by a SparseMoE; OLMoE normalises the whole query and key projections
+    and may clip them). Attribute names follow Hugging Face's LlamaForCausalLM (and MixtralForCausalLM's
+    block_sparse_moe), except each mixture's experts, which are stacked (see Experts)."""
 
     def __init__(self, config: LlamaConfig, max_context: int | None = None, dtype: DTypeLike | None = None,
                  device: str | None = None, rope_freq_factors: np.ndarray | None = None):
         self.config, self.dtype, self.device = config, _model_dtype(dtype), device
         self.vocab_size = config.vocab_size
-        self.max_context = _context(max_context, config.max_position_embeddings)
+        limit, window = config.max_position_embeddings, config.sliding_window
+        if window is not None and window < limit:
+            # every key stays in the window while the cache is no longer than it, so the window never has to be
+            # applied; a longer cache would let queries see keys that the model was trained not to
+            if max_context is not None and max_context > window:
+                raise ConfigError(f"max_context={max_context} is longer than the model's sliding_window ({window}), "
+                                  f"which is not supported: load with max_context <= {window}")
+            limit = window
+        self.max_context = _context(max_context, limit)
         self.model = _LlamaBody(config, self.dtype)
         self.lm_head = None if config.tie_word_embeddings else Linear(config.hidden_size, config.vocab_size, False,
                                                                       self.dtype)
@@ -878,7 +1097,10 @@ class Llama(_CausalLM):
     @classmethod
     def from_pretrained(cls, directory: str | pathlib.Path, max_context: int | None = None,
                         dtype: DTypeLike | None = None, device: str | None = None) -> Llama:
-        """A Hugging Face LLaMA or Qwen2 directory (config.json, and model.safetensors or a sharded index)."""
+        """A Hugging Face directory (config.json, and model.safetensors or a sharded index) of model_type llama,
+        qwen2, qwen3, mixtral, qwen3_moe or olmoe. Experts stored one by one (`experts.N.w1.weight` as Mixtral's
+        checkpoints, `experts.N.gate_proj.weight` as Qwen3-MoE's and OLMoE's) and experts stored stacked
+        (`experts.gate_up_proj`, `experts.down_proj`, as transformers 5 holds them) are both read."""
         raw = _read_config(directory)
         config = LlamaConfig.from_hf(raw)
         model = cls(config, max_context, dtype, device)
@@ -890,13 +1112,16 @@ class Llama(_CausalLM):
             if name == "lm_head.weight" and config.tie_word_embeddings:
                 continue  # tied: the output projection is the token embedding
             weights[name] = t
+        if config.num_experts:
+            weights = _stack_experts(weights, config.num_experts, f"the checkpoint in {directory}")
         _install(model, weights, f"the checkpoint in {directory}")
         return model
 
     @classmethod
     def from_gguf(cls, path: str | pathlib.Path, max_context: int | None = None, dtype: DTypeLike | None = None,
                   device: str | None = None) -> Llama:
-        """A llama.cpp GGUF file of architecture "llama" or "qwen2" (quantized tensors are dequantized)."""
+        """A llama.cpp GGUF file of architecture "llama" (Mixtral too: a LLaMA with experts), "qwen2", "qwen3",
+        "qwen3moe" or "olmoe" (quantized tensors are dequantized)."""
         try:
             from tinygrad.nn.gguf import gguf_load
         except ImportError as e:  # pragma: no cover - gguf.py ships with this package
@@ -907,6 +1132,44 @@ class Llama(_CausalLM):
         _install(model, weights, f"the GGUF file {path}")
         model.eos_token_ids = _eos_ids(meta.get("tokenizer.ggml.eos_token_id"), config.vocab_size)
         return model
+
+
+# the names of one expert's projections in Hugging Face checkpoints: Mixtral's w1/w3/w2, the others' SwiGLU names
+_EXPERT_NAMES = {"w1": "gate", "w3": "up", "w2": "down", "gate_proj": "gate", "up_proj": "up", "down_proj": "down"}
+
+
+def _stack_experts(weights: Mapping[str, Tensor], n_experts: int, source: str) -> dict[str, Tensor]:
+    """The checkpoint's tensors with its experts in the layout Experts holds: per-expert projections
+    (`<block>.experts.<i>.<proj>.weight`) and transformers 5's stacked ones (`<block>.experts.gate_up_proj`
+    (n_experts, 2 * hidden, dim), `<block>.experts.down_proj` (n_experts, dim, hidden)) become `<block>.experts.gate_up`
+    and `<block>.experts.down`, input-major."""
+    out: dict[str, Tensor] = {}
+    parts: dict[str, dict[tuple[int, str], Tensor]] = {}
+    for name, t in weights.items():
+        head, sep, tail = name.partition(".experts.")
+        bits = tail.split(".")
+        if sep and len(bits) == 3 and bits[0].isdigit() and bits[1] in _EXPERT_NAMES and bits[2] == "weight":
+            parts.setdefault(head, {})[(int(bits[0]), _EXPERT_NAMES[bits[1]])] = t
+        elif sep and tail in ("gate_up_proj", "down_proj") and t.ndim == 3:
+            out[f"{head}.experts.{tail.removesuffix('_proj')}"] = t.transpose(1, 2).contiguous()
+        else:
+            out[name] = t
+    for head, found in parts.items():
+        missing = [f"{head}.experts.{i}.{kind}" for i in range(n_experts) for kind in ("gate", "up", "down")
+                   if (i, kind) not in found]
+        extra = [f"{head}.experts.{i}" for i, _ in found if not 0 <= i < n_experts]
+        if missing or extra:
+            raise WeightsError(f"{source} does not hold {n_experts} whole experts for {head}: "
+                               f"{'missing ' + str(missing[:6]) if missing else ''}"
+                               f"{' unexpected ' + str(sorted(set(extra))[:6]) if extra else ''}")
+        shapes = {tuple(t.shape) for (_, kind), t in found.items() if kind != "down"}
+        if len(shapes) != 1:
+            raise WeightsError(f"{source}: the experts of {head} have gate/up projections of different shapes "
+                               f"{sorted(shapes)}")
+        out[f"{head}.experts.gate_up"] = Tensor.stack(
+            *[Tensor.cat(found[(i, "gate")], found[(i, "up")], dim=0).T for i in range(n_experts)]).contiguous()
+        out[f"{head}.experts.down"] = Tensor.stack(*[found[(i, "down")].T for i in range(n_experts)]).contiguous()
+    return out
 
 
 _GGUF_LAYER_NAMES = {
@@ -927,11 +1190,19 @@ def _unpermute_rope(w: Tensor, n_heads: int) -> Tensor:
     return w.reshape(n_heads, rows // n_heads // 2, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
 
 
+# GGUF architectures: model_type, whether llama.cpp's converter reordered the q/k rows for its interleaved rope,
+# and (for mixtures) whether the chosen experts' weights are renormalised when the file does not say
+_GGUF_ARCHS = {"llama": ("llama", True, True), "qwen2": ("qwen2", False, False), "qwen3": ("qwen3", False, False),
+               "qwen3moe": ("qwen3_moe", False, True), "olmoe": ("olmoe", False, False)}
+_GGUF_EXPERT_NAMES = {"ffn_gate_exps.weight": "gate", "ffn_up_exps.weight": "up", "ffn_down_exps.weight": "down"}
+
+
 def _from_gguf(meta: Mapping[str, Any], tensors: Mapping[str, Tensor],
                where: str) -> tuple[LlamaConfig, dict[str, Tensor], np.ndarray | None]:
     arch = meta.get("general.architecture")
-    if arch not in ("llama", "qwen2"):
-        raise ConfigError(f"{where}: general.architecture {arch!r} is not supported (llama, qwen2)")
+    if arch not in _GGUF_ARCHS:
+        raise ConfigError(f"{where}: general.architecture {arch!r} is not supported ({', '.join(_GGUF_ARCHS)})")
+    kind, permuted, renormalise = _GGUF_ARCHS[arch]
 
     def key(name: str, default: Any = None) -> Any:
         value = meta.get(f"{arch}.{name}", default)
@@ -945,24 +1216,49 @@ def _from_gguf(meta: Mapping[str, Any], tensors: Mapping[str, Tensor],
     heads = int(key("attention.head_count"))
     kv_heads = int(key("attention.head_count_kv", heads))
     head_dim = int(key("attention.key_length", dim // heads))
+    layers = int(key("block_count"))
     scaling = None
     if meta.get(f"{arch}.rope.scaling.type", "none") not in ("none", None):
-        kind = meta[f"{arch}.rope.scaling.type"]
-        if kind != "linear":
-            raise ConfigError(f"{where}: rope scaling {kind!r} is not supported (linear, or LLaMA 3's rope_freqs)")
+        rope_kind = meta[f"{arch}.rope.scaling.type"]
+        if rope_kind != "linear":
+            raise ConfigError(f"{where}: rope scaling {rope_kind!r} is not supported (linear, or LLaMA 3's rope_freqs)")
         scaling = {"rope_type": "linear", "factor": float(key("rope.scaling.factor"))}
+    n_experts = int(meta.get(f"{arch}.expert_count") or 0)
+    moe: dict[str, Any] = {}
+    if n_experts:
+        if arch == "llama":
+            kind = "mixtral"  # llama.cpp writes Mixtral as a LLaMA with experts
+        top_k = int(key("expert_used_count"))
+        if not 1 <= top_k <= n_experts:
+            raise ConfigError(f"{where}: {arch}.expert_used_count={top_k} must be between 1 and the number of "
+                              f"experts ({n_experts})")
+        moe = {"num_experts": n_experts, "num_experts_per_tok": top_k,
+               "moe_intermediate_size": int(meta.get(f"{arch}.expert_feed_forward_length")
+                                            or key("feed_forward_length")),
+               "norm_topk_prob": bool(meta.get(f"{arch}.expert_weights_norm", renormalise)),
+               # a layer without a router keeps a dense SwiGLU
+               "dense_layers": tuple(i for i in range(layers) if f"blk.{i}.ffn_gate_inp.weight" not in tensors)}
+    elif arch in ("qwen3moe", "olmoe"):
+        raise ConfigError(f"{where}: a {arch} file needs the metadata {arch}.expert_count")
+    clip = meta.get(f"{arch}.attention.clamp_kqv") if arch == "olmoe" else None
     config = LlamaConfig(
         vocab_size=int(vocab), hidden_size=int(dim), intermediate_size=int(key("feed_forward_length")),
-        num_hidden_layers=int(key("block_count")), num_attention_heads=heads, num_key_value_heads=kv_heads,
+        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
         head_dim=head_dim, max_position_embeddings=int(key("context_length")),
         rms_norm_eps=float(key("attention.layer_norm_rms_epsilon")), rope_theta=float(key("rope.freq_base", 10000.0)),
         rope_scaling=scaling, attention_bias=arch == "qwen2" or "blk.0.attn_q.bias" in tensors,
         o_bias="blk.0.attn_output.bias" in tensors, tie_word_embeddings="output.weight" not in tensors,
-        model_type=arch)
+        model_type=kind, qk_norm={"qwen3": "head", "qwen3_moe": "head", "olmoe": "full"}.get(kind),
+        clip_qkv=None if clip is None else float(clip), **moe)
+    ffn = "block_sparse_moe" if kind == "mixtral" else "mlp"
     weights: dict[str, Tensor] = {}
+    stacked: dict[str, dict[str, Tensor]] = {}  # layer -> gate/up/down of its experts, stacked in the file
     factors = None
     unknown = []
     for name, t in tensors.items():
+        parts = name.split(".")
+        rest = ".".join(parts[2:])
+        layer = parts[1] if name.startswith("blk.") and len(parts) > 2 and parts[1].isdigit() else None
         if name == "token_embd.weight":
             weights["model.embed_tokens.weight"] = t
         elif name == "output_norm.weight":
@@ -971,19 +1267,33 @@ def _from_gguf(meta: Mapping[str, Any], tensors: Mapping[str, Tensor],
             weights["lm_head.weight"] = t
         elif name == "rope_freqs.weight":
             factors = t.float().numpy()
-        elif name.startswith("blk.") and name.split(".", 2)[-1] in _GGUF_LAYER_NAMES and name.split(".")[1].isdigit():
-            _, layer, rest = name.split(".", 2)
-            if arch == "llama" and rest == "attn_q.weight":
+        elif layer is not None and rest in _GGUF_LAYER_NAMES:
+            if permuted and rest in ("attn_q.weight", "attn_q.bias"):
                 t = _unpermute_rope(t, heads)
-            elif arch == "llama" and rest == "attn_k.weight":
+            elif permuted and rest in ("attn_k.weight", "attn_k.bias"):
                 t = _unpermute_rope(t, kv_heads)
-            elif arch == "llama" and rest in ("attn_q.bias", "attn_k.bias"):
-                t = _unpermute_rope(t, heads if rest == "attn_q.bias" else kv_heads)
             weights[f"model.layers.{layer}.{_GGUF_LAYER_NAMES[rest]}"] = t
+        elif layer is not None and rest in ("attn_q_norm.weight", "attn_k_norm.weight") and config.qk_norm:
+            weights[f"model.layers.{layer}.self_attn.{rest[5]}_norm.weight"] = t
+        elif layer is not None and n_experts and rest == "ffn_gate_inp.weight":
+            weights[f"model.layers.{layer}.{ffn}.gate.weight"] = t
+        elif layer is not None and n_experts and rest in _GGUF_EXPERT_NAMES:
+            stacked.setdefault(layer, {})[_GGUF_EXPERT_NAMES[rest]] = t
+        elif (layer is not None and n_experts and len(parts) == 5 and parts[3].isdigit()
+              and f"{parts[2]}.weight" in ("ffn_gate.weight", "ffn_up.weight", "ffn_down.weight")):
+            # older Mixtral files: one tensor per expert, blk.N.ffn_gate.E.weight
+            weights[f"model.layers.{layer}.{ffn}.experts.{parts[3]}.{parts[2].removeprefix('ffn_')}_proj.weight"] = t
         else:
             unknown.append(name)
     if unknown:
-        raise WeightsError(f"{where} holds tensors this LLaMA mapping does not know: {unknown[:10]}")
+        raise WeightsError(f"{where} holds tensors this {arch} mapping does not know: {unknown[:10]}")
+    for layer, found in stacked.items():
+        if set(found) != {"gate", "up", "down"}:
+            raise WeightsError(f"{where}: block {layer} has the expert tensors {sorted(found)}, not gate, up and down")
+        weights[f"model.layers.{layer}.{ffn}.experts.gate_up_proj"] = Tensor.cat(found["gate"], found["up"], dim=1)
+        weights[f"model.layers.{layer}.{ffn}.experts.down_proj"] = found["down"]
+    if n_experts:
+        weights = _stack_experts(weights, n_experts, where)
     return config, weights, factors
 
 
