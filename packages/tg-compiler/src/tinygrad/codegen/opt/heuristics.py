@@ -53,6 +53,8 @@ CPU_PARTIAL_SUMS = 8
 #: a small window's outputs computed side by side along the outermost axis (`_cpu_opts`)
 CPU_POOL_SIDE_BY_SIDE = 8
 #: a transposing elementwise kernel (`_transpose_tile`) of at least this many outputs moves blocks of this size
+#: outputs side by side per output axis in a reduction whose loads run along the reduce axis
+CPU_ROWS_ALONG_THE_REDUCTION = (4, 2)
 CPU_TRANSPOSE_MIN = 1 << 16
 CPU_TRANSPOSE_BLOCK = 4
 
@@ -256,6 +258,9 @@ def _cpu_opts(state: OptState, renderer: Renderer, globals_: list[UOp], reduces:
                 break
             state = unrolled
         return state
+    if out_size >= 256 and (_const(reduces[-1]) or 1) % _Cpu(renderer).lanes == 0 and \
+            _reads_along_the_reduction(state, globals_, reduces):
+        return _vectors_along_the_reduction(state, renderer, globals_)
     if out_size >= 256:
         cpu = _Cpu(renderer)
         simd, reuse = _tile_axes(state, globals_, cpu.simd, CPU_REUSE, cpu.simd_amount,
@@ -321,6 +326,36 @@ def _cpu_opts(state: OptState, renderer: Renderer, globals_: list[UOp], reduces:
         if (_const(unrolled.axes[nxt]) or 1) % 2 == 0:
             unrolled = _try(unrolled, Opt(OptOps.UNROLL, nxt, 2), renderer)
     return unrolled
+
+
+def _reads_along_the_reduction(state: OptState, globals_: list[UOp], reduces: list[UOp]) -> bool:
+    """Whether the loads in the reduce loop run contiguously along the innermost reduce axis and along no output axis
+    (a row sum, a matrix-vector product against a row-major matrix): vectors along an output axis would gather each
+    lane from another row."""
+    counted, stored = _accesses_in_the_loop(state), _stores(state)
+    loads = [c and not st for c, st in zip(counted, stored)]
+    along_reduce = any(s == 1 and ld for s, ld in zip(access_strides(state, reduces[-1]), loads))
+    return along_reduce and not any(s == 1 and ld for g in globals_ for s, ld in zip(access_strides(state, g), loads))
+
+
+def _vectors_along_the_reduction(state: OptState, renderer: Renderer, globals_: list[UOp]) -> OptState:
+    """For `_reads_along_the_reduction` (with an innermost reduce axis of whole vectors): that axis unrolled by a
+    vector's lanes (one vector accumulator, contiguous vector loads), and a few outputs of each output axis side by
+    side, so that a load along the reduction that an output axis does not move (the vector of a matrix-vector
+    product) serves each of them. The outermost axis stays a loop of many iterations for the threads to split, or
+    goes whole (a few rows of a batch) when the next one is such a loop."""
+    cpu = _Cpu(renderer)
+    last = len(state.axes) - 1
+    state = _try(state, Opt(OptOps.UNROLL, last, cpu.lanes), renderer)
+    for i, g in enumerate(globals_):
+        n = _const(g) or 1
+        rows = _largest_divisor(n, CPU_ROWS_ALONG_THE_REDUCTION)
+        if rows is None or (ax := _axis_index(state, g.arg.axis)) is None:
+            continue
+        if i == 0 and n // rows < 64 and not (rows == n and len(globals_) > 1 and (_const(globals_[1]) or 1) >= 64):
+            continue
+        state = _try(state, Opt(OptOps.UPCAST, ax, rows), renderer)
+    return state
 
 
 def _transpose_tile(state: OptState, renderer: Renderer, globals_: list[UOp], out_size: int) -> OptState:
