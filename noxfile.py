@@ -222,7 +222,7 @@ def models(session: nox.Session) -> None:
     session.run("pytest", "-n", os.environ.get("PYTEST_WORKERS", "2"), "-q", "packages/tg-nn/tests/test_gguf.py",
                 "packages/tg-nn/tests/test_transformer_models.py", "packages/tg-nn/tests/test_llm_server.py",
                 "packages/tg-nn/tests/test_whisper_model.py", "packages/tg-nn/tests/test_mamba_model.py",
-                "packages/tg-nn/tests/test_moe_models.py",
+                "packages/tg-nn/tests/test_moe_models.py", "packages/tg-nn/tests/test_gguf_quant.py",
                 "integration-tests/test_llm_chat_page.py", *session.posargs)
 
 

@@ -102,7 +102,10 @@ def load_engine(path: str | pathlib.Path, max_context: int | None = None, tokeni
                 raise FileNotFoundError(f"{p} has no vocabulary and there is no tokenizer.json beside it; pass one "
                                         f"with --tokenizer")
         template = meta.get("tokenizer.chat_template")
-        model: Any = Llama.from_gguf(p, max_context=max_context)
+        # block-quantized weights stay as their blocks (llm/quant.py): memory about the file's size
+        from tinygrad.llm.quant import llama_from_gguf
+
+        model: Any = llama_from_gguf(p, max_context=max_context)
         return Engine(model, tok, name or p.stem, template if isinstance(template, str) else None,
                       special_tokens_from_gguf(meta), stop_ids_from_gguf(meta))
     config = _read_json(p / "config.json")

@@ -10,8 +10,11 @@
     data      every tensor's blocks at its offset (each offset a multiple of the alignment)
 
 A string is a u64 byte length and UTF-8 bytes; an array is an element type (u32), a u64 count and the elements.
-Quantized tensors are stored in blocks (32 or 256 values) holding small integers and fp16 scales; they are
-dequantized with Tensor ops on the device, from a uint8 tensor of the file's data section that is uploaded once.
+Quantized tensors are stored in blocks (32 or 256 values) holding small integers and fp16 scales. `gguf_load`
+dequantizes them with Tensor ops on the device, from a uint8 tensor of the file's data section that is uploaded once.
+`gguf_load_quantized` keeps them as they are: each one a `QuantizedTensor`, a uint8 tensor of its blocks read from
+the file straight into device memory, whose `dequantize()` is a lazy graph that a consumer (a matmul) fuses into its
+own kernel; so what a model holds is about the size of the file.
 
 Everything read is validated before any tensor is built (lengths against the file, value and tensor types, dims,
 offsets, alignment), so a damaged or hostile file gives a GGUFError naming the file, the byte offset and the
@@ -20,18 +23,23 @@ problem, and never a read outside the file.
 
 from __future__ import annotations
 
+import mmap
 import os
 import pathlib
 import struct
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 import numpy as np
 from tinygrad import Tensor, dtypes
 from tinygrad.dtype import DType
 from tinygrad.helpers import prod
 from tinygrad.nn._bytes import FileLike, read_bytes
+
+__all__ = ["GGML_TYPE_NAMES", "QUANTIZED_TYPES", "GGUFError", "QuantizedTensor", "dequantize_blocks", "gguf_load",
+           "gguf_load_quantized"]
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)  # version 1 used 32-bit counts and lengths; 3 only added big-endian files
@@ -324,10 +332,13 @@ def _k_scales(scales: Tensor) -> tuple[Tensor, Tensor]:
     4-7 mins 0-3; scales and mins 4-7 take their low 4 bits from bytes 8-11 and their top 2 from the spare top bits
     of bytes 0-3 (scales) and 4-7 (mins)."""
     n = scales.shape[0]
-    rows = scales.reshape(n, 3, 4)
-    d, m, md = (rows.shrink(((0, n), (i, i + 1), (0, 4))).reshape(n, 4) for i in range(3))
-    sc = (d & 0x3F).cat((md & 0x0F) | ((d >> 2) & 0x30), dim=1)
-    mn = (m & 0x3F).cat((md >> 4) | ((m >> 2) & 0x30), dim=1)
+    rows = scales.reshape(n, 3, 1, 4)
+    d, m, md = (rows.shrink(((0, n), (i, i + 1), (0, 1), (0, 4))).reshape(n, 1, 4).expand(n, 2, 4) for i in range(3))
+    # both halves from the same bytes, picked per half with a select rather than joined with cat: cat pads each half,
+    # which guards its loads, and a fused consumer (a quantized matmul) then cannot vectorise them
+    high = Tensor.arange(2, device=scales.device).reshape(1, 2, 1) == 1
+    sc = high.where((md & 0x0F) | ((d >> 2) & 0x30), d & 0x3F).reshape(n, 8)
+    mn = high.where((md >> 4) | ((m >> 2) & 0x30), m & 0x3F).reshape(n, 8)
     return sc.cast(dtypes.float32), mn.cast(dtypes.float32)
 
 
@@ -387,6 +398,69 @@ QUANTS: dict[int, _Quant] = {
     14: _Quant("Q6_K", 256, 210, dtypes.float32, _q6_k),
 }
 
+_BY_NAME = {q.name: q for q in QUANTS.values()}
+#: the block-quantized types: `gguf_load_quantized` keeps tensors of these as their blocks
+QUANTIZED_TYPES = tuple(q.name for q in QUANTS.values() if q.block_elems > 1)
+
+
+def _quant_named(type_name: str) -> _Quant:
+    q = _BY_NAME.get(type_name)
+    if q is None or q.block_elems == 1:
+        raise ValueError(f"unknown quantization type {type_name!r}; supported: {list(QUANTIZED_TYPES)}")
+    return q
+
+
+def dequantize_blocks(blocks: Tensor, type_name: str) -> Tensor:
+    """The float32 values (..., block_elems) of uint8 blocks (..., block_bytes) of a quantization type ("Q4_0",
+    "Q8_0", "Q4_K", ...: QUANTIZED_TYPES), as a lazy graph: nothing runs until a consumer realizes it, so a reduction
+    over the values (a matmul) reads the bytes in its own kernel."""
+    q = _quant_named(type_name)
+    if blocks.dtype != dtypes.uint8 or blocks.ndim < 1 or blocks.shape[-1] != q.block_bytes:
+        raise ValueError(f"{type_name} blocks must be a uint8 tensor whose last dim is {q.block_bytes} bytes (one "
+                         f"block), got {blocks.dtype} of shape {blocks.shape}")
+    lead = blocks.shape[:-1]
+    flat = blocks.reshape(prod(lead), q.block_bytes)
+    return q.load(_Consts(blocks.device), flat).reshape(*lead, q.block_elems)
+
+
+@dataclass(frozen=True)
+class QuantizedTensor:
+    """A block-quantized GGUF tensor as it is in the file: `blocks` is a uint8 tensor (rows, row_bytes), one row of
+    blocks per row of the tensor (its innermost dim, the one the file's blocks run along), and `shape` the tensor's
+    shape in tinygrad order."""
+
+    blocks: Tensor
+    shape: tuple[int, ...]
+    type_name: str
+
+    def __post_init__(self) -> None:
+        q = _quant_named(self.type_name)
+        row = self.shape[-1] if self.shape else 1
+        rows = prod(self.shape[:-1]) if self.shape else 1
+        want = (rows, row // q.block_elems * q.block_bytes)
+        if row % q.block_elems or tuple(self.blocks.shape) != want or self.blocks.dtype != dtypes.uint8:
+            raise ValueError(f"a {self.type_name} tensor of shape {self.shape} needs uint8 blocks of shape {want} "
+                             f"(rows of {q.block_elems}-value blocks of {q.block_bytes} bytes), got "
+                             f"{self.blocks.dtype} {tuple(self.blocks.shape)}")
+
+    @property
+    def block_elems(self) -> int:
+        return _quant_named(self.type_name).block_elems
+
+    @property
+    def block_bytes(self) -> int:
+        return _quant_named(self.type_name).block_bytes
+
+    @property
+    def nbytes(self) -> int:
+        return prod(self.blocks.shape)
+
+    def dequantize(self) -> Tensor:
+        """The float32 values, shape `shape`, as a lazy graph over the blocks."""
+        per_row = self.blocks.shape[1] // self.block_bytes
+        blocks = self.blocks.reshape(self.blocks.shape[0], per_row, self.block_bytes)
+        return dequantize_blocks(blocks, self.type_name).reshape(self.shape)
+
 
 # --------------------------------------------------------------------------------------------------------------------
 # loading
@@ -427,3 +501,76 @@ def gguf_load(fn: FileLike, device: str | None = None) -> tuple[dict[str, Any], 
     loaded = list(out.values())
     loaded[0].realize(*loaded[1:])
     return kv, out
+
+
+def gguf_load_quantized(fn: FileLike,
+                        device: str | None = None) -> tuple[dict[str, Any], dict[str, Tensor | QuantizedTensor]]:
+    """(metadata, tensors by name) of a GGUF file, with its block-quantized tensors (QUANTIZED_TYPES) kept as
+    `QuantizedTensor`s, their bytes as in the file; F32, F16 and BF16 tensors are Tensors of their dtype.
+
+    Given a path, the header is read through a memory map and each tensor's bytes are read from the file straight
+    into the memory of its own device buffer (where the device's memory is host memory; elsewhere through one
+    staging copy per tensor): loading holds no copy of the whole file, and no float copy of a quantized tensor."""
+    where = _name(fn)
+    out: dict[str, Tensor | QuantizedTensor] = {}
+    if isinstance(fn, (str, os.PathLike)):
+        with open(fn, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:  # mmap refuses an empty file; the parser names what is missing
+                _parse(b"", where)
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                # the parser takes bytes; an mmap slices the same way, and only the header's pages are read
+                kv, infos, data_start = _parse(cast(bytes, mm), where)
+            def read(at: int, into: memoryview) -> None:
+                _read_into(f, data_start + at, into, where)
+
+            for t in infos:
+                out[t.name] = _load_one(t, device, read)
+        return kv, out
+    raw = read_bytes(fn)
+    kv, infos, data_start = _parse(raw, where)
+    whole = memoryview(raw)
+
+    def copy(at: int, into: memoryview) -> None:
+        into[:] = whole[data_start + at:data_start + at + into.nbytes]
+
+    for t in infos:
+        out[t.name] = _load_one(t, device, copy)
+    return kv, out
+
+
+def _read_into(f: BinaryIO, at: int, into: memoryview, where: str) -> None:
+    f.seek(at)
+    done = 0
+    while done < into.nbytes:
+        n = f.readinto(into[done:])  # type: ignore[attr-defined]
+        if not n:  # the file shrank since its header was checked against its size
+            raise GGUFError(f"{where}: the file ended at byte {at + done} while reading {into.nbytes} bytes from "
+                            f"byte {at}; was it changed while loading?")
+        done += n
+
+
+def _load_one(t: _TensorInfo, device: str | None,
+              fill: Callable[[int, memoryview], None]) -> Tensor | QuantizedTensor:
+    q = QUANTS[t.ggml_type]
+    quantized = q.block_elems > 1
+    if not t.nbytes:
+        return Tensor.zeros(*t.shape, dtype=q.dtype, device=device)
+    # a plain type's bytes are its values on a little-endian host; elsewhere they are assembled as loaded
+    as_bytes = quantized or sys.byteorder != "little"
+    rows = prod(t.shape[:-1]) if t.shape else 1
+    shape = (rows, t.nbytes // rows) if as_bytes else t.shape
+    out = Tensor.empty(*shape, dtype=dtypes.uint8 if as_bytes else q.dtype, device=device)
+    buf = out._buffer()
+    host = buf.host_array()
+    if host is not None:  # device memory the host can write: the file's bytes go straight there
+        fill(t.offset, memoryview(cast(Any, host)).cast("B"))
+    else:
+        staging = bytearray(t.nbytes)
+        fill(t.offset, memoryview(staging))
+        buf.copyin(memoryview(staging))
+    if quantized:
+        return QuantizedTensor(out, t.shape, q.name)
+    if as_bytes:
+        return q.load(_Consts(out.device), out.reshape(-1, q.block_bytes)).reshape(t.shape).realize()
+    return out

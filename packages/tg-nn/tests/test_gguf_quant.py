@@ -1,0 +1,243 @@
+"""Quantized GGUF weights kept quantized: gguf_load_quantized's blocks against the gguf package's reference
+dequantizers (bit for bit), the fused quantized product against numpy, a tiny LLaMA whose projections stay quantized
+against the same file dequantized up front, and bad input."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+from tinygrad import Context, GlobalCounters, Tensor, dtypes
+from tinygrad.llm.quant import FUSED_MAX_ROWS, QuantizedEmbedding, QuantizedLinear, llama_from_gguf
+from tinygrad.nn.gguf import GGUFError, QuantizedTensor, dequantize_blocks, gguf_load_quantized
+
+gguf = pytest.importorskip("gguf", reason="the gguf package writes the files and dequantizes the reference")
+from gguf import GGMLQuantizationType as Q  # noqa: E402
+from gguf.quants import dequantize, quantize  # noqa: E402
+
+QUANTIZABLE = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1]  # the gguf package quantizes these; K-quants it only reads
+BLOCK_TYPES = [*QUANTIZABLE, Q.Q4_K, Q.Q5_K, Q.Q6_K]
+# where each block keeps its fp16 scales, and a magnitude for them that keeps the values near 1
+FP16_SCALES = {Q.Q4_K: ((0, 4), 1e-3), Q.Q5_K: ((0, 4), 5e-4), Q.Q6_K: ((208, 210), 1e-4)}
+
+
+def write(path, tensors: dict, arch: str = "test", kv: dict | None = None) -> None:
+    w = gguf.GGUFWriter(str(path), arch)
+    for key, value in (kv or {}).items():
+        getattr(w, key)(value)
+    for name, (arr, qtype) in tensors.items():
+        w.add_tensor(name, arr, raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def quantized(rng, qtype: Q, shape: tuple[int, int], scale: float = 1.0) -> np.ndarray:
+    """Blocks of `qtype` for a (rows, cols) tensor as the writer takes them: quantized from normal values where the
+    gguf package can, else random bits with fp16 scales of a sane size (so that products stay finite)."""
+    if qtype in QUANTIZABLE:
+        return quantize(rng.standard_normal(shape).astype(np.float32) * scale, qtype)
+    block_elems, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
+    raw = rng.integers(0, 256, (shape[0], shape[1] // block_elems, block_bytes), dtype=np.uint8)
+    (a, b), size = FP16_SCALES[qtype]
+    half = (rng.uniform(0.5, 1.5, (*raw.shape[:-1], (b - a) // 2)) * size * scale).astype("<f2")
+    raw[..., a:b] = half.view(np.uint8)
+    return raw.reshape(shape[0], -1)
+
+
+# ---- loading ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("qtype", BLOCK_TYPES, ids=lambda q: q.name)
+def test_blocks_load_as_bytes_and_dequantize_exactly(tmp_path, qtype):
+    rng = np.random.default_rng(int(qtype))
+    block_elems = gguf.GGML_QUANT_SIZES[qtype][0]
+    shapes = [(3, block_elems * 3), (7, block_elems), (1, block_elems * 2)]  # odd row counts, several blocks a row
+    raws = {f"t{i}": quantized(rng, qtype, s) for i, s in enumerate(shapes)}
+    write(tmp_path / "q.gguf", {k: (v, qtype) for k, v in raws.items()})
+    for source in (tmp_path / "q.gguf", (tmp_path / "q.gguf").read_bytes()):
+        _, ts = gguf_load_quantized(source)
+        for (name, raw), shape in zip(raws.items(), shapes):
+            t = ts[name]
+            assert isinstance(t, QuantizedTensor) and t.type_name == qtype.name and t.shape == shape
+            assert t.blocks.dtype == dtypes.uint8 and t.nbytes == raw.nbytes
+            np.testing.assert_array_equal(t.blocks.numpy(), raw)  # the file's bytes, untouched
+            np.testing.assert_array_equal(t.dequantize().numpy(), dequantize(raw, qtype), err_msg=name)
+
+
+def test_float_tensors_load_with_their_dtype(tmp_path):
+    rng = np.random.default_rng(0)
+    f32 = rng.standard_normal((3, 5)).astype(np.float32)
+    f16 = rng.standard_normal((4, 6)).astype(np.float16)
+    bf16 = quantize(rng.standard_normal((2, 8)).astype(np.float32), Q.BF16)
+    write(tmp_path / "f.gguf", {"a": (f32, None), "b": (f16, None), "c": (bf16, Q.BF16)})
+    _, ts = gguf_load_quantized(tmp_path / "f.gguf")
+    assert all(isinstance(t, Tensor) for t in ts.values())
+    assert (ts["a"].dtype, ts["b"].dtype, ts["c"].dtype) == (dtypes.float32, dtypes.float16, dtypes.bfloat16)
+    np.testing.assert_array_equal(ts["a"].numpy(), f32)
+    np.testing.assert_array_equal(ts["b"].numpy(), f16)
+    np.testing.assert_array_equal(ts["c"].float().numpy(), dequantize(bf16, Q.BF16))
+
+
+# ---- the quantized product ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("qtype", BLOCK_TYPES, ids=lambda q: q.name)
+def test_quantized_linear_matches_numpy(tmp_path, qtype):
+    rng = np.random.default_rng(10 + int(qtype))
+    block_elems = gguf.GGML_QUANT_SIZES[qtype][0]
+    out, cols = 37, block_elems * (3 if block_elems == 256 else 5)  # an odd row count, several blocks
+    raw = quantized(rng, qtype, (out, cols))
+    bias = rng.standard_normal(out).astype(np.float32)
+    write(tmp_path / "w.gguf", {"w": (raw, qtype)})
+    _, ts = gguf_load_quantized(tmp_path / "w.gguf")
+    weight = ts["w"]
+    assert isinstance(weight, QuantizedTensor)
+    layer = QuantizedLinear(weight, Tensor(bias))
+    ref_w = dequantize(raw, qtype).astype(np.float64)
+    np.testing.assert_array_equal(layer.dequantize().numpy(), ref_w)
+    # the fused product (a decode step's few rows) and the dequantize-first one (a prefill's many)
+    for shape in [(1, cols), (2, 1, cols), (FUSED_MAX_ROWS, cols), (3, 5, cols)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        want = x.astype(np.float64) @ ref_w.T + bias
+        got = layer(Tensor(x)).numpy()
+        assert got.shape == (*shape[:-1], out) and got.dtype == np.float32
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max(), err_msg=str(shape))
+
+
+def test_decode_product_is_one_kernel_reading_the_bytes(tmp_path):
+    """A one-row product is one kernel whose inputs are the blocks and x: no float weight buffer is made."""
+    rng = np.random.default_rng(3)
+    raw = quantized(rng, Q.Q4_0, (64, 256))
+    write(tmp_path / "w.gguf", {"w": (raw, Q.Q4_0)})
+    _, ts = gguf_load_quantized(tmp_path / "w.gguf")
+    weight = ts["w"]
+    assert isinstance(weight, QuantizedTensor)
+    layer = QuantizedLinear(weight)
+    x = Tensor(rng.standard_normal((1, 256)).astype(np.float32)).realize()
+    y = layer(x)
+    schedule = y.schedule()
+    assert len(schedule) == 1, [s.ast for s in schedule]
+    inputs = [b for b in schedule[0].bufs[1:]]
+    float_inputs = [b for b in inputs if b.dtype == dtypes.float32 and b.size >= 64 * 256]
+    assert not float_inputs, f"the kernel reads a float weight buffer: {float_inputs}"
+    assert any(b.dtype == dtypes.uint8 and b.size == raw.nbytes for b in inputs)
+    GlobalCounters.reset()
+    with Context(DEBUG=0):
+        np.testing.assert_allclose(y.numpy(), x.numpy() @ dequantize(raw, Q.Q4_0).T, rtol=1e-4, atol=1e-3)
+    assert GlobalCounters.kernel_count == 1
+
+
+def test_quantized_embedding_picks_dequantized_rows(tmp_path):
+    rng = np.random.default_rng(4)
+    raw = quantized(rng, Q.Q5_1, (11, 64))
+    write(tmp_path / "e.gguf", {"e": (raw, Q.Q5_1)})
+    _, ts = gguf_load_quantized(tmp_path / "e.gguf")
+    weight = ts["e"]
+    assert isinstance(weight, QuantizedTensor)
+    emb = QuantizedEmbedding(QuantizedLinear(weight))
+    ids = np.array([[0, 10, 3], [3, 3, 7]], np.int32)
+    np.testing.assert_array_equal(emb(Tensor(ids)).numpy(), dequantize(raw, Q.Q5_1)[ids])
+
+
+# ---- a tiny LLaMA ---------------------------------------------------------------------------------------------------
+
+DIM, HIDDEN, HEADS, KV_HEADS, VOCAB, LAYERS = 256, 512, 4, 2, 96, 2
+
+
+def write_llama(path, qtype: Q, tie: bool, seed: int = 0, quantized_norm: bool = False) -> None:
+    """A random 2-layer LLaMA, every projection (and the token embedding) of `qtype`, norms in float32."""
+    rng = np.random.default_rng(seed)
+    norm = 1 + 0.1 * rng.standard_normal((1, DIM)).astype(np.float32)
+    # a quantized norm (llama.cpp keeps them float, but a file may not) is not a linear layer: it loads dequantized
+    tensors: dict = {"token_embd.weight": (quantized(rng, qtype, (VOCAB, DIM)), qtype),
+                     "output_norm.weight": (quantize(norm, Q.Q8_0).reshape(-1), Q.Q8_0) if quantized_norm else
+                     (norm.reshape(-1), None)}
+    if not tie:
+        tensors["output.weight"] = (quantized(rng, qtype, (VOCAB, DIM), 0.5), qtype)
+    head_dim = DIM // HEADS
+    for i in range(LAYERS):
+        shapes = {"attn_q": (DIM, DIM), "attn_k": (KV_HEADS * head_dim, DIM), "attn_v": (KV_HEADS * head_dim, DIM),
+                  "attn_output": (DIM, DIM), "ffn_gate": (HIDDEN, DIM), "ffn_up": (HIDDEN, DIM),
+                  "ffn_down": (DIM, HIDDEN)}
+        for name, shape in shapes.items():
+            tensors[f"blk.{i}.{name}.weight"] = (quantized(rng, qtype, shape, 0.1), qtype)
+        for name in ("attn_norm", "ffn_norm"):
+            tensors[f"blk.{i}.{name}.weight"] = (1 + 0.1 * rng.standard_normal(DIM).astype(np.float32), None)
+    write(path, tensors, "llama", {
+        "add_block_count": LAYERS, "add_context_length": 64, "add_embedding_length": DIM,
+        "add_feed_forward_length": HIDDEN, "add_head_count": HEADS, "add_head_count_kv": KV_HEADS,
+        "add_rope_freq_base": 10000.0, "add_layer_norm_rms_eps": 1e-5, "add_eos_token_id": 2})
+
+
+# one type of 32-value blocks with its own output projection, one of 256-value blocks tied to the embedding (every
+# type's product is checked against numpy above)
+@pytest.mark.parametrize("qtype, tie", [(Q.Q8_0, False), (Q.Q4_K, True)],
+                         ids=lambda v: v.name if isinstance(v, Q) else ("tied" if v else "untied"))
+def test_tiny_llama_generates_as_dequantized(tmp_path, qtype, tie):
+    from tinygrad.nn.transformer import Llama
+
+    path = tmp_path / "tiny.gguf"
+    write_llama(path, qtype, tie, seed=int(qtype), quantized_norm=not tie)
+    model = llama_from_gguf(path)
+    reference = Llama.from_gguf(path)  # every weight dequantized to float32 up front
+    layer = model.model.layers[0]
+    assert isinstance(layer.self_attn.q_proj, QuantizedLinear) and isinstance(layer.mlp.down_proj, QuantizedLinear)
+    assert isinstance(model.model.embed_tokens, QuantizedEmbedding) and isinstance(model.lm_head, QuantizedLinear)
+    assert model.eos_token_ids == [2]
+    # the q rows were moved back from llama.cpp's order exactly as the float loader moves them
+    np.testing.assert_array_equal(layer.self_attn.q_proj.dequantize().numpy(),
+                                  reference.model.layers[0].self_attn.q_proj.weight.numpy())
+    ids = np.random.default_rng(1).integers(0, VOCAB, (1, 6)).astype(np.int32)
+    np.testing.assert_allclose(model.forward(Tensor(ids), 0).numpy(), reference.forward(Tensor(ids), 0).numpy(),
+                               rtol=1e-3, atol=1e-3)
+    prompt = ids[0].tolist()
+    assert list(model.generate(prompt, 8)) == list(reference.generate(prompt, 8))
+
+
+# ---- bad input ------------------------------------------------------------------------------------------------------
+
+
+def test_truncated_blocks_raise(tmp_path):
+    rng = np.random.default_rng(5)
+    write(tmp_path / "q.gguf", {"w": (quantized(rng, Q.Q4_K, (4, 512)), Q.Q4_K)})
+    raw = (tmp_path / "q.gguf").read_bytes()
+    (tmp_path / "cut.gguf").write_bytes(raw[:-100])
+    with pytest.raises(GGUFError, match="truncated"):
+        gguf_load_quantized(tmp_path / "cut.gguf")
+    with pytest.raises(GGUFError, match="truncated"):
+        gguf_load_quantized(raw[:-100])
+    (tmp_path / "empty.gguf").write_bytes(b"")
+    with pytest.raises(GGUFError, match="magic"):
+        gguf_load_quantized(tmp_path / "empty.gguf")
+
+
+def test_unknown_and_unsupported_types_raise(tmp_path):
+    rng = np.random.default_rng(6)
+    write(tmp_path / "q.gguf", {"w": (quantized(rng, Q.Q8_0, (2, 32)), Q.Q8_0)})
+    raw = bytearray((tmp_path / "q.gguf").read_bytes())
+    at = raw.index(struct.pack("<I", int(Q.Q8_0)), raw.index(b"w"))  # the tensor info's type, after its name
+    for value, message in [(200, "unknown tensor type 200"), (int(Q.IQ2_XS), "IQ2_XS")]:
+        struct.pack_into("<I", raw, at, value)
+        with pytest.raises(GGUFError, match=message):
+            gguf_load_quantized(bytes(raw))
+    with pytest.raises(ValueError, match="unknown quantization type 'Q9_9'"):
+        dequantize_blocks(Tensor.zeros(1, 34, dtype=dtypes.uint8), "Q9_9")
+    with pytest.raises(ValueError, match="last dim is 34 bytes"):
+        dequantize_blocks(Tensor.zeros(1, 33, dtype=dtypes.uint8), "Q8_0")
+
+
+def test_bad_shapes_raise(tmp_path):
+    rng = np.random.default_rng(7)
+    write(tmp_path / "q.gguf", {"w": (quantized(rng, Q.Q8_0, (3, 64)), Q.Q8_0)})
+    _, ts = gguf_load_quantized(tmp_path / "q.gguf")
+    weight = ts["w"]
+    assert isinstance(weight, QuantizedTensor)
+    with pytest.raises(ValueError, match=r"takes inputs \(\.\.\., 64\)"):
+        QuantizedLinear(weight)(Tensor.zeros(1, 32))
+    with pytest.raises(ValueError, match="needs uint8 blocks of shape"):
+        QuantizedTensor(weight.blocks[:, :34], (3, 64), "Q8_0")
+    with pytest.raises(TypeError, match="QuantizedTensor"):
+        QuantizedLinear(Tensor.zeros(3, 64))  # type: ignore[arg-type]
