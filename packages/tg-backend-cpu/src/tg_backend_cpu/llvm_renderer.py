@@ -14,23 +14,33 @@ give poison (x/0 = 0, MIN/-1 wraps, shifts past the width give 0 or -1), MAX is 
 beats -0.0), float -> int conversions saturate instead of giving poison (only in-range values are defined by the
 reference). bfloat16 and the 8-bit floats are held as their bit patterns and computed in float, rounded after
 every op by helper functions defined in the module; float16 is LLVM's `half`, which rounds after every op by
-itself. Only float32 and float64 arithmetic carries the `contract` flag (the C path's -ffp-contract=fast): a fused
-half multiply-add would round once where the reference rounds twice. No other fast-math flag is set: NaN and
-infinity are tested.
+itself. No instruction carries a fast-math flag (NaN and infinity are tested, and `contract` left the choice of
+fused multiply-adds to LLVM's use counts): a multiply and an add are fused exactly where the contraction rule of
+`llvm_tiles` writes an `llvm.fmuladd` (float32 and float64 only: a fused half multiply-add would round once where the
+reference rounds twice). With CPU_VECTOR_TILES a register tile is written as LLVM vectors (`llvm_tiles`).
 """
 
 from __future__ import annotations
 
 import functools
-import struct
+import os
 from collections.abc import Callable
 
-from tinygrad.dtype import EMULATED_FLOATS, FP8_FORMATS, DType, dtypes, is_emulated_float, truncate
+from tinygrad.dtype import FP8_FORMATS, DType, dtypes, is_emulated_float
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import GroupOp, Ops, UOp, post_order
 
 from tg_backend_cpu import vector_math
-from tg_backend_cpu.renderer import CPURenderer, SplitPlan, plan_split
+from tg_backend_cpu.llvm_tiles import (
+    FMA_RULES,
+    PURE_OPS,
+    FusingTileBuilder,
+    TileWriter,
+    fused_adds,
+    rendered_uops,
+)
+from tg_backend_cpu.llvm_types import float_suffix, literal, memory_type, value_type
+from tg_backend_cpu.renderer import CPURenderer, SplitPlan, VectorTile, plan_split, plan_vector_tiles
 
 #: LLVM intrinsics of the unary math ops (llvm.<name>.f16/f32/f64); sin and float64's exp2 and log2 become libm
 #: calls, which the loader resolves in this process (exp2 and log2 of float32 and float16 are arithmetic:
@@ -197,50 +207,6 @@ def helper_name(d: DType, what: str) -> str:
     return {"decode": f"tg_{n}_to_f32", "encode": f"tg_f32_to_{n}", "round": f"tg_round_{n}"}[what]
 
 
-@functools.cache  # asked for every operand of every instruction; dtypes are few and interned
-def value_type(d: DType) -> str:
-    """The LLVM type values of `d` are computed in (bfloat16 in float)."""
-    d = d.scalar
-    if d.is_bool:
-        return "i1"
-    if is_emulated_float(d) or d == dtypes.float32:
-        return "float"
-    if d == dtypes.float16:
-        return "half"
-    if d == dtypes.float64:
-        return "double"
-    return f"i{d.bits}"
-
-
-@functools.cache
-def memory_type(d: DType) -> str:
-    """The LLVM type of `d` in a buffer: bool is a byte, bfloat16 its bit pattern."""
-    if d.scalar.is_bool:
-        return "i8"
-    bits = EMULATED_FLOATS.get(d.scalar)
-    return value_type(bits if bits is not None else d)
-
-
-def float_suffix(t: str) -> str:
-    return {"half": "f16", "float": "f32", "double": "f64"}[t]
-
-
-def literal(value: float | int | bool, d: DType) -> str:
-    """A constant of dtype `d` as LLVM writes it: floats by their bits, so that every value (NaN, -0.0) is exact."""
-    t = value_type(d)
-    if t == "i1":
-        return "true" if value else "false"
-    if d.is_float:
-        v = float(truncate(float(value), d.scalar))
-        if t == "half":
-            return f"0xH{struct.unpack('<H', struct.pack('<e', v))[0]:04X}"
-        # float constants are written as the double of the same value, which LLVM requires to be exact
-        return f"0x{struct.unpack('<Q', struct.pack('<d', v))[0]:016X}"
-    bits = d.scalar.bits
-    v = int(value) & ((1 << bits) - 1)
-    return str(v - (1 << bits) if v >= 1 << (bits - 1) else v)
-
-
 def address_math(program: list[UOp]) -> set[UOp]:
     """The int32 ALU nodes an INDEX's index is computed from."""
     indices = [u.src[1] for u in program if u.op is Ops.INDEX]
@@ -317,6 +283,22 @@ def gathering_loops(program: list[UOp]) -> set[UOp]:
     return out
 
 
+
+
+def fma_rule() -> str:
+    """The contraction rule of the LLVM path (`llvm_tiles`), from CPU_FMA: by default "contract", LLVM's choice (the
+    `contract` flag on float32/float64 arithmetic: a product is fused into its single use, so the same expression can
+    round differently in two kernels); "accumulate" a product fused into a reduction's accumulator and no other (an
+    elementwise value is the same whether its product is computed in the kernel that adds it or stored by another
+    kernel first), "all" every float32/float64 product that feeds an add, "none" none. The other rules are not the
+    default because the scalar register tiles they leave to the SLP vectoriser ran slower (the CHANGELOG)."""
+    rule = os.environ.get("CPU_FMA", "").strip().lower() or "contract"
+    if rule not in FMA_RULES:
+        raise ValueError(f"CPU_FMA={rule!r} is not a contraction rule: set it to one of {', '.join(FMA_RULES)} "
+                         "(or leave it unset for 'contract')")
+    return rule
+
+
 class LLVMRenderer(Renderer):
     device = "CPU"
     supported_dtypes = frozenset(dtypes.all())
@@ -335,15 +317,32 @@ class LLVMRenderer(Renderer):
     # slower than for its rows (the measurements are in the CHANGELOG), so the C path keeps the default
     uneven_rows_channels_last = True
 
+    # a register tile's accumulators as LLVM vectors (`llvm_tiles`): explicit vector code that needs no SLP
+    # vectoriser, and half the compile time of the scalar tile. CPU_VECTOR_TILES=1: every tile the plan finds;
+    # "full": only kernels whose tiles all fill a SIMD register (a row of 24 floats as 16 + 8 lanes ran slower than
+    # the SLP vectoriser's code from scalar tiles; the CHANGELOG's measurements); 0 or unset: none
+    vector_tiles = os.environ.get("CPU_VECTOR_TILES", "").strip().lower() in ("1", "full")
+    full_vector_tiles_only = os.environ.get("CPU_VECTOR_TILES", "").strip().lower() == "full"
+    # the contraction rule (`llvm_tiles`): every float32/float64 multiply feeding an add fused, or none
+    fma = fma_rule()
+
     def render(self, name: str, program: list[UOp]) -> str:
-        return _Kernel(name, program, plan_split(program)).render()
+        fused = fused_adds(program, self.fma)
+        builder = functools.partial(FusingTileBuilder, fused=fused)
+        tiles = plan_vector_tiles(program, self.simd_bytes, builder) if self.vector_tiles else []
+        if self.full_vector_tiles_only and any(len(t.accs) * t.accs[0].dtype.itemsize < self.simd_bytes for t in tiles):
+            tiles = []
+        return _Kernel(name, program, plan_split(program), tiles, fused, self.fma == "contract").render()
 
 
 class _Kernel:
     """The IR of one kernel, written by one walk over its linearized program."""
 
-    def __init__(self, name: str, program: list[UOp], plan: SplitPlan):
-        self.name, self.program, self.plan = name, program, plan
+    def __init__(self, name: str, program: list[UOp], plan: SplitPlan, tiles: list[VectorTile],
+                 fused: dict[UOp, int], contract: bool):
+        self.name, self.program, self.plan, self.fused = name, program, plan, fused
+        # float32/float64 arithmetic's flag under the "contract" rule (LLVM fuses a product into its single use)
+        self.contract = " contract" if contract else ""
         self.body: list[str] = []
         self.allocas: list[str] = []
         self.declarations: set[str] = set()
@@ -360,6 +359,8 @@ class _Kernel:
         self.loops: list[tuple[str, str, str, str, str]] = []
         self.helper_ops: set[Ops] = set()
         self.scalar_loops = gathering_loops(program)
+        self.tiles = TileWriter(self, tiles, self.contract)
+        self.rendered = rendered_uops(program, tiles, fused)
 
     # ---- emitting ----
     def fresh(self, prefix: str = "t") -> str:
@@ -386,6 +387,8 @@ class _Kernel:
     def val(self, u: UOp) -> str:
         """The value of `u` at this point of the program (an accumulator's current value)."""
         if u.op is Ops.DEFINE_ACC:
+            if self.tiles.owns(u):
+                return self.tiles.read(u)
             return self.ins(f"load {value_type(u.dtype)}, ptr {self.ref[u]}")
         if u in self.wide:  # 64-bit address arithmetic, also read as the int32 it is (a gate's comparison)
             return self.ins(f"trunc i64 {self.ref[u]} to i32")
@@ -408,6 +411,8 @@ class _Kernel:
         ranges = 0
         for u in self.program:
             op = u.op
+            if op in PURE_OPS and u not in self.rendered:  # read by nothing the kernel writes
+                continue
             if op is Ops.PARAM:
                 self.ref[u] = f"%data{u.arg.slot}"
             elif op is Ops.DEFINE_VAR:
@@ -429,6 +434,10 @@ class _Kernel:
                 self.ref[u] = self.load(u)
             elif op is Ops.STORE:
                 self.store(u)
+            elif op is Ops.DEFINE_ACC and self.tiles.owns(u):
+                self.tiles.define(u)
+            elif op is Ops.ASSIGN and self.tiles.owns(u):
+                self.tiles.assign(u)
             elif op is Ops.DEFINE_ACC:
                 self.ref[u] = slot = "%" + self.fresh("acc")
                 self.allocas.append(f"  {slot} = alloca {value_type(u.dtype)}")
@@ -598,6 +607,8 @@ class _Kernel:
         if u in self.wide:
             a, b = (self.val64(s) for s in u.src)
             return self.ins(f"{ {Ops.ADD: 'add', Ops.SUB: 'sub', Ops.MUL: 'mul'}[op]} nsw i64 {a}, {b}")
+        if (side := self.fused.get(u)) is not None:
+            return self.fused_multiply_add(u, side)
         srcs = [self.val(s) for s in u.src]
         if op is Ops.WHERE:
             return self.ins(f"select i1 {srcs[0]}, {value_type(d)} {srcs[1]}, {value_type(d)} {srcs[2]}")
@@ -618,10 +629,23 @@ class _Kernel:
         pred = {Ops.CMPLT: lt, Ops.CMPNE: "ne", Ops.CMPEQ: "eq"}[op]
         return self.ins(f"icmp {pred} {t} {a}, {b}")
 
+    def fused_multiply_add(self, u: UOp, side: int) -> str:
+        """`a*b + c`, `a*b - c` or `c - a*b` as one llvm.fmuladd (the contraction rule of `llvm_tiles`; negating an
+        operand is exact)."""
+        product, other = u.src[side], u.src[1 - side]
+        t = value_type(u.dtype)
+        a, b, c = self.val(product.src[0]), self.val(product.src[1]), self.val(other)
+        if u.op is Ops.SUB:
+            if side == 0:
+                c = self.ins(f"fneg {t} {c}")
+            else:
+                a = self.ins(f"fneg {t} {a}")
+        return self.intrinsic(f"llvm.fmuladd.{float_suffix(t)}", t, [(t, a), (t, b), (t, c)])
+
     def float_alu(self, op: Ops, d: DType, t: str, srcs: list[str]) -> str:
-        # contract: float32/float64 only, as -ffp-contract=fast does in the C path (a fused half or bfloat16
-        # multiply-add would skip the rounding after the multiply)
-        flag = " contract" if d.scalar in (dtypes.float32, dtypes.float64) else ""
+        # a multiply and an add are fused only where `fused_multiply_add` writes them as one, or, under the "contract"
+        # rule, where LLVM chooses (float32 and float64 only: a fused half multiply-add would skip a rounding)
+        flag = self.contract if d.scalar in (dtypes.float32, dtypes.float64) else ""
         if vector_math.computes(op, d):  # float16 through float: one more rounding
             helper = vector_math.HELPERS[op]
             self.declarations.update(helper.llvm_declarations)

@@ -18,6 +18,7 @@ Next to the kernel the source defines, for `tg_backend_cpu.program`:
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tinygrad.dtype import DType, dtypes
@@ -234,7 +235,7 @@ def _contiguous(loads: tuple[UOp, ...], read_only: set[UOp]) -> bool:
     return all(t == splits[0][0] and c == splits[0][1] + lane for lane, (t, c) in enumerate(splits))
 
 
-class _TileBuilder:
+class TileBuilder:
     """`lanes`: how to compute a tuple of values (one per lane) as a vector, or None where it cannot."""
 
     def __init__(self, accs: tuple[UOp, ...], read_only: set[UOp], has_acc: dict[UOp, bool], mask: DType):
@@ -279,9 +280,14 @@ class _TileBuilder:
         return True
 
 
+#: makes the builder of a tile's lanes from its accumulators, the read-only buffers, which values read an accumulator
+#: and the dtype of a mask
+TileBuilderFactory = Callable[[tuple[UOp, ...], set[UOp], dict[UOp, bool], DType], TileBuilder]
+
+
 def _tile(program: list[UOp], run: tuple[UOp, ...], assigns: tuple[UOp, ...], loop_of: dict[UOp, UOp | None],
           position: dict[UOp, int], reads: dict[UOp, list[UOp]], read_only: set[UOp],
-          has_acc: dict[UOp, bool]) -> VectorTile | None:
+          has_acc: dict[UOp, bool], builder: TileBuilderFactory) -> VectorTile | None:
     first = run[0]
     if any(a.src[0].op is not Ops.CONST for a in run) or any(a.dtype != first.dtype or loop_of[a] is not loop_of[first]
                                                              for a in run) or \
@@ -297,7 +303,7 @@ def _tile(program: list[UOp], run: tuple[UOp, ...], assigns: tuple[UOp, ...], lo
         inside = value.toposort()
         if any(lo <= position[r] <= hi and r not in inside for r in reads.get(acc, [])):
             return None
-    update = _TileBuilder(run, read_only, has_acc, _MASK_OF[first.dtype.itemsize]).lanes(values)
+    update = builder(run, read_only, has_acc, _MASK_OF[first.dtype.itemsize]).lanes(values)
     # worth it where a row of the tile is one vector load, or where the vector operations are many for each lane
     # gathered from scalars (a max-pool over a batch of strided images: a dozen operations per element)
     if update is None or update.dtype != first.dtype or \
@@ -306,7 +312,8 @@ def _tile(program: list[UOp], run: tuple[UOp, ...], assigns: tuple[UOp, ...], lo
     return VectorTile(run, assigns, update, max(assigns, key=position.__getitem__))
 
 
-def plan_vector_tiles(program: list[UOp], simd_bytes: int) -> list[VectorTile]:
+def plan_vector_tiles(program: list[UOp], simd_bytes: int,
+                      builder: TileBuilderFactory = TileBuilder) -> list[VectorTile]:
     """The register tile's accumulators as vectors, for compilers that do not vectorise a tile held in scalars
     (gcc's SLP vectoriser does not start from a loop's accumulators: a convolution's tile ran one lane at a time).
 
@@ -315,7 +322,8 @@ def plan_vector_tiles(program: list[UOp], simd_bytes: int) -> list[VectorTile]:
     updated once in the same loop by the same operations, and one of their operands is consecutive elements of an
     input (a row of the tile, one vector load); a lane may read only its own accumulator. Arithmetic, comparisons,
     selects, maxima and conversions to floats are computed on vectors; anything else (a division, a math function)
-    is taken as lanes gathered from the scalar code, or where it reads an accumulator, makes no tile."""
+    is taken as lanes gathered from the scalar code, or where it reads an accumulator, makes no tile. `builder` reads
+    the lanes (the LLVM path's also fuses multiply-adds)."""
     position = {u: i for i, u in enumerate(program)}
     loop_of: dict[UOp, UOp | None] = {}
     open_loops: list[UOp] = []
@@ -347,7 +355,8 @@ def plan_vector_tiles(program: list[UOp], simd_bytes: int) -> list[VectorTile]:
         for width in (w for w in (64, 32, 16, 8, 4, 2) if w <= widest and i + w <= len(accs)):
             run = tuple(accs[i:i + width])
             assigns = tuple(a for a in (assign_of[acc] for acc in run) if a is not None)
-            if (tile := _tile(program, run, assigns, loop_of, position, reads, read_only, has_acc)) is not None:
+            tile = _tile(program, run, assigns, loop_of, position, reads, read_only, has_acc, builder)
+            if tile is not None:
                 tiles.append(tile)
                 i += width
                 break

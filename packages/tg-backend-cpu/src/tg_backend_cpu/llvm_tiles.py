@@ -1,0 +1,260 @@
+"""The LLVM path's contraction rule, and its register tiles written as LLVM vectors.
+
+Contraction. No instruction carries the `contract` flag, and with the target machine's default fusion mode LLVM
+fuses a multiply and an add only where they are written as one `llvm.fmuladd` (on a target with FMA instructions
+always, without them never). The renderer writes one where the rule (`fused_adds`, CPU_FMA) says: by default
+("accumulate") a float32/float64 product added to a reduction's accumulator (`acc + a*b`, a matmul's and a
+convolution's inner step), and no other product. So an elementwise value rounds the same whether its product is
+computed in the kernel that adds it or stored by another kernel first (a batch norm of random numbers computed in
+one kernel and read from a realized buffer in another differed by an ulp when products could fuse into the adds
+of elementwise code: with `contract` the code generator fused a product into its single use), and a register tile
+keeps its FMAs. "all" fuses every product that feeds an add (LLVM's SLP vectoriser then leaves many tiles scalar),
+"none" none (a reduction's tile is then a multiply and an add per step). float16 and the emulated floats round
+after each op and are never fused.
+
+Vector tiles. The C path's tile plan (`renderer.plan_vector_tiles`) finds the accumulators of a register tile that
+one reduction updates alike, and how their update is computed lane by lane (`Lanes`). Here each such tile is one
+`<N x T>` accumulator and its update one expression of vector instructions: loads of a row, splats, selects,
+maxima, conversions and `llvm.fmuladd` under the rule above, lane for lane what the scalar code computes (bit for
+bit: the same operations in the same order per lane). LLVM then
+has nothing left to vectorise in the tile: it was the SLP vectoriser's work, and with InstCombine and the code
+generator over hundreds of scalar accumulators most of a big kernel's compile time. The scalar code the tile
+replaces is not written at all (`rendered_uops`).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from tinygrad.dtype import DType, dtypes
+from tinygrad.uop.ops import GroupOp, Ops, UOp
+
+from tg_backend_cpu.llvm_types import float_suffix, literal, value_type, vector_type
+from tg_backend_cpu.renderer import Lanes, TileBuilder, VectorTile
+
+#: the dtypes whose multiply-adds are fused (the others round after every op, as the reference does)
+FUSED_DTYPES = frozenset({dtypes.float32, dtypes.float64})
+#: ops that compute a value and nothing else: the kernel writes them only where something reads them
+PURE_OPS = frozenset(GroupOp.ALU) | {Ops.LOAD, Ops.INDEX, Ops.CAST, Ops.BITCAST}
+_COMPARISONS = (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ)
+_LOGIC = (Ops.AND, Ops.OR, Ops.XOR)
+
+
+#: the contraction rules (CPU_FMA): LLVM's choice (`contract` flags on float32/float64 arithmetic), no product, only a
+#: product added to a reduction's accumulator, or every product that feeds an add
+FMA_RULES = ("contract", "none", "accumulate", "all")
+
+
+def _mul_side(u: UOp) -> int | None:
+    if u.op not in (Ops.ADD, Ops.SUB) or u.dtype not in FUSED_DTYPES:
+        return None
+    for side, s in enumerate(u.src):
+        if s.op is Ops.MUL and s.dtype == u.dtype:
+            return side
+    return None
+
+
+def fused_adds(program: list[UOp], rule: str) -> dict[UOp, int]:
+    """The adds that the contraction rule fuses with a product, each with the side of its product operand."""
+    if rule == "all":
+        candidates = [u for u in program if u.op in (Ops.ADD, Ops.SUB)]
+    elif rule == "accumulate":  # acc + a*b, the value an ASSIGN gives the accumulator it reads
+        candidates = [a.src[1] for a in program if a.op is Ops.ASSIGN and a.src[1].op is Ops.ADD and
+                      a.src[0] in a.src[1].src]
+    else:
+        return {}
+    return {u: side for u in candidates if (side := _mul_side(u)) is not None}
+
+
+class FusingTileBuilder(TileBuilder):
+    """The C path's lanes, with the fused multiply-adds of the contraction rule: an ADD of three operands is
+    `fmuladd(a, b, c)` (a SUB's subtrahend, or the product it is subtracted from, negated: exact), so that every
+    lane computes what the scalar code computes for it (`fused`: the adds the rule fuses, `fused_adds`)."""
+
+    def __init__(self, accs: tuple[UOp, ...], read_only: set[UOp], has_acc: dict[UOp, bool], mask: DType,
+                 fused: dict[UOp, int]):
+        super().__init__(accs, read_only, has_acc, mask)
+        self.fused = fused
+
+    def lanes(self, values: tuple[UOp, ...]) -> Lanes | None:
+        first = values[0]
+        side = self.fused.get(first)
+        if side is None or values == self.accs or all(v is first for v in values):
+            return super().lanes(values)
+        d = first.dtype
+        gathered = None if any(self.has_acc[v] for v in values) else Lanes("gather", d, values)
+        if any(v.op is not first.op or v.dtype != d or self.fused.get(v) != side for v in values):
+            return gathered  # lanes fused differently are computed by the scalar code
+        muls = tuple(v.src[side] for v in values)
+        a, b = self.lanes(tuple(m.src[0] for m in muls)), self.lanes(tuple(m.src[1] for m in muls))
+        c = self.lanes(tuple(v.src[1 - side] for v in values))
+        if a is None or b is None or c is None or not a.dtype == b.dtype == c.dtype == d:
+            return gathered
+        if first.op is Ops.SUB:
+            if side == 0:  # a*b - c
+                c = Lanes("alu", d, op=Ops.NEG, args=(c,))
+            else:  # c - a*b
+                a = Lanes("alu", d, op=Ops.NEG, args=(a,))
+        return Lanes("alu", d, op=Ops.ADD, args=(a, b, c))
+
+
+def _leaves(lanes: Lanes) -> list[UOp]:
+    """The scalar values a tile's update reads."""
+    if lanes.kind in ("splat", "load", "gather"):
+        return list(lanes.uops)
+    return [leaf for a in lanes.args for leaf in _leaves(a)]
+
+
+def scalar_sources(u: UOp, fused: dict[UOp, int]) -> tuple[UOp, ...]:
+    """The values the scalar code reads to compute `u` (a fused add reads its product's factors, not the product)."""
+    if (side := fused.get(u)) is not None:
+        return (*u.src[side].src, u.src[1 - side])
+    return u.src
+
+
+def rendered_uops(program: list[UOp], tiles: list[VectorTile], fused: dict[UOp, int]) -> set[UOp]:
+    """The UOps the kernel writes: every one with an effect (a store, a loop, an accumulator), and the values these
+    read, with a tile's update reading only its leaves (`_leaves`) and the tile's other updates nothing. A product
+    that only fused adds read, or a lane's arithmetic that only its tile read, is not written."""
+    tile_of = {a: t for t in tiles for a in t.assigns}
+    keep: set[UOp] = set()
+    for u in reversed(program):  # a linearized program lists each value before its readers
+        if u in tile_of:
+            tile = tile_of[u]
+            if u is tile.last:
+                keep.add(u)
+                keep.update(_leaves(tile.update))
+            continue
+        if u in keep or u.op not in PURE_OPS:
+            keep.add(u)
+            keep.update(scalar_sources(u, fused))
+    return keep
+
+
+def is_mask(lanes: Lanes) -> bool:
+    """Whether a tile's value is lanes of bools (an `<N x i1>`), not of its dtype (the C path's integer masks)."""
+    if lanes.kind == "splat":
+        return lanes.uops[0].dtype == dtypes.bool
+    return lanes.kind == "alu" and (lanes.op in _COMPARISONS or (lanes.op in _LOGIC and is_mask(lanes.args[0])))
+
+
+class Emitter(Protocol):
+    """What `TileWriter` needs of the kernel it writes into (llvm_renderer's `_Kernel`)."""
+
+    ref: dict[UOp, str]
+    allocas: list[str]
+
+    def fresh(self, prefix: str = "t") -> str: ...
+    def ins(self, text: str) -> str: ...
+    def do(self, text: str) -> None: ...
+    def intrinsic(self, name: str, ret: str, args: list[tuple[str, str]]) -> str: ...
+    def val(self, u: UOp) -> str: ...
+
+
+class TileWriter:
+    """Writes a kernel's vector tiles: an accumulator per tile (a stack slot of its vector type, promoted to a
+    register by LLVM), its update where the last of its lanes' updates stands, and a lane's value where the scalar
+    code reads an accumulator (after the reduction)."""
+
+    def __init__(self, kernel: Emitter, tiles: list[VectorTile], flags: str):
+        self.k, self.flags = kernel, flags  # `flags`: the float arithmetic's fast-math flags (" contract" or "")
+        self.tile_of = {u: t for t in tiles for u in (*t.accs, *t.assigns)}
+        self.lane_of = {acc: lane for t in tiles for lane, acc in enumerate(t.accs)}
+        self.slot: dict[VectorTile, str] = {}
+
+    def owns(self, u: UOp) -> bool:
+        return u in self.tile_of
+
+    @staticmethod
+    def _type(tile: VectorTile) -> str:
+        return vector_type(len(tile.accs), value_type(tile.accs[0].dtype))
+
+    def define(self, acc: UOp) -> None:
+        """The tile's accumulator, at its first lane's DEFINE_ACC (all of them precede the reduction's loop)."""
+        tile = self.tile_of[acc]
+        if acc is not tile.accs[0]:
+            return
+        t, et = self._type(tile), value_type(acc.dtype)
+        self.slot[tile] = slot = "%" + self.k.fresh("vacc")
+        self.k.allocas.append(f"  {slot} = alloca {t}")
+        values = [literal(a.src[0].arg, a.dtype) for a in tile.accs]
+        init = "zeroinitializer" if all(v == literal(0, acc.dtype) for v in values) else \
+            "<" + ", ".join(f"{et} {v}" for v in values) + ">"
+        self.k.do(f"store {t} {init}, ptr {slot}")
+
+    def read(self, acc: UOp) -> str:
+        """One accumulator's current value: its lane of the tile."""
+        tile = self.tile_of[acc]
+        t = self._type(tile)
+        whole = self.k.ins(f"load {t}, ptr {self.slot[tile]}")
+        return self.k.ins(f"extractelement {t} {whole}, i64 {self.lane_of[acc]}")
+
+    def assign(self, u: UOp) -> None:
+        """A lane's update: the whole tile's at the last of them, when every lane's operands exist."""
+        tile = self.tile_of[u]
+        if u is not tile.last:
+            return
+        value = self._emit(tile.update, tile, {})
+        self.k.do(f"store {self._type(tile)} {value}, ptr {self.slot[tile]}")
+
+    def _lane_type(self, lanes: Lanes, width: int) -> tuple[str, str]:
+        et = "i1" if is_mask(lanes) else value_type(lanes.dtype)
+        return vector_type(width, et), et
+
+    def _emit(self, lanes: Lanes, tile: VectorTile, done: dict[Lanes, str]) -> str:
+        if lanes in done:  # an operand shared by two parts of the update is computed once
+            return done[lanes]
+        width = len(tile.accs)
+        vt, et = self._lane_type(lanes, width)
+        k = self.k
+        if lanes.kind == "acc":
+            out = k.ins(f"load {vt}, ptr {self.slot[tile]}")
+        elif lanes.kind == "splat":
+            one = k.ins(f"insertelement {vt} poison, {et} {k.val(lanes.uops[0])}, i64 0")
+            out = k.ins(f"shufflevector {vt} {one}, {vt} poison, <{width} x i32> zeroinitializer")
+        elif lanes.kind == "load":  # a row of a read-only input: the first lane's address, the element's alignment
+            out = k.ins(f"load {vt}, ptr {k.ref[lanes.uops[0]]}, align {lanes.dtype.itemsize}")
+        elif lanes.kind == "gather":
+            out = "poison"
+            for lane, u in enumerate(lanes.uops):
+                out = k.ins(f"insertelement {vt} {out}, {et} {k.val(u)}, i64 {lane}")
+        else:
+            out = self._alu(lanes, vt, [self._emit(a, tile, done) for a in lanes.args], width)
+        done[lanes] = out
+        return out
+
+    def _alu(self, lanes: Lanes, vt: str, args: list[str], width: int) -> str:
+        op, d, k = lanes.op, lanes.dtype, self.k
+        if op is Ops.ADD and len(args) == 3:
+            return k.intrinsic(f"llvm.fmuladd.v{width}{float_suffix(value_type(d))}", vt, [(vt, a) for a in args])
+        if op is Ops.NEG:
+            return k.ins(f"fneg {vt} {args[0]}")
+        if op is Ops.WHERE:
+            return k.ins(f"select {vector_type(width, 'i1')} {args[0]}, {vt} {args[1]}, {vt} {args[2]}")
+        if op is Ops.MAX:  # float lanes only (the plan's rule): NaN wins, +0.0 beats -0.0, as the scalar code
+            return k.intrinsic(f"llvm.maximum.v{width}{float_suffix(value_type(d))}", vt, [(vt, a) for a in args])
+        src = lanes.args[0]
+        st, _ = self._lane_type(src, width)
+        if op is Ops.CAST:  # to a float, from a float or an integer (the plan's rule)
+            return self._convert(args[0], src.dtype, st, d, vt)
+        if op in _COMPARISONS:
+            if is_mask(src):
+                return k.ins(f"icmp {'eq' if op is Ops.CMPEQ else 'ne'} {st} {args[0]}, {args[1]}")
+            if src.dtype.is_float:
+                return k.ins(f"fcmp {({Ops.CMPLT: 'olt', Ops.CMPNE: 'une', Ops.CMPEQ: 'oeq'})[op]} {st} "
+                             f"{args[0]}, {args[1]}")
+            lt = "ult" if src.dtype.is_unsigned else "slt"
+            return k.ins(f"icmp {({Ops.CMPLT: lt, Ops.CMPNE: 'ne', Ops.CMPEQ: 'eq'})[op]} {st} {args[0]}, {args[1]}")
+        if op in _LOGIC:
+            return k.ins(f"{({Ops.AND: 'and', Ops.OR: 'or', Ops.XOR: 'xor'})[op]} {vt} {args[0]}, {args[1]}")
+        if op in (Ops.ADD, Ops.SUB, Ops.MUL):  # products are fused only as the rule says (len 3 above)
+            instr = {Ops.ADD: "add", Ops.SUB: "sub", Ops.MUL: "mul"}[op]
+            return k.ins(f"{'f' + instr + self.flags if d.is_float else instr} {vt} {args[0]}, {args[1]}")
+        raise NotImplementedError(f"LLVM vector tiles cannot write {op} of {d}")
+
+    def _convert(self, x: str, frm: DType, st: str, to: DType, vt: str) -> str:
+        if frm.is_float:
+            size = {"half": 16, "float": 32, "double": 64}
+            a, b = size[value_type(frm)], size[value_type(to)]
+            return x if a == b else self.k.ins(f"{'fpext' if b > a else 'fptrunc'} {st} {x} to {vt}")
+        return self.k.ins(f"{'uitofp' if frm.is_unsigned else 'sitofp'} {st} {x} to {vt}")
