@@ -265,7 +265,7 @@ BAD_REQUESTS = {
     "stream not a bool": ("v1/chat/completions", _chat_body(stream="yes"), 400, "stream"),
     "seed not an integer": ("v1/chat/completions", _chat_body(seed="x"), 400, "seed"),
     "n above 1": ("v1/chat/completions", _chat_body(n=2), 400, "n"),
-    "tools": ("v1/chat/completions", _chat_body(tools=[{"type": "function"}]), 400, "tools"),
+    "tools": ("v1/chat/completions", _chat_body(tools=[{"type": "function"}]), 400, "tools[0].function"),
     "too long prompt (chat)": ("v1/chat/completions", _chat_body(messages=user(LONG)), 400, "messages"),
     "too long prompt": ("v1/completions", json.dumps({"prompt": LONG}).encode(), 400, "prompt"),
     "missing prompt": ("v1/completions", json.dumps({"max_tokens": 3}).encode(), 400, "prompt"),

@@ -12,9 +12,10 @@ From Python (a tinygrad.nn.transformer model and a tokenizers.Tokenizer):
     server.stop()
 
 `Engine` (engine.py) is the model with its tokenizer and chat template, generating text one request at a time;
-server.py speaks HTTP; request_body.py reads a request's JSON body and checks its fields; loader.py reads a model
-directory or .gguf file; gguf_vocab.py rebuilds a GGUF file's vocabulary as a tokenizers.Tokenizer; cli.py is the
-command line and the terminal chat.
+server.py speaks HTTP; request_body.py reads a request's JSON body and checks its fields; tool_calls.py reads tool
+calls and reasoning back out of generated text; loader.py reads a model directory or .gguf file; gguf_vocab.py
+rebuilds a GGUF file's vocabulary as a tokenizers.Tokenizer; cli.py is the command line (also --benchmark) and the
+terminal chat.
 """
 
 from tinygrad.llm.engine import ChatTemplateError, Engine, Piece

@@ -28,6 +28,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tokenizer", default=None, help="a tokenizer.json to use instead of the model's own")
     p.add_argument("--name", default=None, help="the model id of the API (default: the directory or file name)")
     p.add_argument("--quiet", action="store_true", help="do not log requests")
+    p.add_argument("--max-queue", type=int, default=None,
+                   help="requests that may wait while one generates; more are answered 503 (default 8)")
+    p.add_argument("--benchmark", action="store_true",
+                   help="measure prefill and decode speed in tokens/s (greedy, after a warm-up run) and exit")
+    p.add_argument("--benchmark-prompt", type=int, default=128, metavar="N",
+                   help="prompt length of --benchmark in tokens (default 128)")
+    p.add_argument("--benchmark-tokens", type=int, default=64, metavar="N",
+                   help="tokens --benchmark generates (default 64)")
     chat = p.add_argument_group("terminal chat (--chat)")
     chat.add_argument("--system", default=None, help="a system message starting the conversation")
     chat.add_argument("--temperature", type=float, default=0.7, help="0: greedy (default 0.7)")
@@ -118,6 +126,32 @@ def _load(args: argparse.Namespace) -> Engine:
     return engine
 
 
+def benchmark(engine: Engine, prompt_tokens: int, new_tokens: int, runs: int = 2) -> tuple[float, float]:
+    """(prefill, decode) speed in tokens/s of the last of `runs` greedy generations (the first ones compile): the
+    prompt's tokens over the time to the first new token, then the other new tokens over the time they took. End
+    of text is not a stop here, so every run decodes the same number of tokens."""
+    if not 1 <= prompt_tokens < engine.max_context:
+        raise ValueError(f"--benchmark-prompt must be from 1 to {engine.max_context - 1} (the context), got "
+                         f"{prompt_tokens}")
+    new_tokens = min(new_tokens, engine.max_context - prompt_tokens)
+    if new_tokens < 2:
+        raise ValueError("--benchmark-tokens must be 2 or more, and fit in the context after the prompt")
+    seed = engine.encode("The quick brown fox jumps over the lazy dog.", add_special_tokens=False) or [0]
+    ids = (seed * (prompt_tokens // len(seed) + 1))[:prompt_tokens]
+    prefill = decode = 0.0
+    for _ in range(runs):
+        start = time.perf_counter()
+        first, n = start, 0
+        for _token in engine.model.generate(ids, new_tokens, 0.0, 0, 1.0, ()):
+            n += 1
+            if n == 1:
+                first = time.perf_counter()
+        end = time.perf_counter()
+        prefill = prompt_tokens / max(first - start, 1e-9)
+        decode = (n - 1) / max(end - first, 1e-9)
+    return prefill, decode
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
@@ -125,6 +159,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError, ImportError) as e:
         print(f"tinygrad.llm: cannot load {args.model}: {e}", file=sys.stderr)
         return 2
+    if args.benchmark:
+        try:
+            prefill, decode = benchmark(engine, args.benchmark_prompt, args.benchmark_tokens)
+        except ValueError as e:
+            print(f"tinygrad.llm: {e}", file=sys.stderr)
+            return 2
+        print(f"prefill: {prefill:.1f} tokens/s ({args.benchmark_prompt} prompt tokens)")
+        print(f"decode:  {decode:.1f} tokens/s")
+        return 0
     if args.chat:
         if args.seed is not None:
             Tensor.manual_seed(args.seed)  # once: every answer continues the same sequence of draws
@@ -132,7 +175,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from tinygrad.llm.server import LLMServer, is_loopback
 
     try:
-        server = LLMServer(engine, args.host, args.port, log=not args.quiet)
+        server = LLMServer(engine, args.host, args.port, log=not args.quiet,
+                           **({} if args.max_queue is None else {"max_queue": args.max_queue}))
+    except ValueError as e:
+        print(f"tinygrad.llm: {e}; pass --max-queue 0 or more", file=sys.stderr)
+        return 2
     except OSError as e:
         print(f"tinygrad.llm: cannot listen on {args.host}:{args.port}: {e}; choose another --port",
               file=sys.stderr)

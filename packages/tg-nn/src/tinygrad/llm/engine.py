@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from tinygrad import Tensor
+from tinygrad.llm.tool_calls import THINK_CLOSE, THINK_OPEN, call_format, has_reasoning, marker_texts
 
 __all__ = ["ChatTemplateError", "Engine", "Piece"]
 
@@ -74,19 +75,37 @@ class Engine:
         #: stop strings every chat answer gets (the fallback template's turn starts; none with a real template)
         self.chat_stops: tuple[str, ...] = () if self.has_template else FALLBACK_STOPS
         self._template = _compile_template(chat_template) if chat_template is not None else None
+        #: how the template's model writes tool calls (tool_calls.call_format) and whether it separates <think>
+        self.call_format = call_format(chat_template)
+        self.reasoning = has_reasoning(chat_template)
+        # markers the answer is split at that some tokenizers hold as special tokens, which decoding would drop
+        markers = marker_texts(self.call_format) + ((THINK_OPEN, THINK_CLOSE) if self.reasoning else ())
+        self._kept: dict[int, str] = {}
+        for text in markers:
+            mid = tokenizer.token_to_id(text)
+            if mid is not None and tokenizer.decode([mid], skip_special_tokens=True) != text:
+                self._kept[int(mid)] = text
         # the model's KV caches and the sampler's seed are global to it: one generation at a time
         self.lock = threading.Lock()
 
     # -- prompts --
-    def chat_prompt(self, messages: Sequence[Mapping[str, Any]]) -> str:
-        """The text of a chat, ending where the assistant's answer starts (add_generation_prompt=True)."""
+    def chat_prompt(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None
+                    ) -> str:
+        """The text of a chat, ending where the assistant's answer starts (add_generation_prompt=True). tools: the
+        function tools offered, in OpenAI's form, given to the template as its `tools` variable (as transformers'
+        apply_chat_template does); None: the variable is left undefined, as templates test it with `is defined`."""
+        if tools and self._template is None:
+            raise ChatTemplateError("this model has no chat template, so tools cannot be described to it; serve it "
+                                    "with a chat template that renders `tools`")
         if self._template is None:
             turns = "".join(f"{str(m['role']).capitalize()}: {m['content']}\n" for m in messages)
             return turns + "Assistant:"
         from jinja2 import TemplateError
 
-        variables = {"bos_token": "", "eos_token": "", **self.special_tokens}
+        variables: dict[str, Any] = {"bos_token": "", "eos_token": "", **self.special_tokens}
         try:
+            if tools:
+                variables["tools"] = [dict(t) for t in tools]
             return str(self._template.render(messages=list(messages), add_generation_prompt=True, **variables))
         except TemplateError as e:
             raise ChatTemplateError(f"the chat template refused these messages: {e}") from e
@@ -97,7 +116,21 @@ class Engine:
         return [int(i) for i in self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids]
 
     def decode(self, ids: Sequence[int]) -> str:
-        return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
+        """The text of ids without special tokens, except the reasoning and tool-call markers the answer is split at
+        (decoded between the runs of other tokens, which are decoded as usual)."""
+        if not self._kept or not any(i in self._kept for i in ids):
+            return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
+        out: list[str] = []
+        run: list[int] = []
+        for i in ids:
+            if i in self._kept:
+                out.append(str(self.tokenizer.decode(run, skip_special_tokens=True)) if run else "")
+                out.append(self._kept[i])
+                run = []
+            else:
+                run.append(i)
+        out.append(str(self.tokenizer.decode(run, skip_special_tokens=True)) if run else "")
+        return "".join(out)
 
     # -- generation --
     def stream(self, prompt_ids: Sequence[int], max_tokens: int, temperature: float = 1.0, top_p: float = 1.0,

@@ -21,14 +21,16 @@ from itertools import accumulate
 from typing import Any
 
 __all__ = ["MAX_INT_DIGITS", "MAX_JSON_DEPTH", "ApiError", "Options", "check_model", "flag", "messages", "options",
-           "parse_body", "prompt_ids", "show"]
+           "parse_body", "prompt_ids", "show", "tool_choice", "tools"]
 
 MAX_JSON_DEPTH = 64  # OpenAI's bodies nest a handful of levels; json's parser overflows the stack near 1000
 MAX_INT_DIGITS = 32  # digits in a row in a number; a seed, the longest number asked for, has at most 20
 MAX_TOKENS = 2 ** 31 - 1
 MAX_STOPS = 16
 MAX_STOP_CHARS = 256
-ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+ROLES = ("system", "developer", "user", "assistant", "tool")
+MAX_TOOLS = 128  # OpenAI's own limit on the tools of one request
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for function names
 
 
 class ApiError(Exception):
@@ -217,16 +219,10 @@ def _unsupported(body: Mapping[str, Any]) -> None:
         raise ApiError(400, "logprobs are not supported by this server", "logprobs")
     if _integer(body, "top_logprobs", 0, 20):
         raise ApiError(400, "logprobs are not supported by this server", "top_logprobs")
-    for key in ("tools", "functions"):
-        v = body.get(key)
-        if v is not None and not isinstance(v, list):
-            raise ApiError(400, f"'{key}' must be a list", key)
-        if v:
-            raise ApiError(400, f"'{key}' (tool calling) is not supported by this server", key)
-    choice = body.get("tool_choice")
-    if choice is not None and choice not in ("none", "auto"):
-        raise ApiError(400, "'tool_choice' can only be \"none\" or \"auto\" here (tool calling is not supported)",
-                       "tool_choice")
+    for key in ("functions", "function_call"):
+        if body.get(key) is not None:
+            raise ApiError(400, f"'{key}' (OpenAI's deprecated function calling) is not supported; send 'tools' and "
+                                f"'tool_choice' instead", key)
     fmt = body.get("response_format")
     if fmt is not None and not (isinstance(fmt, Mapping) and fmt.get("type") == "text"):
         raise ApiError(400, "only response_format {\"type\": \"text\"} is supported", "response_format")
@@ -305,7 +301,7 @@ def _content(value: Any, where: str) -> str:
                    f"{where}.content")
 
 
-def messages(body: Mapping[str, Any]) -> list[dict[str, str]]:
+def messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     """A chat's messages as the chat template takes them: role ("developer" as "system"), content, and name."""
     msgs = body.get("messages")
     if msgs is None:
@@ -321,14 +317,133 @@ def messages(body: Mapping[str, Any]) -> list[dict[str, str]]:
         if not isinstance(role, str) or role not in ROLES:
             raise ApiError(400, f"{where}.role must be one of {list(ROLES)}, got {show(role)}", f"{where}.role")
         # "developer" is OpenAI's newer name for the system role, which chat templates know as "system"
-        msg = {"role": "system" if role == "developer" else role, "content": _content(m.get("content"), where)}
+        msg: dict[str, Any] = {"role": "system" if role == "developer" else role,
+                               "content": _content(m.get("content"), where)}
         name = m.get("name")
         if name is not None and not isinstance(name, str):
             raise ApiError(400, f"{where}.name must be a string, got {show(name)}", f"{where}.name")
         if name is not None:
             msg["name"] = name
+        if role == "tool":
+            call_id = m.get("tool_call_id")
+            if not isinstance(call_id, str):
+                raise ApiError(400, f"{where}.tool_call_id must be the id (a string) of the tool call this message "
+                                    f"answers", f"{where}.tool_call_id")
+            msg["tool_call_id"] = call_id
+        calls = m.get("tool_calls")
+        if calls is not None:
+            if role != "assistant":
+                raise ApiError(400, f"{where}.tool_calls: only assistant messages carry tool calls",
+                               f"{where}.tool_calls")
+            msg["tool_calls"] = _tool_calls(calls, f"{where}.tool_calls")
         out.append(msg)
     return out
+
+
+def _tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
+    """An assistant message's tool calls, for the chat template: OpenAI's form, with each call's arguments (a JSON
+    string on the wire) parsed into an object, which is what chat templates render (transformers documents
+    arguments as a dict; templates apply tojson to them)."""
+    if not isinstance(calls, list):
+        raise ApiError(400, f"{where} must be a list of tool calls", where)
+    out = []
+    for i, c in enumerate(calls):
+        at = f"{where}[{i}]"
+        fn = c.get("function") if isinstance(c, Mapping) else None
+        if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+            raise ApiError(400, f"{at} must be {{\"id\", \"type\": \"function\", \"function\": {{\"name\", "
+                                f"\"arguments\"}}}}, got {show(c)}", at)
+        args = fn.get("arguments", {})
+        if isinstance(args, str):
+            try:
+                args = json.loads(args) if args.strip() else {}
+            except json.JSONDecodeError as e:
+                raise ApiError(400, f"{at}.function.arguments is not valid JSON ({e}); send the arguments as a JSON "
+                                    f"object in a string", f"{at}.function.arguments") from None
+        if not isinstance(args, dict):
+            raise ApiError(400, f"{at}.function.arguments must be a JSON object, got {show(args)}",
+                           f"{at}.function.arguments")
+        call_id = c.get("id")
+        if call_id is not None and not isinstance(call_id, str):
+            raise ApiError(400, f"{at}.id must be a string", f"{at}.id")
+        out.append({"id": call_id or f"call_{i}", "type": "function",
+                    "function": {"name": fn["name"], "arguments": args}})
+    return out
+
+
+def tools(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The function tools offered ([] for none), checked: each {"type": "function", "function": {"name",
+    "description"?, "parameters"? (a JSON schema of type object), "strict"?}}, names unique."""
+    v = body.get("tools")
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise ApiError(400, "'tools' must be a list of {\"type\": \"function\", \"function\": {...}} objects",
+                       "tools")
+    if len(v) > MAX_TOOLS:
+        raise ApiError(400, f"'tools' holds {len(v)} tools; at most {MAX_TOOLS} are taken", "tools")
+    out, seen = [], set()
+    for i, t in enumerate(v):
+        where = f"tools[{i}]"
+        if not isinstance(t, Mapping) or t.get("type") != "function":
+            raise ApiError(400, f"{where} must be an object with \"type\": \"function\" (the only kind of tool "
+                                f"this server calls), got {show(t)}", f"{where}.type")
+        fn = t.get("function")
+        if not isinstance(fn, Mapping):
+            raise ApiError(400, f"{where}.function must be an object with 'name', 'description' and 'parameters'",
+                           f"{where}.function")
+        name = fn.get("name")
+        if not isinstance(name, str) or not _TOOL_NAME.fullmatch(name):
+            raise ApiError(400, f"{where}.function.name must be 1 to 64 letters, digits, '_' or '-', got "
+                                f"{show(name)}", f"{where}.function.name")
+        if name in seen:
+            raise ApiError(400, f"{where}.function.name {name!r} is offered twice; tool names must be unique",
+                           f"{where}.function.name")
+        seen.add(name)
+        desc = fn.get("description")
+        if desc is not None and not isinstance(desc, str):
+            raise ApiError(400, f"{where}.function.description must be a string", f"{where}.function.description")
+        params = fn.get("parameters")
+        if params is not None and not (isinstance(params, Mapping) and params.get("type", "object") == "object"):
+            raise ApiError(400, f"{where}.function.parameters must be a JSON schema of an object ({{\"type\": "
+                                f"\"object\", \"properties\": {{...}}}}), got {show(params)}",
+                           f"{where}.function.parameters")
+        if params is not None and "properties" in params and not isinstance(params["properties"], Mapping):
+            raise ApiError(400, f"{where}.function.parameters.properties must be an object",
+                           f"{where}.function.parameters")
+        strict = fn.get("strict")
+        if strict is not None and not isinstance(strict, bool):
+            raise ApiError(400, f"{where}.function.strict must be true or false", f"{where}.function.strict")
+        function: dict[str, Any] = {"name": name}
+        if desc is not None:
+            function["description"] = desc
+        function["parameters"] = dict(params) if params is not None else {"type": "object", "properties": {}}
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def tool_choice(body: Mapping[str, Any], offered: list[dict[str, Any]]) -> str:
+    """"none", "auto", "required", or the name of the one function the model must call."""
+    v = body.get("tool_choice")
+    if v is None:
+        return "auto" if offered else "none"
+    if isinstance(v, str):
+        if v not in ("none", "auto", "required"):
+            raise ApiError(400, f"'tool_choice' must be \"none\", \"auto\", \"required\" or {{\"type\": "
+                                f"\"function\", \"function\": {{\"name\": ...}}}}, got {show(v)}", "tool_choice")
+        choice = v
+    else:
+        fn = v.get("function") if isinstance(v, Mapping) and v.get("type") == "function" else None
+        if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+            raise ApiError(400, f"'tool_choice' must be \"none\", \"auto\", \"required\" or {{\"type\": "
+                                f"\"function\", \"function\": {{\"name\": ...}}}}, got {show(v)}", "tool_choice")
+        choice = fn["name"]
+        if choice not in {t["function"]["name"] for t in offered}:
+            raise ApiError(400, f"'tool_choice' names the function {show(choice)}, which is not among 'tools'",
+                           "tool_choice")
+    if choice not in ("none", "auto") and not offered:
+        raise ApiError(400, f"'tool_choice' {show(choice)} needs 'tools' to call", "tool_choice")
+    return choice
 
 
 def prompt_ids(body: Mapping[str, Any], vocab_size: int) -> list[int] | str:

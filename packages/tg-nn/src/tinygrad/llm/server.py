@@ -11,12 +11,22 @@ greedy), `top_p`, `top_k` (an extension; 0 = off), `stop` (a string or a list), 
 events: `data: {chunk}` ... `data: [DONE]`, with `stream_options.include_usage` for a last usage chunk) and answer
 with `usage` token counts and finish_reason "stop" (an end-of-text token or a stop string, which is cut from the
 text) or "length" (max_tokens, or the end of the context). Temperature and top_p are rounded to 0.01: the decode
-step is compiled for each pair used. Options this server cannot honour (n > 1, logprobs, tools, a response_format
-other than text) get a 400 rather than being ignored; penalties and logit_bias are checked, then ignored. How a
-body is read and its fields checked is request_body.py's part.
+step is compiled for each pair used. Options this server cannot honour (n > 1, logprobs, a response_format other
+than text) get a 400 rather than being ignored; penalties and logit_bias are checked, then ignored. How a body is
+read and its fields checked is request_body.py's part.
+
+Chat completions take `tools` (function tools; given to the chat template as its `tools` variable) and
+`tool_choice`. The calls the model writes, in its template's format (tool_calls.py), come back as `tool_calls`
+with finish_reason "tool_calls"; streamed, as OpenAI does: the text before a call as content, then each call as
+a delta with its id and name and one with its arguments. Text inside <think> blocks, where the template uses
+them, comes back as `reasoning_content` (streamed: `delta.reasoning_content`). tool_choice "required" or a named
+function is checked, not enforced: an answer without the call gets a 422 (code "tool_call_missing"). Assistant
+messages may carry `tool_calls` (their arguments reach the template as objects) and "tool" messages answer them
+by `tool_call_id`.
 
 Requests are served on threads (at most MAX_THREADS at once, more wait to be accepted) but generate one at a time:
-the model's KV caches and its sampler's seed are shared, so the others wait for the engine's lock, in turn.
+the model's KV caches and its sampler's seed are shared, so the others wait for the engine's lock, in turn. At
+most max_queue requests wait so; one more is answered 503 with Retry-After at once.
 Errors are JSON as OpenAI's, {"error": {"message", "type", "param", "code"}}: a 4xx for a request that cannot be
 served (checked before anything is generated), a 500 when generation itself fails (in a stream that has started:
 an error event, then [DONE]). A failing request never takes the server down; an unexpected error is logged once,
@@ -45,9 +55,11 @@ import logging
 import re
 import socket
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
+from contextlib import contextmanager
 from importlib import resources
 from typing import Any
 from urllib.parse import urlsplit
@@ -55,12 +67,15 @@ from urllib.parse import urlsplit
 from tinygrad.llm import request_body
 from tinygrad.llm.engine import ChatTemplateError, Engine, Piece
 from tinygrad.llm.request_body import ApiError, Options, show
+from tinygrad.llm.tool_calls import THINK_OPEN, OutputSplitter, Split
 from tinygrad.localserver import BackgroundServer, BoundedHTTPServer
 
 __all__ = ["MAX_BODY", "ApiError", "LLMServer", "serve"]
 
 MAX_BODY = 1 << 20  # bytes of JSON in a request: room for long chats, and a bound on what a request makes us hold
 MAX_THREADS = 16
+MAX_QUEUE = 8  # requests waiting for the engine while one generates; more get a 503 (MAX_THREADS bounds it too)
+RETRY_AFTER = 1  # seconds, in a 503's Retry-After
 REQUEST_TIMEOUT = 60.0  # seconds a socket read or write may stall before the connection is dropped
 MAX_REQUEST_LINE = 16 * 1024  # bytes: room for the chat page's ?q= text; http.server's own limit is 64 KiB
 LINGER_SECONDS = 1.0
@@ -298,19 +313,33 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         engine = self.server.engine
         request_body.check_model(body, engine.name)
         messages = request_body.messages(body)
+        offered = request_body.tools(body)
+        choice = request_body.tool_choice(body, offered)
         opts = request_body.options(body, ("max_completion_tokens", "max_tokens"), self.server.vocab_size)
         opts.extra_stops = list(engine.chat_stops)
+        # a named function is the only tool the template describes; "none" describes none
+        given = [] if choice == "none" else [t for t in offered if choice in ("auto", "required")
+                                             or t["function"]["name"] == choice]
+        if given and engine.has_template and engine.call_format is None:
+            raise ApiError(400, "this model's chat template writes tool calls in no format this server reads "
+                                "(Hermes/Qwen <tool_call>, Mistral [TOOL_CALLS], Llama 3.1 JSON); send no 'tools'",
+                           "tools")
         try:
-            prompt = engine.chat_prompt(messages)
+            prompt = engine.chat_prompt(messages, given or None)
         except ChatTemplateError as e:
-            raise ApiError(400, str(e), "messages") from None
+            raise ApiError(400, str(e), "tools" if given and not engine.has_template else "messages") from None
         ids = engine.encode(prompt, add_special_tokens=False)
         self._check_prompt(ids, "messages")
-        self._generate("chat", ids, opts, prefix="")
+        splitter = OutputSplitter(engine.call_format, [t["function"]["name"] for t in given], engine.reasoning,
+                                  thinking=prompt.rstrip().endswith(THINK_OPEN))
+        self._generate("chat", ids, opts, prefix="", chat=_ChatOutput(splitter, choice))
 
     def _completion(self, body: dict[str, Any]) -> None:
         engine = self.server.engine
         request_body.check_model(body, engine.name)
+        for key in ("tools", "tool_choice"):
+            if body.get(key) is not None:
+                raise ApiError(400, f"'{key}' applies to /v1/chat/completions only", key)
         prompt = request_body.prompt_ids(body, self.server.vocab_size)
         ids, text = (engine.encode(prompt), prompt) if isinstance(prompt, str) else (prompt, engine.decode(prompt))
         opts = request_body.options(body, ("max_tokens",), self.server.vocab_size)
@@ -318,41 +347,50 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._check_prompt(ids, "prompt")
         self._generate("text", ids, opts, prefix=text if echo else "")
 
-    def _generate(self, kind: str, ids: list[int], opts: Options, prefix: str) -> None:
-        engine = self.server.engine
-        max_tokens = opts.max_tokens if opts.max_tokens is not None else engine.max_context
-        pieces = engine.stream(ids, max_tokens, **opts.sampling())
-        meta = {"id": f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex[:24]}",
-                "object": "chat.completion" if kind == "chat" else "text_completion", "created": int(time.time()),
-                "model": engine.name, "system_fingerprint": "tinygrad"}
-        if opts.stream:
-            self._stream(kind, pieces, meta, len(ids), opts.include_usage, prefix)
-            return
-        try:
-            collected = list(pieces)
-        finally:
-            pieces.close()
+    def _generate(self, kind: str, ids: list[int], opts: Options, prefix: str, chat: _ChatOutput | None = None
+                  ) -> None:
+        with self.server.admission():
+            engine = self.server.engine
+            max_tokens = opts.max_tokens if opts.max_tokens is not None else engine.max_context
+            pieces = engine.stream(ids, max_tokens, **opts.sampling())
+            meta = {"id": f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex[:24]}",
+                    "object": "chat.completion" if kind == "chat" else "text_completion",
+                    "created": int(time.time()), "model": engine.name, "system_fingerprint": "tinygrad"}
+            if opts.stream:
+                self._stream(kind, pieces, meta, len(ids), opts.include_usage, prefix, chat)
+                return
+            try:
+                collected = list(pieces)
+            finally:
+                pieces.close()
         text = prefix + "".join(p.text for p in collected)
         last = collected[-1]
         choice: dict[str, Any] = {"index": 0, "finish_reason": last.finish_reason, "logprobs": None}
-        if kind == "chat":
-            choice["message"] = {"role": "assistant", "content": text}
+        if chat is not None:
+            split = chat.splitter.finish(text)
+            chat.check(split)
+            message: dict[str, Any] = {"role": "assistant", "content": split.content or None}
+            if split.reasoning:
+                message["reasoning_content"] = split.reasoning
+            if split.calls:
+                message["tool_calls"] = split.calls
+                choice["finish_reason"] = "tool_calls"
+            elif message["content"] is None:
+                message["content"] = ""
+            choice["message"] = message
         else:
             choice["text"] = text
         self._send_json(200, {**meta, "choices": [choice], "usage": _usage(len(ids), last.completion_tokens)})
 
     def _stream(self, kind: str, pieces: Generator[Piece, None, None], meta: dict[str, Any], n_prompt: int,
-                include_usage: bool, prefix: str) -> None:
+                include_usage: bool, prefix: str, chat: _ChatOutput | None) -> None:
         meta = {**meta, "object": "chat.completion.chunk" if kind == "chat" else "text_completion"}
 
-        def chunk(text: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
+        def chunk(delta: dict[str, Any] | str | None, finish: str | None) -> dict[str, Any]:
             if kind == "chat":
-                delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
-                if text:
-                    delta["content"] = text
-                c: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+                c: dict[str, Any] = {"index": 0, "delta": delta or {}, "finish_reason": finish, "logprobs": None}
             else:
-                c = {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
+                c = {"index": 0, "text": delta or "", "finish_reason": finish, "logprobs": None}
             return {**meta, "choices": [c]}
 
         self.send_response(200)
@@ -362,20 +400,51 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self._streaming = True
         self.close_connection = True
+        text, sent = "", {"reasoning_content": 0, "content": 0}
+
+        def send_split(split: Split) -> None:
+            """The reasoning and content of split not sent yet, as deltas (each only ever grows)."""
+            for key, value in (("reasoning_content", split.reasoning), ("content", split.content)):
+                if len(value) > sent[key]:
+                    self._event(chunk({key: value[sent[key]:]}, None))
+                    sent[key] = len(value)
+
         try:
             if kind == "chat":
-                self._event(chunk(None, None, role=True))
-            if prefix:
+                self._event(chunk({"role": "assistant", "content": ""}, None))
+            elif prefix:
                 self._event(chunk(prefix, None))
             for p in pieces:
-                if p.text:
-                    self._event(chunk(p.text, None))
-                if p.finish_reason is not None:
-                    self._event(chunk(None, p.finish_reason))
+                text += p.text
+                if chat is None:
+                    if p.text:
+                        self._event(chunk(p.text, None))
+                elif p.finish_reason is None:
+                    if not chat.forced:  # a call that must come: nothing is sent before it is checked
+                        send_split(chat.splitter.update(text))
+                    continue
+                finish = p.finish_reason
+                if chat is not None:
+                    split = chat.splitter.finish(text)
+                    chat.check(split)
+                    send_split(split)
+                    for i, call in enumerate(split.calls):
+                        fn = call["function"]
+                        self._event(chunk({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
+                                                           "function": {"name": fn["name"], "arguments": ""}}]},
+                                          None))
+                        self._event(chunk({"tool_calls": [{"index": i, "function": {"arguments": fn["arguments"]}}]},
+                                          None))
+                    if split.calls:
+                        finish = "tool_calls"
+                if finish is not None:
+                    self._event(chunk(None, finish))
                     if include_usage:
                         self._event({**meta, "choices": [], "usage": _usage(n_prompt, p.completion_tokens)})
         except (BrokenPipeError, ConnectionResetError, TimeoutError):
             return  # the client left: closing the generator (below) ends the generation
+        except ApiError as e:
+            self._event(e.body())
         except Exception as e:
             logger.exception("generation failed in a stream for %s", self.address_string())
             self._event(ApiError(500, f"generation failed: {type(e).__name__}: {show(str(e))}").body())
@@ -387,6 +456,27 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _event(self, obj: Any) -> None:
         self.wfile.write(b"data: " + _json_bytes(obj) + b"\n\n")
         self.wfile.flush()
+
+
+class _ChatOutput:
+    """How a chat answer is read: its splitter (reasoning, content, tool calls) and the request's tool_choice, which
+    "required" or a function's name turn into a check of the answer (the model is not steered to call; an answer
+    without the call is refused with a 422 rather than passed off as one)."""
+
+    def __init__(self, splitter: OutputSplitter, choice: str):
+        self.splitter, self.choice = splitter, choice
+        self.forced = choice not in ("auto", "none")
+
+    def check(self, split: Split) -> None:
+        if not self.forced:
+            return
+        if not split.calls:
+            raise ApiError(422, f"tool_choice {self.choice!r} asks for a tool call, and the model answered without one "
+                                f"(or with one that does not parse); try again, or use tool_choice \"auto\"",
+                           "tool_choice", "tool_call_missing")
+        if self.choice != "required" and any(c["function"]["name"] != self.choice for c in split.calls):
+            raise ApiError(422, f"tool_choice names {self.choice!r}, and the model called another tool",
+                           "tool_choice", "tool_call_missing")
 
 
 def _usage(prompt: int, completion: int) -> dict[str, int]:
@@ -412,13 +502,34 @@ class _HTTPServer(BoundedHTTPServer):
     max_threads = MAX_THREADS
     request_queue_size = 64
 
-    def __init__(self, host: str, port: int, engine: Engine, max_body: int, log: bool):
-        self.engine, self.max_body, self.log = engine, max_body, log
+    def __init__(self, host: str, port: int, engine: Engine, max_body: int, log: bool, max_queue: int = MAX_QUEUE):
+        if max_queue < 0:
+            raise ValueError(f"max_queue must be 0 or more (requests waiting for the engine), got {max_queue}")
+        self.engine, self.max_body, self.log, self.max_queue = engine, max_body, log, max_queue
+        #: requests admitted to generate: the one generating and those waiting for the engine's lock
+        self.pending = 0
+        self._pending_lock = threading.Lock()
         self.loopback = is_loopback(host)
         self.page = _chat_page()
         self.created = int(time.time())
         self.vocab_size = int(engine.tokenizer.get_vocab_size())
         super().__init__(host, port, _Handler)
+
+    @contextmanager
+    def admission(self) -> Iterator[None]:
+        """A place among the requests generating or waiting to: past max_queue waiting, a 503 with Retry-After
+        (a client should come back later rather than hold a connection and a thread for an unbounded wait)."""
+        with self._pending_lock:
+            if self.pending > self.max_queue:
+                raise ApiError(503, f"the server is busy: {self.pending} requests are generating or waiting to, and "
+                                    f"at most {self.max_queue} may wait; retry after a moment",
+                               code="server_busy", kind="server_error", headers={"Retry-After": str(RETRY_AFTER)})
+            self.pending += 1
+        try:
+            yield
+        finally:
+            with self._pending_lock:
+                self.pending -= 1
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """An exception that escaped a request's handler (socketserver's default prints it to stderr, unlabelled):
@@ -451,17 +562,24 @@ class LLMServer(BackgroundServer):
     Ctrl-C."""
 
     def __init__(self, engine: Engine, host: str = "127.0.0.1", port: int = 0, max_body: int = MAX_BODY,
-                 log: bool = False):
+                 log: bool = False, max_queue: int = MAX_QUEUE):
         self.engine = engine
-        super().__init__(_HTTPServer(host, port, engine, max_body, log), host, thread_name="tinygrad-llm",
-                         label="tinygrad.llm")
+        self._server = _HTTPServer(host, port, engine, max_body, log, max_queue)
+        super().__init__(self._server, host, thread_name="tinygrad-llm", label="tinygrad.llm")
+
+    @property
+    def pending(self) -> int:
+        """Requests generating now or waiting for the engine to (at most max_queue + 1)."""
+        return self._server.pending
 
 
 def serve(model: Any, tokenizer: Any, host: str = "127.0.0.1", port: int = 0, *, name: str = "model",
           chat_template: str | None = None, special_tokens: Mapping[str, Any] | None = None,
-          stop_ids: tuple[int, ...] = (), max_body: int = MAX_BODY, log: bool = False) -> LLMServer:
+          stop_ids: tuple[int, ...] = (), max_body: int = MAX_BODY, log: bool = False,
+          max_queue: int = MAX_QUEUE) -> LLMServer:
     """Serve `model` (a tinygrad.nn.transformer model) with `tokenizer` (a tokenizers.Tokenizer) on host:port (0: a
     free port) in a background thread; returns the running LLMServer. chat_template / special_tokens: as in
-    tokenizer_config.json (without a template, chats become "User: ...\\nAssistant:" turns)."""
+    tokenizer_config.json (without a template, chats become "User: ...\\nAssistant:" turns). max_queue: requests
+    that may wait while one generates; past that a 503."""
     engine = Engine(model, tokenizer, name, chat_template, special_tokens, stop_ids)
-    return LLMServer(engine, host, port, max_body, log)
+    return LLMServer(engine, host, port, max_body, log, max_queue)
