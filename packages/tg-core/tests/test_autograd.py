@@ -296,7 +296,7 @@ def test_a_defined_gradient_replaces_the_chain_rule_through_the_node() -> None:
     from tinygrad.gradient import define_gradient
     a = Tensor(randn(3), requires_grad=True)
     b = a * 2
-    define_gradient(b.uop, (a.uop,), lambda g: (g * g.const_like(5.0),))  # deliberately not the true 2
+    define_gradient(b.uop, (a.uop,), lambda g, _a: (g * g.const_like(5.0),))  # deliberately not the true 2
     (b * 3).sum().backward()
     assert a.grad is not None
     assert_close(a.grad.numpy(), np.full(3, 15.0, np.float32))

@@ -42,7 +42,7 @@ from typing import Any, Generic, TypeVar, overload
 
 from tinygrad.engine import jit_state
 from tinygrad.engine.jit_state import note_assign
-from tinygrad.gradient import define_gradient
+from tinygrad.gradient import define_gradient, substitute_keeping_gradients
 from tinygrad.helpers import DEBUG, GlobalCounters
 from tinygrad.tensor import Tensor
 from tinygrad.uop.ops import Ops, UOp, post_order
@@ -257,7 +257,7 @@ class _Function(Generic[R]):
         params = {t.uop for t in Tensor._grad_tensors.values()}
         # the kept trace reads stand-ins that hold no graph of this call, so that it keeps no input of it alive
         holes = {s: UOp(Ops.NOOP, s.dtype, (), ("function_input", token, i)) for i, s in enumerate(stand_ins)}
-        kept = UOp(Ops.SINK, src=outputs + tuple(u for _, u in updates)).substitute(holes).src
+        kept = substitute_keeping_gradients(outputs + tuple(u for _, u in updates), holes)
         trace = _Trace(tuple(holes.values()), kept[:len(outputs)], tuple(x.device for x in rets),
                        isinstance(ret, tuple), tuple((i, u) for (i, _), u in zip(updates, kept[len(outputs):])),
                        any(u in params for u in implicit), frozenset(implicit), jit_state.assign_generation)
@@ -269,7 +269,8 @@ class _Function(Generic[R]):
         """The trace's outputs over this call's argument tensors."""
         mapping = {hole: t.uop for hole, t in zip(trace.inputs, tensors)}
         graphs = trace.outputs + tuple(u for _, u in trace.updates)
-        graphs = UOp(Ops.SINK, src=graphs).substitute(mapping).src if mapping else graphs
+        # the rules of gradients defined in the body (a convolution's) move to the rebuilt nodes
+        graphs = substitute_keeping_gradients(graphs, mapping) if mapping else graphs
         outputs = graphs[:len(trace.outputs)]
         for (i, _), new in zip(trace.updates, graphs[len(trace.outputs):]):
             # the argument's state update, as the assign in the body would have made it on this call's tensors
@@ -291,24 +292,25 @@ class _Function(Generic[R]):
         grad_fxn, name = self.grad_fxn, self.name
         assert grad_fxn is not None
         node = UOp(Ops.CONTIGUOUS, uop.dtype, (uop,), ("function", name, next(_tokens)))
-        inputs = tuple((t.uop, t.device) for t in tensors)
+        inputs = tuple(t.uop for t in tensors)
+        devices = tuple(t.device for t in tensors)
 
-        def rule(g: UOp) -> tuple[UOp | None, ...]:
+        def rule(g: UOp, *values: UOp) -> tuple[UOp | None, ...]:
             grads = grad_fxn(Tensor(g, device=device, requires_grad=False),
-                             *(Tensor(u, device=d, requires_grad=False) for u, d in inputs))
+                             *(Tensor(u, device=d, requires_grad=False) for u, d in zip(values, devices)))
             grads = (grads,) if isinstance(grads, Tensor) or grads is None else tuple(grads)
-            if len(grads) != len(inputs):
+            if len(grads) != len(values):
                 raise RuntimeError(f"grad_fxn of function {name} returned {len(grads)} gradient(s) for "
-                                   f"{len(inputs)} input tensor(s); return one per input (None for no gradient)")
+                                   f"{len(values)} input tensor(s); return one per input (None for no gradient)")
             out: list[UOp | None] = []
-            for i, (gr, (u, _)) in enumerate(zip(grads, inputs)):
+            for i, (gr, u) in enumerate(zip(grads, values)):
                 if gr is not None and gr.shape != u.shape:
                     raise RuntimeError(f"grad_fxn of function {name} returned a gradient of shape {gr.shape} for "
                                        f"input {i} of shape {u.shape}")
                 out.append(None if gr is None else gr.uop if gr.dtype == u.dtype else gr.uop.cast(u.dtype))
             return tuple(out)
 
-        define_gradient(node, tuple(u for u, _ in inputs), rule)
+        define_gradient(node, inputs, rule)
         return node
 
 

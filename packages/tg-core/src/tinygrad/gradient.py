@@ -14,8 +14,9 @@ from tinygrad.multi import device_of, replicate_node, shard_like_node
 from tinygrad.uop.ops import GroupOp, Ops, UOp, inverse_permutation
 
 GradRule = Callable[[UOp, UOp], tuple[UOp | None, ...]]
-#: a gradient a Tensor function defines for the node it returns: (its inputs, g -> one gradient per input)
-CustomGradient = tuple[tuple[UOp, ...], Callable[[UOp], tuple[UOp | None, ...]]]
+#: a gradient a Tensor function defines for the node it returns: (its inputs, other nodes its rule reads, the rule
+#: `rule(g, *inputs, *reads)` -> one gradient per input)
+CustomGradient = tuple[tuple[UOp, ...], tuple[UOp, ...], Callable[..., tuple[UOp | None, ...]]]
 
 #: Nodes whose gradient replaces the chain rule through the ops they are built from. A convolution registers
 #: one: the chain rule through its sliding-window view would scatter the gradient through an intermediate of
@@ -25,10 +26,33 @@ CustomGradient = tuple[tuple[UOp, ...], Callable[[UOp], tuple[UOp | None, ...]]]
 CUSTOM_GRADIENTS: weakref.WeakKeyDictionary[UOp, CustomGradient] = weakref.WeakKeyDictionary()
 
 
-def define_gradient(node: UOp, inputs: tuple[UOp, ...], rule: Callable[[UOp], tuple[UOp | None, ...]]) -> None:
-    """Backpropagate through `node` by `rule(g)` (one gradient per input) instead of through its sources.
-    The inputs must lie in node's graph; every node between them and `node` then gets no gradient from it."""
-    CUSTOM_GRADIENTS[node] = (inputs, rule)
+def define_gradient(node: UOp, inputs: tuple[UOp, ...], rule: Callable[..., tuple[UOp | None, ...]],
+                    reads: tuple[UOp, ...] = ()) -> None:
+    """Backpropagate through `node` by `rule(g, *inputs, *reads)` (one gradient per input) instead of through its
+    sources. The inputs must lie in node's graph; every node between them and `node` then gets no gradient from it.
+    `reads`: other nodes of the graph the rule uses. The rule gets its nodes as arguments rather than holding
+    them, so that it still applies when the graph is rebuilt over other nodes (`substitute_keeping_gradients`)."""
+    CUSTOM_GRADIENTS[node] = (inputs, reads, rule)
+
+
+def substitute_keeping_gradients(roots: tuple[UOp, ...], mapping: dict[UOp, UOp]) -> tuple[UOp, ...]:
+    """The roots with the nodes of `mapping` replaced (`UOp.substitute`), where every rebuilt node that had a defined
+    gradient keeps it, over the rebuilt inputs and reads. `@function` rebuilds its traced graph over each call's
+    arguments this way: without the rules, a convolution in it would backpropagate by the chain rule."""
+    rebuilt: dict[UOp, UOp] = {}
+    for node in UOp(Ops.SINK, src=roots).toposort():
+        if node in mapping:
+            rebuilt[node] = mapping[node]
+        else:
+            new_src = tuple(rebuilt[s] for s in node.src)
+            rebuilt[node] = node if new_src == node.src else node.replace(src=new_src)
+    for old, new in rebuilt.items():
+        if new is not old and (custom := CUSTOM_GRADIENTS.get(old)) is not None:
+            inputs, reads, rule = custom
+            # an input or read outside the roots' graph (a rule may read any node) is rebuilt on its own
+            moved = tuple(rebuilt[u] if u in rebuilt else u.substitute(mapping) for u in inputs + reads)
+            CUSTOM_GRADIENTS[new] = (moved[:len(inputs)], moved[len(inputs):], rule)
+    return tuple(rebuilt[r] for r in roots)
 
 
 def _cos(x: UOp) -> UOp:
@@ -145,7 +169,8 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, 
         if g is None or (node in targets and not any(s in leads_to_target for s in node.src)):
             continue
         if (custom := CUSTOM_GRADIENTS.get(node)) is not None:
-            srcs, src_grads = custom[0], custom[1](g)
+            srcs, reads, custom_rule = custom
+            src_grads = custom_rule(g, *srcs, *reads)
         elif node.op in NO_GRAD or not node.src:
             continue
         elif (rule := GRAD_RULES.get(node.op)) is None:

@@ -547,11 +547,11 @@ def _pow_with_gradient(base: Tensor, exp: Tensor, scalar_exp: float | None) -> T
     d/dbase = e * b ** (e - 1), and 0 where e == 0 (x ** 0 is the constant 1);
     d/dexp = b ** e * ln(b), and 0 where b == 0 and e >= 0 (the value is constant there)."""
     out = _float_pow(base, exp)
-    # The rule holds UOps, not tensors, and not `out`: CUSTOM_GRADIENTS keys on out.uop weakly, and a rule that
+    # The rule gets UOps, not tensors, and not `out`: CUSTOM_GRADIENTS keys on out.uop weakly, and a rule that
     # reaches its own key would keep the entry alive forever. pow rebuilds the same (hash-consed) node instead.
-    make, device, b_uop, e_uop = type(out), out.device, base.uop, exp.uop
+    make, device = type(out), out.device
 
-    def rule(g_uop: UOp) -> tuple[UOp | None, ...]:
+    def rule(g_uop: UOp, b_uop: UOp, e_uop: UOp) -> tuple[UOp | None, ...]:
         g, b, e = make(g_uop, device=device), make(b_uop, device=device), make(e_uop, device=device)
         if scalar_exp is not None:  # through pow's shortcuts for a constant exponent (b ** 1 is b, b ** 1.5 ...)
             d_base = g.zeros_like() if scalar_exp == 0 else g * scalar_exp * b.pow(scalar_exp - 1)
@@ -559,7 +559,7 @@ def _pow_with_gradient(base: Tensor, exp: Tensor, scalar_exp: float | None) -> T
             d_base = g * (e == 0).where(0.0, e * b.pow(e - 1))
         d_exp = g * ((b == 0) & (e >= 0)).where(0.0, b.pow(e) * b.log())
         return d_base.uop, d_exp.uop
-    define_gradient(out.uop, (b_uop, e_uop), rule)
+    define_gradient(out.uop, (base.uop, exp.uop), rule)
     return out
 
 

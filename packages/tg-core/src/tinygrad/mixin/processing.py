@@ -412,12 +412,12 @@ class ProcessingMixin(TensorBase):
             # max's own would split it among copies). A rule of its own: a sum over hits added with a forward
             # value of zero, total - total.detach(), is NaN where a value is infinite.
             from tinygrad.gradient import define_gradient
-            make, device, hit_uop, shape = type(self), self.device, hit.uop, self.shape
+            make, device, shape = type(self), self.device, self.shape
 
-            def rule(g_uop: Any) -> tuple[Any, ...]:
+            def rule(g_uop: Any, _values: Any, hit_uop: Any) -> tuple[Any, ...]:
                 g = make(g_uop, device=device).reshape(pre + (1, plane))
                 return (make(hit_uop, device=device).where(g, 0).sum(-1, dtype=g.dtype).reshape(shape).uop,)
-            define_gradient(out.uop, (self.uop,), rule)
+            define_gradient(out.uop, (self.uop,), rule, reads=(hit.uop,))
         return out
 
     def avg_pool2d(self: Tensor, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
@@ -587,12 +587,12 @@ def _define_conv_gradient(out: Tensor, xp: Tensor, w: Tensor) -> None:
     n = w.ndim - 2
     kernel, outs = w.shape[2:], out.shape[2:]
     bs, cout, cin = out.shape[0], w.shape[0], w.shape[1]
-    # The rule holds UOps, not tensors: CUSTOM_GRADIENTS keys on out.uop weakly, and a value that reaches its own
+    # The rule gets UOps, not tensors: CUSTOM_GRADIENTS keys on out.uop weakly, and a value that reaches its own
     # key (through `out`, or through the .grad that backward() gives a live input tensor) would keep the entry and
     # its graphs alive forever. The UOps are also the values the forward pass used, whatever is assigned later.
-    make, device, xp_uop, w_uop = type(out), out.device, xp.uop, w.uop
+    make, device = type(out), out.device
 
-    def rule(g_uop: Any) -> tuple[Any, ...]:
+    def rule(g_uop: Any, xp_uop: Any, w_uop: Any) -> tuple[Any, ...]:
         xp, w = make(xp_uop, device=device), make(w_uop, device=device)
         # g realized once: both convolutions read every element of g many times, and the ops that made it (the
         # backward of a pool, a norm, a relu) would otherwise be fused into, and redone in, every one of those
@@ -631,7 +631,7 @@ def _define_conv_gradient(out: Tensor, xp: Tensor, w: Tensor) -> None:
         dw = products.sum((1,) + tuple(range(4, 4 + n)), dtype=g.dtype)
         dw = dw.sum(0) if chunk < bs else dw.reshape(dw.shape[1:])
         return dx.uop, dw.uop
-    define_gradient(out.uop, (xp_uop, w_uop), rule)
+    define_gradient(out.uop, (xp.uop, w.uop), rule)
 
 
 def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, stride: tuple[int, ...],
