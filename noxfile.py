@@ -24,8 +24,10 @@ TEST_DEPS = ["pytest==9.2.0", "pytest-xdist==3.8.0", "hypothesis==6.170.17", "sa
 # (tests that need torch's reference values skip there, and say so)
 TORCH = "torch==2.13.0"
 MPI4PY = "mpi4py==4.1.2"
-# language models end to end: reference models and tokenizers, GGUF files, the OpenAI client against tinygrad.llm
-MODEL_DEPS = ["transformers==5.24.0", "tokenizers==0.23.3", "gguf==0.19.0", "jinja2==3.1.6", "openai==3.60.0"]
+# models end to end: reference models and tokenizers (transformers, diffusers), GGUF files, the OpenAI client
+# against tinygrad.llm
+MODEL_DEPS = ["transformers==5.24.0", "tokenizers==0.23.3", "gguf==0.19.0", "jinja2==3.1.6", "openai==3.60.0",
+              "diffusers==0.42.1"]
 ONNX_DEPS = ["onnx==1.23.2", "onnxruntime==1.32.0"]
 LINT_DEPS = ["ruff==0.17.6"]
 DOCS_DEPS = ["mkdocs==1.6.1", "mkdocs-material==9.8.2", "mkdocstrings==1.0.8", "mkdocstrings-python==2.0.11",
@@ -214,7 +216,7 @@ def backend_metal(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def models(session: nox.Session) -> None:
-    """Language models against transformers (GPT-2, LLaMA 2/3, Qwen2/3, Mixtral, Qwen3-MoE, OLMoE, Mamba; Whisper), GGUF against the gguf package, and the
+    """Language models against transformers (GPT-2, LLaMA 2/3, Qwen2/3, Mixtral, Qwen3-MoE, OLMoE, Mamba; Whisper; Stable Diffusion), GGUF against the gguf package, and the
     tinygrad.llm server driven by the openai client and its chat page by headless Chromium. The tests session
     collects the same files and skips them there (these dependencies are not installed in it)."""
     _install_framework(session)
@@ -223,7 +225,7 @@ def models(session: nox.Session) -> None:
                 "packages/tg-nn/tests/test_transformer_models.py", "packages/tg-nn/tests/test_llm_server.py",
                 "packages/tg-nn/tests/test_whisper_model.py", "packages/tg-nn/tests/test_mamba_model.py",
                 "packages/tg-nn/tests/test_moe_models.py", "packages/tg-nn/tests/test_gguf_quant.py",
-                "packages/tg-nn/tests/test_llm_tools.py",
+                "packages/tg-nn/tests/test_llm_tools.py", "packages/tg-nn/tests/test_diffusion_model.py",
                 "integration-tests/test_llm_chat_page.py", *session.posargs)
 
 

@@ -26,7 +26,7 @@ __all__ = ["TRAINING", "BatchNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d",
 
 #: submodules imported when first named, so that `nn.datasets.mnist()` works without importing them (they import
 #: what a program that never uses them should not pay for)
-_LAZY = ("datasets", "onnx", "gguf", "transformer", "whisper", "mamba")
+_LAZY = ("datasets", "onnx", "gguf", "transformer", "whisper", "mamba", "yolov8", "diffusion")
 
 
 def __getattr__(name: str) -> object:
