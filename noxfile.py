@@ -216,9 +216,11 @@ def backend_metal(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def models(session: nox.Session) -> None:
-    """Language models against transformers (GPT-2, LLaMA 2/3, Qwen2/3, Mixtral, Qwen3-MoE, OLMoE, Mamba; Whisper; Stable Diffusion), GGUF against the gguf package, and the
-    tinygrad.llm server driven by the openai client and its chat page by headless Chromium. The tests session
-    collects the same files and skips them there (these dependencies are not installed in it)."""
+    """Models against their reference implementations: language models against transformers (GPT-2, LLaMA 2/3,
+    Qwen2/3, Mixtral, Qwen3-MoE, OLMoE, Mamba), Whisper, Stable Diffusion against diffusers, GGUF (quantized too)
+    against the gguf package, and the tinygrad.llm server (tool calls included) driven by the openai client and its
+    chat page by headless Chromium. The tests session collects the same files and skips them there (these
+    dependencies are not installed in it)."""
     _install_framework(session)
     session.install(*TEST_DEPS, TORCH, *MODEL_DEPS)
     session.run("pytest", "-n", os.environ.get("PYTEST_WORKERS", "2"), "-q", "packages/tg-nn/tests/test_gguf.py",

@@ -33,9 +33,10 @@ class IdTokenizer:
 
 
 def main(out: str) -> None:
-    import examples.mamba as mamba
     from tinygrad import Tensor
     from tinygrad.nn.state import load_state_dict
+
+    import examples.mamba as mamba
 
     def build():
         m = mamba.Mamba(dim=32, n_layers=2, vocab_size=64)

@@ -21,10 +21,11 @@ STEPS = 6
 
 
 def main(out: str) -> None:
-    from examples.mixtral import MixtureFeedForward
     from extra.models.llama import Transformer
     from tinygrad import Device, Tensor, Variable
     from tinygrad.nn.state import get_state_dict
+
+    from examples.mixtral import MixtureFeedForward
     model = Transformer(n_layers=2, dim=64, hidden_dim=128, n_heads=4, n_kv_heads=2, norm_eps=1e-5, vocab_size=256,
                         feed_forward=functools.partial(MixtureFeedForward, 4), jit=False, max_context=64)
     state = numpy_weights(model, seed=5)

@@ -27,10 +27,11 @@ LATENT = 4  # the latent's side; the decoder makes an image 8 times larger
 
 
 def main(out: str) -> None:
-    import examples.stable_diffusion as sd
     from tinygrad import Tensor, TinyJit, nn
     from tinygrad.helpers import profile_marker
     from tinygrad.nn.state import load_state_dict
+
+    import examples.stable_diffusion as sd
     sd.unet_params.clear()
     sd.unet_params.update(TINY_UNET)
     profile_marker("create model")

@@ -46,10 +46,11 @@ class IdEncoding:
 
 
 def main(out: str) -> None:
-    import examples.whisper as whisper
     from examples.audio_helpers import mel
     from tinygrad import Tensor
     from tinygrad.nn.state import load_state_dict
+
+    import examples.whisper as whisper
     model = whisper.Whisper(DIMS, batch_size=1)
     load_state_dict(model, numpy_weights(model, seed=13), strict=False, verbose=False)
 

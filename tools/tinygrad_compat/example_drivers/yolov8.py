@@ -36,8 +36,9 @@ def canonical(boxes: np.ndarray) -> np.ndarray:
 
 
 def main(out: str) -> None:
-    import examples.yolov8 as yolo
     from tinygrad.nn.state import load_state_dict
+
+    import examples.yolov8 as yolo
     depth, width, ratio = yolo.get_variant_multiples("n")
     model = yolo.YOLOv8(w=width, r=ratio, d=depth, num_classes=8)
     weights = {k: v for k, v in numpy_weights(model, seed=17).items() if k != "head.dfl.conv.weight"}  # arange(16)
