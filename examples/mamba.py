@@ -18,7 +18,7 @@ import time
 
 from tinygrad import Device
 from tinygrad.nn.mamba import Mamba
-from tinygrad.nn.transformer import load_tokenizer
+from tinygrad.nn.transformer import load_tokenizer, prompt_ids
 
 
 def main(argv=None) -> None:
@@ -35,13 +35,7 @@ def main(argv=None) -> None:
     path = pathlib.Path(args.model)
     model = Mamba.from_pretrained(path, chunk=args.chunk)
     tokenizer = load_tokenizer(path)
-    if tokenizer is not None:
-        ids = list(tokenizer.encode(args.prompt).ids)
-    else:
-        try:
-            ids = [int(t) for t in args.prompt.split()]
-        except ValueError:
-            sys.exit(f"{path} has no tokenizer.json: give the prompt as token ids, e.g. --prompt '1 2 3'")
+    ids = prompt_ids(tokenizer, args.prompt, f"{path} has no tokenizer.json")
     if not ids:
         sys.exit("the prompt encodes to no tokens")
 

@@ -40,6 +40,7 @@ from tinygrad.nn.transformer import (
     _need,
     _read_config,
     load_hf_weights,
+    token_batch_shape,
 )
 
 __all__ = ["Mamba", "MambaBlock", "MambaConfig", "MambaMixer", "selective_scan"]
@@ -311,13 +312,7 @@ class Mamba:
     __call__ = forward
 
     def _logits(self, tokens: Tensor, last_only: bool) -> Tensor:
-        if tokens.ndim != 2:
-            raise ValueError(f"tokens must be (batch, length) ids, got shape {tokens.shape}")
-        if not tokens.dtype.is_int:
-            raise TypeError(f"tokens must be integer ids, got {tokens.dtype}")
-        B, T = tokens.shape
-        if not isinstance(T, int) or T < 1:
-            raise ValueError(f"tokens must hold at least one position, got shape {tokens.shape}")
+        B, T = token_batch_shape(tokens)
         if self._batch is None:
             self.reset_state(int(B))
         elif self._batch != B:

@@ -498,13 +498,7 @@ class _CausalLM:
 
     def _logits(self, tokens: Tensor, start_pos: Pos, positions: Tensor | None, key_valid: Tensor | None,
                 last_only: bool) -> Tensor:
-        if tokens.ndim != 2:
-            raise ValueError(f"tokens must be (batch, length) ids, got shape {tokens.shape}")
-        if not tokens.dtype.is_int:
-            raise TypeError(f"tokens must be integer ids, got {tokens.dtype}")
-        B, T = tokens.shape
-        if not isinstance(T, int) or T < 1:
-            raise ValueError(f"tokens must hold at least one position, got shape {tokens.shape}")
+        B, T = token_batch_shape(tokens)
         if isinstance(start_pos, int) and not 0 <= start_pos <= self.max_context - T:
             raise ValueError(f"positions {start_pos} .. {start_pos + T - 1} do not fit the KV cache of "
                              f"max_context={self.max_context}; start again from 0 (or load with a larger max_context)")
@@ -649,6 +643,29 @@ def _eos_ids(value: Any, vocab_size: int) -> list[int]:
     """The end-of-text ids of a config value (an id, a list of ids, or None) that the model can produce."""
     ids = value if isinstance(value, list) else [value]
     return [i for i in ids if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < vocab_size]
+
+
+def token_batch_shape(tokens: Tensor) -> tuple[Any, int]:
+    """(batch, length) of a model's token ids, checked: a 2-D integer tensor of at least one position."""
+    if tokens.ndim != 2:
+        raise ValueError(f"tokens must be (batch, length) ids, got shape {tokens.shape}")
+    if not tokens.dtype.is_int:
+        raise TypeError(f"tokens must be integer ids, got {tokens.dtype}")
+    B, T = tokens.shape
+    if not isinstance(T, int) or T < 1:
+        raise ValueError(f"tokens must hold at least one position, got shape {tokens.shape}")
+    return B, T
+
+
+def prompt_ids(tokenizer: Any, prompt: str, missing: str) -> list[int]:
+    """The ids of an example's --prompt: encoded by the tokenizer, or without one the prompt read as ids (exits with
+    `missing`, the way to get a tokenizer, when it is text)."""
+    if tokenizer is not None:
+        return list(tokenizer.encode(prompt).ids)
+    try:
+        return [int(t) for t in prompt.split()]
+    except ValueError:
+        raise SystemExit(f"{missing}: give the prompt as token ids, e.g. --prompt '1 2 3'") from None
 
 
 def _need(cfg: Mapping[str, Any], key: str, where: str = "config.json") -> Any:
@@ -1335,14 +1352,8 @@ def generate_main(cls: type[GPT2] | type[Llama], argv: Sequence[str] | None = No
     else:
         model = cls.from_pretrained(path, max_context=args.max_context)
     tokenizer = load_tokenizer(getattr(args, "tokenizer", None) or (path.parent if path.suffix == ".gguf" else path))
-    if tokenizer is not None:
-        ids = list(tokenizer.encode(args.prompt).ids)
-    else:
-        try:
-            ids = [int(t) for t in args.prompt.split()]
-        except ValueError:
-            sys.exit(f"no tokenizer.json beside the model{' (pass --tokenizer)' if llama else ''}: give the prompt as "
-                     "token ids, e.g. --prompt '1 2 3'")
+    hint = " (pass --tokenizer)" if llama else ""
+    ids = prompt_ids(tokenizer, args.prompt, f"no tokenizer.json beside the model{hint}")
     if not ids:
         sys.exit("the prompt encodes to no tokens")
     start = time.perf_counter()
