@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from tinygrad import Device
     from tinygrad.onnx import OnnxRunner
-    from tinygrad.onnx._cli import pairs, summary
+    from tinygrad.onnx._cli import pairs, summary, timed_first_call
     from tinygrad.onnx._proto import import_onnx
 
     import_onnx()  # importing onnx itself is not the model's load time
@@ -83,18 +83,14 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         raise SystemExit(f"--input for unknown input(s) {sorted(unknown)}; the model's inputs: {runner.input_names}")
 
-    dev = Device[runner.device]
-    t0 = time.perf_counter()
-    out = runner(inputs)
-    dev.synchronize()
-    first_s = time.perf_counter() - t0
+    out, first_s = timed_first_call(runner, runner.device, inputs)
     for name, v in out.items():
         print(f"output {name}: {summary(v)}")
     times = []
     for _ in range(args.runs):
         t0 = time.perf_counter()
         runner(inputs)
-        dev.synchronize()
+        Device[runner.device].synchronize()
         times.append(time.perf_counter() - t0)
     print(f"device {runner.device}; load {load_s * 1e3:.1f} ms; first call {first_s * 1e3:.1f} ms", end="")
     if times:

@@ -33,6 +33,16 @@ def pairs(items: list[str], what: str) -> dict[str, str]:
     return out
 
 
+def timed_first_call(fn: Any, device: str, inputs: Any) -> tuple[Any, float]:
+    """The outputs of `fn(inputs)` and the seconds until the device finished them (for a first call: compiles too)."""
+    from tinygrad import Device
+
+    t0 = time.perf_counter()
+    out = fn(inputs)
+    Device[device].synchronize()
+    return out, time.perf_counter() - t0
+
+
 def summary(v: Any, n: int = 6) -> str:
     from tinygrad import Tensor
 
@@ -105,7 +115,6 @@ def run_main(argv: list[str]) -> int:
     ap.add_argument("--save", default=None, metavar="FOLDER", help="write each output to FOLDER/NAME.npy")
     args = ap.parse_args(argv)
 
-    from tinygrad import Device
     from tinygrad.helpers import atomic_write
     from tinygrad.onnx._compiled import load_compiled, time_calls
 
@@ -129,11 +138,7 @@ def run_main(argv: list[str]) -> int:
             inputs[name] = rng.integers(0, 10, shape).astype(dtype)
         if name not in given:
             print(f"input  {name}: random {dtype.name} {shape}")
-    dev = Device[program.device]
-    t0 = time.perf_counter()
-    out = program(inputs)
-    dev.synchronize()
-    first_s = time.perf_counter() - t0
+    out, first_s = timed_first_call(program, program.device, inputs)
     for name, v in out.items():
         print(f"output {name}: {summary(v)}")
         if args.save is not None:
