@@ -92,7 +92,7 @@ def _open(index):
 
 @hookimpl
 def tinygrad_backends():
-    return [BackendInfo(name="BADREF", contract_version="1.0", open=_open, priority=20000)]
+    return [BackendInfo(name="BADREF", contract_version="2.0", open=_open, priority=20000)]
 '''
 
 
@@ -177,7 +177,7 @@ def _open(index):
 
 @hookimpl
 def tinygrad_backends():
-    return [BackendInfo(name="MINREF", contract_version="1.0", open=_open, priority=20000)]
+    return [BackendInfo(name="MINREF", contract_version="2.0", open=_open, priority=20000)]
 '''
 
 #: kit cases MINREF fails because a decomposition is not exact; keys as in KNOWN_FAILURES

@@ -95,7 +95,7 @@ PLUGIN_SOURCES = {
 
         @hookimpl
         def tinygrad_backends():
-            return [BackendInfo(name="FUTURE", contract_version="2.0", open=_open, priority=1)]
+            return [BackendInfo(name="FUTURE", contract_version="3.0", open=_open, priority=1)]
         """,
     ("tg-backend-nodevice", "0.2.0", "tg_backend_nodevice", "nodevice"): """\
         from tinygrad.device import BackendInfo, hookimpl
@@ -105,7 +105,7 @@ PLUGIN_SOURCES = {
 
         @hookimpl
         def tinygrad_backends():
-            return [BackendInfo(name="NODEV", contract_version="1.0", open=_open, priority=1,
+            return [BackendInfo(name="NODEV", contract_version="2.0", open=_open, priority=1,
                                 check=lambda: "no NODEV accelerator found (looked for /dev/nodev0)")]
         """,
 }
@@ -148,9 +148,9 @@ def test_regular_install_is_self_contained(clean_venv: Venv) -> None:
 def test_device_listing_shows_cpu_and_pyref(clean_venv: Venv) -> None:
     rows, broken, text = _listing(clean_venv)
     assert broken == [], text
-    assert rows["PYREF"] == ("tg-backend-pyref", "0.1.0", "1.0", "available"), text
+    assert rows["PYREF"] == ("tg-backend-pyref", "0.1.0", "2.0", "available"), text
     package, version, contract, status = rows["CPU"]
-    assert (package, version, contract) == ("tg-backend-cpu", "0.1.0", "1.0"), text
+    assert (package, version, contract) == ("tg-backend-cpu", "0.1.0", "2.0"), text
     # the CPU line names its compiler (the default LLVM path, with llvmlite's and LLVM's versions: no C compiler
     # needed), the vector width and the threads (bound to the CPUs when the pool uses them all)
     assert re.fullmatch(r"available \(compiler: llvm \(llvmlite [\d.]+, LLVM [\d.]+\)(, \d+-bit vectors)?, "
@@ -214,7 +214,7 @@ def test_plugin_of_another_contract_major_is_refused(clean_venv: Venv, odd_plugi
     # the message names the plugin, both contract versions, and what to do about it
     assert "(tg-backend-future 2.1.0)" in line, line
     assert re.search(r"\bFUTURE\b", line) and "tg-backend-future" in line, line
-    assert "contract 2.0" in line and "implements 1.0" in line, line
+    assert "contract 3.0" in line and "implements 2.0" in line, line
     assert "install a version of tg-backend-future built for contract 1.x" in line, line
     out = _ok(clean_venv.code(textwrap.dedent("""\
         from tinygrad import Device
@@ -227,7 +227,7 @@ def test_plugin_of_another_contract_major_is_refused(clean_venv: Venv, odd_plugi
         """), path=[odd_plugins]), "opening FUTURE")
     # using the refused device says why it was refused, not just that the name is unknown
     assert out.startswith("refused: device 'FUTURE' was found but not loaded"), out
-    assert "contract 2.0" in out and "implements 1.0" in out, out
+    assert "contract 3.0" in out and "implements 2.0" in out, out
 
 
 def test_autoload_can_be_switched_off_and_plugins_registered_by_hand(clean_venv: Venv, odd_plugins: Path) -> None:

@@ -17,7 +17,8 @@ MODULES: dict[str, str] = {
     "tinygrad.renderer": "tinygrad's renderer classes (NIRRenderer, PTXRenderer, X86Renderer, Renderer); ours render "
                          "our IR and are owned by the backend packages",
     "tinygrad.runtime": "tinygrad's device runtimes (ops_python, HCQ graphs, support.*); our devices are plugins "
-                        "(tg-backend-*) behind the device contract",
+                        "(tg-backend-*) behind the device contract (tinygrad.runtime here is the Compiled base, "
+                        "runners and compile cache they share)",
     "tinygrad.engine.realize": "tinygrad's linear-schedule executor (run_linear, compile_linear); ours runs "
                                "ScheduleItems (tinygrad.engine.dispatch)",
     "tinygrad.engine.schedule": "tinygrad's scheduler internals; ours is tinygrad.engine.dispatch",

@@ -16,6 +16,7 @@ from tg_backend_pyref.device import PyRefAllocator, PyRefCompiler
 from tg_backend_pyref.interpreter import OutOfBoundsError, ProgramFormatError, PyRefProgram, decode_program
 from tg_backend_pyref.renderer import PyRefRenderer
 from tinygrad import Device, Tensor, dtypes
+from tinygrad.codegen import ProgramSpec
 from tinygrad.dtype import DType
 from tinygrad.uop.alu import exec_alu, exec_bitcast, exec_cast
 from tinygrad.uop.ops import AxisKind, Ops, RangeArg, UOp
@@ -64,9 +65,14 @@ def linear(*statements: UOp) -> list[UOp]:
     return out
 
 
+def spec_of(name: str, src: str) -> ProgramSpec:
+    """The spec of a hand-built program: a program reads only its name (the launch passes buffers and values)."""
+    return ProgramSpec(name, src, (), None, None, estimated_ops=0, estimated_bytes=0)
+
+
 def build(name: str, program: list[UOp]) -> PyRefProgram:
     src = PyRefRenderer().render(name, program)
-    return PyRefProgram(name, PyRefCompiler().compile(src))
+    return PyRefProgram(spec_of(name, src), PyRefCompiler().compile(src))
 
 
 def host(arr: np.ndarray) -> bytearray:
@@ -131,7 +137,7 @@ def test_malformed_programs_are_refused_with_the_reason(bad: str, why: str) -> N
     with pytest.raises(ProgramFormatError, match=why):  # at compile time, as a CompileError
         PyRefCompiler().compile(bad)
     with pytest.raises(ProgramFormatError, match=why):  # and by the program loader, whatever bytes it is given
-        PyRefProgram("k", bad.encode())
+        PyRefProgram(spec_of("k", bad), bad.encode())
 
 
 def test_store_of_a_value_of_another_dtype_is_refused() -> None:

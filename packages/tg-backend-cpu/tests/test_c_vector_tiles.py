@@ -39,7 +39,7 @@ def _run_with_gcc(spec: ProgramSpec, inputs: list[np.ndarray], out_shape: tuple[
         pytest.skip("gcc is not installed here: vector tiles are the gcc path's")
     monkeypatch.setenv("CC", "gcc")
     lookup()
-    program = CPUProgram(spec.name, CCompiler().compile(spec.src))
+    program = CPUProgram(spec, CCompiler().compile(spec.src))
     out = np.zeros(out_shape, np.float32)
     program(*[(a, a.ctypes.data) for a in (out, *inputs)])
     return out

@@ -30,7 +30,7 @@ def test_a_strided_convolution_tiles_output_channels() -> None:
     # output channels the reuse axis, no tile along output rows
     assert _conv_opts(16, 32, 32, 2) == ["UPCAST(3,16)", "UPCAST(1,8)"]
     # padded rows of 8: the weight is read channels-last, its 32 output channels are the SIMD axis and 8 images
-    # the reuse axis (tg-core's `_short_rows_conv`)
+    # the reuse axis (tg-core's layout pass, `engine/layout.py`)
     assert _conv_opts(16, 32, 16, 2) == ["UPCAST(1,32)", "UPCAST(0,8)"]
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import tg_backend_cpu
 from tg_backend_cpu.compiler import CANDIDATES, CCompiler
-from tinygrad.codegen.compiled import CompileError
+from tinygrad.errors import CompileError
 
 
 def test_cc_pointing_nowhere_names_cc_and_the_fix(fresh_compiler_lookup, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -123,7 +123,11 @@ def test_the_chosen_flags_do_not_miscompile_selects_in_reductions(name: str, fre
         pytest.skip(f"{name} is not installed here")
     monkeypatch.setenv("CC", name)
     fresh_compiler_lookup()
-    program = CPUProgram("k", CCompiler().compile(SELECT_IN_REDUCTION))
+    from tinygrad.codegen import ProgramSpec
+
+    # hand-written C: the spec names the function and its buffers; no estimate, so one thread
+    spec = ProgramSpec("k", SELECT_IN_REDUCTION, (0, 1, 2, 3), None, None, estimated_ops=0, estimated_bytes=0)
+    program = CPUProgram(spec, CCompiler().compile(SELECT_IN_REDUCTION))
     w = np.array([[1.0, -1.0], [2.0, 1.0]], np.float32)
     g = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
     z = g @ w  # all positive: the select passes g through

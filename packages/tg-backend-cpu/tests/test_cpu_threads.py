@@ -8,17 +8,17 @@ small kernels to split. Kernels come from the Tensor API on `Device["CPU"]` (its
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
+import threading
 from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
 from tg_backend_cpu import program as program_module
-from tg_backend_cpu.compiler import CCompiler
 from tg_backend_cpu.device import CPUDevice
 from tg_backend_cpu.program import CPUProgram
 from tg_backend_cpu.renderer import CPURenderer
-from tg_backend_cpu.thread_pool import ThreadPool
 from tinygrad import Device, Tensor, Variable
 from tinygrad.codegen import ProgramSpec, get_program
 from tinygrad.device import Buffer
@@ -172,6 +172,26 @@ def test_small_kernels_stay_on_one_thread_and_big_ones_split() -> None:
     np.testing.assert_array_equal(tall[0][0], np.full(rows, cols, np.float32))
 
 
+def test_a_program_gets_its_specs_estimate_however_its_runner_is_made(cpu: CPUDevice) -> None:
+    # a reduction of a few long rows splits on its work, which only the ProgramSpec knows (the outer loop has 4
+    # trips): a runner loaded from a pickle, which no get_runner call sees, splits like the one compiled here
+    import pickle
+
+    cpu.set_threads(4)
+    rows, cols = 4, 2 * program_module.MIN_WORK_PER_THREAD + 4
+    value = param(1, (rows, cols)).reduce_axis(Ops.ADD, (1,))
+    sink = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (param(0, (rows, 1)), value)),))
+    runner = cpu.get_runner(sink)
+    loaded = pickle.loads(pickle.dumps(runner))
+    assert isinstance(loaded.program, CPUProgram) and loaded.program is not runner.program
+    assert runner.program.parts == loaded.program.parts == 4
+    x = np.ones((rows, cols), np.float32)
+    out, inp = Buffer("CPU", rows, F32).ensure_allocated(), Buffer("CPU", rows * cols, F32)
+    inp.copyin(memoryview(x).cast("B"))
+    loaded([out, inp], {})
+    np.testing.assert_array_equal(out.numpy(), np.full(rows, cols, np.float32))
+
+
 def test_a_reduction_to_one_value_runs_on_one_thread(split_everything: None) -> None:
     x = RNG.standard_normal((40, 30)).astype(np.float32)
     stores = [(param(0, (1, 1)), param(1, (40, 30)).reduce_axis(Ops.ADD, (0, 1)))]
@@ -276,20 +296,30 @@ def test_only_the_outermost_loop_takes_a_slice(split_everything: None) -> None:
     assert f"const long long {spec.name}_tg_nargs = 3;" in spec.src
 
 
-def test_a_renderer_that_opens_loops_its_own_way_gets_kernels_that_run_whole(split_everything: None) -> None:
-    class OwnLoops(CPURenderer):
-        def render_range(self, name: str, bound: str) -> str:
-            return f"for (int {name} = 0; {name} < {bound}; {name}++) {{ /* own */"
+def test_the_sliced_loops_are_marked_before_one_pure_walk(split_everything: None) -> None:
+    # the plan marks the RANGEs the threads slice before rendering; the walk reads the marks and keeps no state on
+    # the renderer, so one renderer renders from several threads at once, each kernel the same every time
+    pa = param(1, (37, 1, 29)).expand((37, 11, 29))
+    pb = param(2, (11, 29)).reshape((1, 11, 29)).expand((37, 11, 29))
+    sink = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (param(0, (37, 11, 1)),
+                                                                     (pa * pb).reduce_axis(Ops.ADD, (2,)))),))
+    programs: list[list[UOp]] = []
 
-    n = 40
-    spec = render([(param(0, (n,)), param(1, (n,)) * 3.0)], OwnLoops())
-    assert "/* own */" in spec.src and f"{spec.name}_tg_outer = 0;" in spec.src
-    program = CPUProgram(spec.name, CCompiler().compile_cached(spec.src), pool=ThreadPool(3))
-    assert program.parts == 1
-    x = np.arange(n, dtype=np.float32)
-    out, inp = Buffer("CPU", n, F32).ensure_allocated(), Buffer("CPU", n, F32).copyin(memoryview(x).cast("B"))
-    program(out.opaque, inp.opaque)
-    np.testing.assert_array_equal(out.numpy(), x * 3)
+    class Recording(CPURenderer):
+        def render(self, name: str, program: list[UOp]) -> str:
+            programs.append(program)
+            return super().render(name, program)
+
+    renderer = Recording()
+    spec = get_program(sink, renderer)
+    (program,) = programs
+    marks = renderer.plan(program)
+    ranges = [u for u in program if u.op is Ops.RANGE]
+    assert len(ranges) >= 2 and marks.sliced == {ranges[0]} and marks.split.outer_max == 37
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        sources = list(pool.map(lambda _: CPURenderer.render(renderer, spec.name, program), range(8)))
+    assert set(sources) == {spec.src}
+    assert not any(isinstance(v, threading.local) for v in vars(renderer).values())
 
 
 def test_tinyjit_replays_multi_threaded_kernels(cpu: CPUDevice, split_everything: None) -> None:

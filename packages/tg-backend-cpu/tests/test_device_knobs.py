@@ -1,6 +1,6 @@
-"""The device knobs (`DeviceKnobs`): the CPU renderer declares them, the heuristics and core's convolution gradient
-read them (the first through the renderer, the second through `Device[...]`), and changing one changes what they
-choose but not what the program computes."""
+"""The device knobs (`DeviceKnobs`): the CPU renderer declares them, the heuristics and core's layout pass (the
+convolution gradient's chunks and copies) read them (the first through the renderer, the second through
+`Device[...]`), and changing one changes what they choose but not what the program computes."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from tinygrad import Device, Tensor
 from tinygrad.codegen import get_program
 from tinygrad.device import DeviceKnobs
 from tinygrad.dtype import dtypes
+from tinygrad.engine.layout import lower_layouts
 from tinygrad.uop.ops import Ops, UOp
 
 
@@ -45,7 +46,9 @@ def _conv_grads(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, i
     tx, tw = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
     tx.conv2d(tw).sum().backward()
     assert tx.grad is not None and tw.grad is not None
-    chunked = any(u.op is Ops.RESHAPE and tuple(u.arg[:2]) == (4, 2) for u in tw.grad.uop.toposort())
+    # the chunks are the scheduler's layout pass's choice: look at the graph it lowers for the CPU
+    lowered, _ = lower_layouts([tw.grad.uop], lambda sink: dict.fromkeys(sink.toposort(), "CPU"))
+    chunked = any(u.op is Ops.RESHAPE and tuple(u.arg[:2]) == (4, 2) for u in lowered[0].toposort())
     kernels = len(tw.grad.schedule())
     return tx.grad.numpy(), tw.grad.numpy(), kernels, chunked
 

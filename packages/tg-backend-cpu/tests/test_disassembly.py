@@ -9,7 +9,7 @@ import shutil
 import pytest
 from tg_backend_cpu.device import CPUDevice
 from tinygrad import Context, Tensor
-from tinygrad.codegen.compiled import Compiled
+from tinygrad.runtime.device import Compiled
 from tinygrad.uop.ops import UOp
 
 # an objdump line: address, then an instruction

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from tg_backend_cpu.device import CPUDevice
 from tinygrad.codegen import get_program
-from tinygrad.codegen.compiled import CompileError
 from tinygrad.device import Buffer
 from tinygrad.dtype import DType, dtypes, to_numpy
+from tinygrad.errors import CompileError
 from tinygrad.uop.alu import exec_alu
 from tinygrad.uop.ops import Ops, ParamArg, UOp
 

@@ -39,7 +39,7 @@ def _last_kernel(out: Tensor, vector_tiles: bool, fma: str = "accumulate") -> tu
 
 
 def _run(spec: ProgramSpec, inputs: list[np.ndarray], shape: tuple[int, ...] | list[int]) -> np.ndarray:
-    program = CPUProgram(spec.name, LLVMCompiler().compile(spec.src), entry_points=entry_points)
+    program = CPUProgram(spec, LLVMCompiler().compile(spec.src), entry_points=entry_points)
     out = np.zeros(shape, np.float32)
     program(*[(a, a.ctypes.data) for a in (out, *inputs)])
     return out

@@ -23,10 +23,10 @@ pytest.importorskip("tg_backend_cuda", reason="tg-backend-cuda is not installed"
 
 from tg_backend_cuda.compiler import CUDACompiler
 from tg_backend_cuda.renderer import CUDARenderer
-from tinygrad.codegen.compiled import CompileError
 from tinygrad.conformance import expressions, standin
 from tinygrad.conformance.compile_only import CompileOnlyBackend, check_tables_compile, compile_only_backends
 from tinygrad.device import Device
+from tinygrad.errors import CompileError
 from tinygrad.uop.ops import UOp
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -34,9 +34,9 @@ def test_plugin_module_imports_neither_pycuda_nor_nvrtc() -> None:
 
 
 def test_states_its_contract_and_registers_cuda() -> None:
-    assert tg_backend_cuda.DEVICE_CONTRACT == "1.0"
+    assert tg_backend_cuda.DEVICE_CONTRACT == "2.0"
     (info,) = tg_backend_cuda.tinygrad_backends()
-    assert info.name == "CUDA" and info.contract_version == "1.0"
+    assert info.name == "CUDA" and info.contract_version == "2.0"
     assert info.priority < 100  # preferred over OpenCL (and CPU) where it is usable
     assert "CUDA" in Device.backends and Device.backends["CUDA"].package == "tg-backend-cuda"
 

@@ -10,11 +10,11 @@ import pytest
 
 pytest.importorskip("tg_backend_cuda", reason="tg-backend-cuda is not installed")
 
-from tg_backend_cuda.renderer import CUDARenderer
+from tg_backend_cuda.renderer import CUDARenderer, bit_cast, thread_id
 from tinygrad import Tensor
 from tinygrad.codegen import ProgramSpec, get_program
-from tinygrad.codegen.compiled import CompileError
 from tinygrad.dtype import DType, dtypes
+from tinygrad.errors import CompileError
 
 R = CUDARenderer("sm_90")
 
@@ -91,7 +91,7 @@ def test_a_launch_past_65535_along_y_runs_its_blocks_along_x() -> None:
 
 
 def test_64_bit_work_item_ids_multiply_in_64_bits() -> None:
-    line = R.render_special("gidx0", 0, dtypes.int64)
+    line = thread_id(R, "gidx0", 0, dtypes.int64)
     assert line == "long long gidx0 = (long long)(((long long)blockIdx.x)*blockDim.x+threadIdx.x);"
 
 
@@ -99,8 +99,8 @@ def test_constants_and_bit_casts_need_no_libm_macros() -> None:
     assert R.render_const(math.inf, dtypes.float32) == "__int_as_float(0x7f800000)"
     assert R.render_const(-math.inf, dtypes.float64) == "(-__int_as_float(0x7f800000))"
     assert R.render_const(math.nan, dtypes.float32) == "__int_as_float(0x7fc00000)"
-    assert R.render_bitcast("x", dtypes.float32, dtypes.int32) == "((int)(__float_as_uint(x)))"
-    assert R.render_bitcast("x", dtypes.int64, dtypes.float64) == \
+    assert bit_cast(R, "x", dtypes.float32, dtypes.int32) == "((int)(__float_as_uint(x)))"
+    assert bit_cast(R, "x", dtypes.int64, dtypes.float64) == \
         "__longlong_as_double((long long)(((unsigned long long)(x))))"
 
 

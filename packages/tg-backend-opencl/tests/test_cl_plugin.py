@@ -23,9 +23,9 @@ def test_plugin_module_does_not_import_pyopencl() -> None:
 
 
 def test_states_its_contract_and_registers_cl() -> None:
-    assert tg_backend_opencl.DEVICE_CONTRACT == "1.0"
+    assert tg_backend_opencl.DEVICE_CONTRACT == "2.0"
     (info,) = tg_backend_opencl.tinygrad_backends()
-    assert info.name == "CL" and info.contract_version == "1.0"
+    assert info.name == "CL" and info.contract_version == "2.0"
 
 
 def test_check_names_missing_pyopencl(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -201,7 +201,7 @@ def test_renderer_64_bit_literals_are_long() -> None:
 
 
 def test_build_error_shows_build_log_and_source(cl_device) -> None:  # type: ignore[no-untyped-def]
-    from tinygrad.codegen.compiled import CompileError
+    from tinygrad.errors import CompileError
 
     src = "__kernel void broken(__global float* x) { x[0] = undefined_name_here; }"
     with pytest.raises(CompileError) as info:

@@ -19,6 +19,7 @@ from tg_backend_opencl.renderer import OpenCLRenderer
 from tinygrad import Tensor, dtypes
 from tinygrad.codegen import get_program
 from tinygrad.codegen.opt import Opt, OptOps
+from tinygrad.renderer.cstyle import CKernel, tensor_core
 from tinygrad.renderer.tensor_core import (
     TensorCore,
     cdna3_mfma,
@@ -28,6 +29,7 @@ from tinygrad.renderer.tensor_core import (
     simdgroup_8x8,
     tile_offset,
 )
+from tinygrad.uop.ops import Ops, UOp
 
 TENSOR_CORES = {"mma": mma_m16n8k16, "wmma": rdna3_wmma, "mfma": cdna3_mfma, "simdgroup": simdgroup_8x8}
 
@@ -38,6 +40,14 @@ class EmulatedTensorCores(OpenCLRenderer):
     def __init__(self, base: OpenCLRenderer, tensor_cores: tuple[TensorCore, ...]):
         super().__init__(base.extensions, base.local_max, base.max_work_group_size, base.local_mem_max)
         self.tensor_cores = tensor_cores
+        self.render_rules = {**OpenCLRenderer.render_rules, Ops.WMMA: self._wmma}
+
+    def _wmma(self, r: EmulatedTensorCores, k: CKernel, u: UOp) -> None:
+        """The WMMA entry: the tiles' local arrays where a tensor core is first used, then its lines."""
+        if u.arg not in k.seen:
+            k.seen.add(u.arg)
+            k.local_decls.extend(self.render_wmma_scratch(u.arg))
+        tensor_core(EmulatedTensorCores.render_wmma)(r, k, u)
 
     def _scratch(self, tc: TensorCore) -> tuple[str, str, int]:
         """The names of the local arrays holding each warp's A and B tiles, and how many warps a group may have."""

@@ -236,8 +236,10 @@ LOCAL_SUM = """__kernel void local_sum(__global float* restrict out, __global co
 
 def test_launches_over_the_limits_of_a_kernel_with_local_memory_are_refused(qcom_device) -> None:  # type: ignore[no-untyped-def]
     from tg_backend_qcom.device import QCOMProgram, WorkGroupTooLarge
+    from tinygrad.codegen import ProgramSpec
 
-    program = QCOMProgram(qcom_device, "local_sum", qcom_device.compiler.compile(LOCAL_SUM))
+    spec = ProgramSpec("local_sum", LOCAL_SUM, (0, 1), (128,), (64,), estimated_ops=128, estimated_bytes=520)
+    program = QCOMProgram(qcom_device, spec, qcom_device.compiler.compile(LOCAL_SUM))
     assert program.uses_local_memory and program.image_args == {}
     out, x = Buffer("QCOM", 2, dtypes.float32), Buffer("QCOM", 128, dtypes.float32)
     x.copyin(memoryview(np.arange(128, dtype=np.float32)).cast("B"))

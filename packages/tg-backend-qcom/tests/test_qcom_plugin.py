@@ -38,7 +38,7 @@ def test_plugin_module_does_not_import_pyopencl() -> None:
 
 def test_states_its_contract_and_comes_after_cl_and_before_cpu() -> None:
     (info,) = tg_backend_qcom.tinygrad_backends()
-    assert info.name == "QCOM" and info.contract_version == tg_backend_qcom.DEVICE_CONTRACT == "1.0"
+    assert info.name == "QCOM" and info.contract_version == tg_backend_qcom.DEVICE_CONTRACT == "2.0"
     from tinygrad.device import Device
 
     backends = Device.backends

@@ -247,7 +247,7 @@ def test_long_loops_raise_instead_of_returning_wrong_results(Tensor, webgpu_devi
 
 
 def test_shader_compile_error_shows_message_and_source(webgpu_device) -> None:  # type: ignore[no-untyped-def]
-    from tinygrad.codegen.compiled import CompileError
+    from tinygrad.errors import CompileError
 
     src = "@compute @workgroup_size(1) fn broken() { let x = undefined_name_here; }"
     with pytest.raises(CompileError) as info:

@@ -22,9 +22,9 @@ def test_plugin_module_does_not_import_wgpu() -> None:
 
 
 def test_states_its_contract_and_registers_webgpu() -> None:
-    assert tg_backend_webgpu.DEVICE_CONTRACT == "1.0"
+    assert tg_backend_webgpu.DEVICE_CONTRACT == "2.0"
     (info,) = tg_backend_webgpu.tinygrad_backends()
-    assert info.name == "WEBGPU" and info.contract_version == "1.0"
+    assert info.name == "WEBGPU" and info.contract_version == "2.0"
 
 
 def test_check_names_missing_wgpu(monkeypatch: pytest.MonkeyPatch) -> None:

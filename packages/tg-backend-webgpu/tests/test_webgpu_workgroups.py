@@ -82,8 +82,8 @@ def test_a_grouped_launch_uses_the_kernels_work_group_size(webgpu_device) -> Non
 
 def test_local_opts_set_the_work_group_shape(webgpu_device) -> None:  # type: ignore[no-untyped-def]
     from tinygrad.codegen import get_program
-    from tinygrad.codegen.compiled import CompiledRunner
     from tinygrad.codegen.opt import Opt, OptOps
+    from tinygrad.runtime.runner import CompiledRunner
 
     rows, cols = 37, 1000  # neither a multiple of its local size: partial workgroups at both edges
     out = UOp(Ops.PARAM, dtypes.int32, (), (0, rows * cols)).reshape((rows, cols))
@@ -103,8 +103,8 @@ def test_local_opts_set_the_work_group_shape(webgpu_device) -> None:  # type: ig
 def test_a_grouped_reduction_of_a_packed_dtype_keeps_its_scratch_unpacked(webgpu_device) -> None:  # type: ignore[no-untyped-def]
     """int16 buffers hold two elements per word; the GROUP scratch holds i32 values, read and written directly."""
     from tinygrad.codegen import get_program
-    from tinygrad.codegen.compiled import CompiledRunner
     from tinygrad.codegen.opt import Opt, OptOps
+    from tinygrad.runtime.runner import CompiledRunner
 
     rows, n = 3, 1000
     spec = get_program(_sum_rows_ast(rows, n, dtypes.int16), webgpu_device.renderer, (Opt(OptOps.GROUP, 1, 16),))

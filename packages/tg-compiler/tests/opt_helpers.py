@@ -58,7 +58,7 @@ def run_ast(dev: Any, ast: UOp, inputs: dict[int, np.ndarray], out_size: int,
     """Compile `ast` with exactly `opts` (None: the heuristics) on `dev`, run it once, return the output."""
     spec = get_program(ast, dev.renderer, opts)
     lib = dev.compiler.compile(spec.src)
-    program = dev.runtime(spec.name, lib)
+    program = dev.runtime(spec, lib)
     bufs: dict[int, Any] = {}
     out = np.zeros(out_size, np.float32)
     bufs[0] = dev.allocator.alloc(out.nbytes)

@@ -11,10 +11,12 @@ import pytest
 from opt_helpers import device_or_skip, matmul_ast, run_ast
 from tinygrad import helpers
 from tinygrad.codegen import beam
-from tinygrad.codegen.beam import _cache_file, ast_key, beam_opts, candidate_actions, read_cached, write_cached
+from tinygrad.codegen.beam import _cache_file, ast_key, candidate_actions, read_cached, write_cached
 from tinygrad.codegen.lowerer import lower_kernel
 from tinygrad.codegen.opt import Opt, OptOps, OptState
 from tinygrad.helpers import Context, disk_cache_get, disk_cache_put
+from tinygrad.runtime import beam_timing
+from tinygrad.runtime.beam_timing import searched_opts
 
 
 @pytest.fixture(autouse=True)
@@ -26,7 +28,7 @@ def _own_cache(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
 def quick_search(monkeypatch: pytest.MonkeyPatch) -> None:
     # one step of one timing run per candidate keeps the test short; the machinery is the same
     monkeypatch.setattr(beam, "MAX_STEPS", 1)
-    monkeypatch.setattr(beam, "TIMING_RUNS", 1)
+    monkeypatch.setattr(beam_timing, "TIMING_RUNS", 1)
     monkeypatch.setattr(beam, "UPCAST_AMOUNTS", (2, 4))
     monkeypatch.setattr(beam, "UNROLL_AMOUNTS", (4,))
     monkeypatch.setattr(beam, "LOCAL_AMOUNTS", (4,))
@@ -98,23 +100,22 @@ def test_an_unwritable_cache_warns_and_the_search_result_is_still_used(tmp_path:
 def test_search_result_is_correct_cached_and_rebuilt_when_corrupt(dev_name: str, quick_search: None) -> None:
     dev = device_or_skip(dev_name)
     ast = matmul_ast(8, 16, 12)
-    lowered = lower_kernel(ast)
-    opts = beam_opts(ast, lowered, dev, 2)
+    opts = searched_opts(dev, ast, 2)
     _cache_dir = _cache_file("x").parent
     assert any(_cache_dir.glob("*.json")), "the search wrote no cache entry"
     # a second call is served by the cache: the search must not run again
     calls = []
-    real = beam.beam_search
-    beam.beam_search = lambda *a: calls.append(a) or real(*a)  # type: ignore[assignment]
+    real = beam_timing.timed_search
+    beam_timing.timed_search = lambda *a: calls.append(a) or real(*a)  # type: ignore[assignment]
     try:
-        assert beam_opts(ast, lowered, dev, 2) == opts and not calls
+        assert searched_opts(dev, ast, 2) == opts and not calls
         for f in _cache_dir.glob("*.json"):
             f.write_text("corrupt{")
-        searched_again = beam_opts(ast, lowered, dev, 2)
+        searched_again = searched_opts(dev, ast, 2)
         assert len(calls) == 1  # searched again, and wrote a valid entry
-        assert beam_opts(ast, lowered, dev, 2) == searched_again and len(calls) == 1  # which the next call is served
+        assert searched_opts(dev, ast, 2) == searched_again and len(calls) == 1  # which the next call is served
     finally:
-        beam.beam_search = real  # type: ignore[assignment]
+        beam_timing.timed_search = real  # type: ignore[assignment]
     x = {1: np.random.default_rng(0).standard_normal(8 * 16).astype(np.float32),
          2: np.random.default_rng(1).standard_normal(16 * 12).astype(np.float32)}
     out, _ = run_ast(dev, ast, x, 8 * 12, opts)

@@ -63,8 +63,8 @@ def test_debug_6_prints_the_linearized_program(capsys: pytest.CaptureFixture[str
 
 def test_a_kernel_in_a_dtype_the_device_lacks_is_refused_with_the_alternatives() -> None:
     from tinygrad import Tensor, dtypes
-    from tinygrad.codegen.compiled import Compiled
     from tinygrad.device import Device
+    from tinygrad.runtime.device import Compiled
 
     dev = Device[Device.DEFAULT]
     assert isinstance(dev, Compiled)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 from tinygrad import helpers
-from tinygrad.codegen.compiled import Compiler, disk_cache_get_or_make
 from tinygrad.helpers import Context
+from tinygrad.runtime.compiler import Compiler, disk_cache_get_or_make
 
 
 @pytest.fixture
@@ -117,7 +117,7 @@ def test_concurrent_processes_share_the_cache(cache: Path, tmp_path: Path) -> No
     script = textwrap.dedent("""
         import sys, time
         from pathlib import Path
-        from tinygrad.codegen.compiled import disk_cache_get_or_make
+        from tinygrad.runtime.compiler import disk_cache_get_or_make
         go = Path(sys.argv[1])
         while not go.exists():
             time.sleep(0.005)
@@ -185,12 +185,12 @@ def test_precompile_builds_a_schedules_kernels_concurrently(cache: Path, monkeyp
 
     import numpy as np
     from tinygrad import Device, Tensor
-    from tinygrad.codegen import compiled
+    from tinygrad.runtime import device as runtime_device
 
     dev = Device["CPU"]
     if not dev.compiler.parallel:
         pytest.skip("the CPU compiler here does not compile in parallel")
-    monkeypatch.setattr(compiled, "COMPILE_WORKERS", 2)
+    monkeypatch.setattr(runtime_device, "COMPILE_WORKERS", 2)
     rng = np.random.default_rng(3)
     a, b = rng.standard_normal((5, 7)).astype(np.float32), rng.standard_normal((5, 7)).astype(np.float32)
     # constants no other test uses: kernels that are neither compiled in this process nor in the (new) cache

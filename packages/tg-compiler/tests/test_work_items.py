@@ -11,7 +11,7 @@ from tinygrad.codegen.lowerer import lower_kernel
 from tinygrad.codegen.opt import Opt, OptOps, expand_kernel, optimize
 from tinygrad.codegen.work_items import global_size, map_work_items
 from tinygrad.dtype import dtypes
-from tinygrad.renderer.cstyle import CStyleRenderer
+from tinygrad.renderer.cstyle import CStyleRenderer, line, local_array
 from tinygrad.uop.ops import AxisKind, Ops, UOp, Variable
 
 
@@ -21,11 +21,8 @@ class GPURenderer(CStyleRenderer):
     max_work_group_size = 128
     local_mem_max = 4096
 
-    def render_define_local(self, name: str, d: object, size: int) -> str:
-        return f"__local float {name}[{size}];"
-
-    def render_barrier(self) -> str:
-        return "barrier();"
+    render_rules = {**CStyleRenderer.render_rules, Ops.DEFINE_LOCAL: local_array("__local"),
+                    Ops.BARRIER: line("barrier();")}
 
 
 class RoundingRenderer(GPURenderer):

@@ -28,7 +28,7 @@ def _plugin(name: str, *devices: str) -> types.ModuleType:
     @hookimpl
     def tinygrad_backends() -> list[BackendInfo]:
         module.calls += 1  # type: ignore[attr-defined]
-        return [BackendInfo(name=d, contract_version="1.0", open=_never_open) for d in devices]
+        return [BackendInfo(name=d, contract_version="2.0", open=_never_open) for d in devices]
 
     module.calls = 0  # type: ignore[attr-defined]
     module.tinygrad_backends = tinygrad_backends  # type: ignore[attr-defined]
@@ -86,8 +86,8 @@ def test_a_hook_that_raises_or_returns_none_names_the_problem(registry: _DeviceR
 def test_a_backend_for_another_contract_is_recorded_as_broken(registry: _DeviceRegistry) -> None:
     future = types.ModuleType("future_plugin")
     future.tinygrad_backends = hookimpl(  # type: ignore[attr-defined]
-        lambda: [BackendInfo(name="FUTURE", contract_version="2.0", open=_never_open)])
+        lambda: [BackendInfo(name="FUTURE", contract_version="3.0", open=_never_open)])
     registry.register_plugin(future, package="tg-backend-future")
     assert registry.backends == {}
     (broken,) = registry.broken
-    assert broken.entry_point == "future_plugin" and "implements device contract 2.0" in broken.reason
+    assert broken.entry_point == "future_plugin" and "implements device contract 3.0" in broken.reason

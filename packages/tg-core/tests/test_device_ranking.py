@@ -39,7 +39,7 @@ class Probe:
 
 def _add(registry: _DeviceRegistry, name: str, priority: int, software: Callable[[], str | None] | None = None,
          unavailable: str | None = None) -> None:
-    info = BackendInfo(name=name, contract_version="1.0", open=_never_open, priority=priority,
+    info = BackendInfo(name=name, contract_version="2.0", open=_never_open, priority=priority,
                        check=lambda: unavailable, package=f"tg-backend-{name.lower()}", version="0.1.0")
     if software is not None:
         info.software = software

@@ -77,7 +77,7 @@ def test_context_vars_compare_like_ints() -> None:
 
 
 def test_beam_is_one_knob() -> None:
-    from tinygrad.codegen.beam import BEAM as compiler_beam
+    from tinygrad.runtime.device import BEAM as compiler_beam  # what Compiled reads to decide on a search
 
     assert compiler_beam is BEAM and ContextVar.registry["BEAM"] is BEAM
     with Context(BEAM=2):

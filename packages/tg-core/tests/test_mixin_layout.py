@@ -123,6 +123,59 @@ def test_no_private_imports_between_mixin_modules(path: pathlib.Path) -> None:
     assert not bad, f"private names of a mixin module used from another module: {bad}"
 
 
+FORBIDDEN = ("tinygrad.device", "tinygrad.engine")
+
+
+def _imported_modules(node: ast.AST) -> list[str]:
+    """The absolute names of the modules an import statement (or an importlib.import_module / __import__ call of a
+    constant name) loads or takes names from, relative imports resolved from tinygrad.mixin; `from X import y` also
+    counts X.y, which is a module when y is one."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if isinstance(node, ast.ImportFrom):
+        package = "tinygrad.mixin".split(".")
+        base = ".".join(package[:len(package) - node.level + 1] if node.level else [])
+        module = ".".join(p for p in (base, node.module or "") if p)
+        return [module] + [f"{module}.{a.name}" for a in node.names]
+    if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) and \
+            isinstance(node.args[0].value, str):
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        if name in ("import_module", "__import__"):
+            return [node.args[0].value]
+    return []
+
+
+def _forbidden(module: str) -> bool:
+    return any(module == f or module.startswith(f + ".") for f in FORBIDDEN)
+
+
+@pytest.mark.parametrize("path", MIXINS, ids=lambda p: p.name)
+def test_mixin_modules_import_no_device_or_engine_module(path: pathlib.Path) -> None:
+    """The mixins sit below the devices and the engine: they reach them only through TensorBase's `_runtime` (which
+    tensor.py sets), never by importing them, at module level, inside a function, or under TYPE_CHECKING."""
+    found = [(n, [m for m in _imported_modules(n) if _forbidden(m)]) for n in ast.walk(ast.parse(path.read_text()))]
+    bad = [f"{_where(path, n)} imports {min(mods, key=len)}" for n, mods in found if mods]
+    assert not bad, f"{bad}: a mixin module imports a device or engine module; ask for what it needs through " \
+        f"`type(self)._runtime` (TensorRuntime in mixin/common.py, implemented in tensor.py)"
+
+
+@pytest.mark.parametrize("source", [
+    "import tinygrad.device", "import tinygrad.engine.jit_state as j", "from tinygrad.device.disk import is_disk",
+    "from tinygrad import engine", "from .. import device", "from ..engine.schedule import base_buffer",
+    "def f():\n    from tinygrad.engine import jit_state", "if TYPE_CHECKING:\n    from tinygrad.device import Buffer",
+    "importlib.import_module('tinygrad.engine.schedule')", "__import__('tinygrad.device')"])
+def test_the_import_check_sees_every_form(source: str) -> None:
+    found = [m for n in ast.walk(ast.parse(source)) for m in _imported_modules(n)]
+    assert any(_forbidden(m) for m in found), (source, found)
+
+
+def test_the_import_check_passes_other_modules() -> None:
+    source = "import tinygrad\nfrom tinygrad.devicex import a\nfrom tinygrad.uop import placement\nfrom . import common"
+    found = [m for n in ast.walk(ast.parse(source)) for m in _imported_modules(n)]
+    assert "tinygrad.mixin.common" in found and not any(_forbidden(m) for m in found), found
+
+
 def test_every_tensor_is_a_tensor_base_and_keeps_its_slots() -> None:
     t = Tensor([1.0, 2.0])
     assert isinstance(t, TensorBase) and not isinstance([t], TensorBase)
@@ -144,3 +197,51 @@ def test_subclass_gets_its_class_from_the_mixins_and_sees_training() -> None:
             assert x.dropout(1.0) is x
     finally:
         Tensor.training = prev
+
+
+def _contract_names() -> set[str]:
+    """The names TensorBase declares: its methods and properties, and its annotated attributes."""
+    return {n for n in vars(TensorBase) if not n.startswith("__")} | set(TensorBase.__annotations__)
+
+
+def test_tensor_implements_the_whole_contract() -> None:
+    """TensorBase only declares (its methods raise NotImplementedError); Tensor implements every name of it."""
+    for name in _contract_names():
+        if name in vars(TensorBase):
+            assert getattr(Tensor, name) is not vars(TensorBase)[name], f"Tensor does not implement {name}"
+        else:
+            assert any(name in vars(c) or name in getattr(c, "__slots__", ()) for c in Tensor.__mro__
+                       if c is not TensorBase), f"Tensor has no attribute {name} that TensorBase declares"
+    t = Tensor([1.0, 2.0])
+    assert t._derive(t.uop).tolist() == [1.0, 2.0] and t._float() is t and t.shape == (2,)
+
+
+def test_mixins_reach_tensor_py_only_through_the_contract() -> None:
+    """The private names of tensor.py's classes that a mixin module uses are the ones TensorBase declares: a mixin
+    depends on that contract (mixin/common.py), never on a private helper of tensor.py."""
+    tree = ast.parse(TENSOR.read_text())
+    private: set[str] = set()
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+        for node in cls.body:
+            if isinstance(node, ast.FunctionDef):
+                private.add(node.name)
+            elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Tuple):  # __slots__
+                private |= {e.value for e in node.value.elts if isinstance(e, ast.Constant)
+                            and isinstance(e.value, str)}
+    private = {n for n in private if n.startswith("_") and not n.startswith("__")} - _contract_names()
+    bad = [f"{_where(path, n)} {n.attr}" for path in MIXINS for n in ast.walk(ast.parse(path.read_text()))
+           if isinstance(n, ast.Attribute) and n.attr in private]
+    assert not bad, f"mixin code uses private names of tensor.py that TensorBase does not declare: {bad}"
+
+
+def test_the_type_checker_stub_of_the_tensor_api_is_current() -> None:
+    """mixin/surface.pyi (what mypy knows of `Self` in a mixin) is generated from the code; a changed signature
+    needs `python tools/tensor_surface.py`."""
+    import subprocess
+    import sys
+
+    script = SRC.parents[3] / "tools" / "tensor_surface.py"
+    if not script.exists():
+        pytest.skip("tools/tensor_surface.py is not in this checkout (an installed tg-core without the repository)")
+    proc = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -493,6 +493,13 @@ def test_matmul_and_newton_schulz_bad_input() -> None:
         Tensor.zeros(3).newton_schulz(1, MUON)
 
 
+def _laid_out(t: Tensor) -> Any:
+    """t's graph as the scheduler's layout pass lowers it for t's device: the copies the device's knobs ask for."""
+    from tinygrad.engine.layout import lower_layouts
+    lowered, _ = lower_layouts([t.uop], lambda sink: dict.fromkeys(sink.toposort(), t.device))
+    return lowered[0]
+
+
 @pytest.mark.parametrize("shapes,transposed", [
     (((40, 256), (256, 1024)), False),      # a right operand of 1 MiB: read from a panel-packed copy
     (((2, 37, 64), (2, 64, 4096)), False),  # batched
@@ -515,7 +522,7 @@ def test_matmul_with_a_panel_packed_right_operand(shapes: tuple[tuple[int, ...],
     rows = int(np.prod(shapes[0][:-1])) // int(np.prod(shapes[1][:-2]))  # rows of a reading each matrix of b
     packed = rhs.shape[-1] % PANEL == 0 and rhs.numel() * 4 >= PACK_MIN_BYTES and rows >= PANEL
     out = a @ rhs
-    assert (sum(1 for u in out.uop.toposort() if u.op is Ops.CONTIGUOUS) >= 1) == packed
+    assert (sum(1 for u in _laid_out(out).toposort() if u.op is Ops.CONTIGUOUS) >= 1) == packed
     g = rng.standard_normal(out.shape).astype(np.float32)
     (out * Tensor(g)).sum().backward()
     np.testing.assert_allclose(out.numpy(), an @ rhs_n, rtol=1e-4, atol=1e-3)
@@ -535,21 +542,21 @@ def test_a_half_right_operand_is_packed_as_half() -> None:
     rng = np.random.default_rng(1)
     an, bn = rng.standard_normal((40, 256)).astype(np.float16), rng.standard_normal((256, 2048)).astype(np.float16)
     out = Tensor(an) @ Tensor(bn)
-    copies = [u for u in out.uop.toposort() if u.op is Ops.CONTIGUOUS]
+    copies = [u for u in _laid_out(out).toposort() if u.op is Ops.CONTIGUOUS]
     assert copies and all(u.dtype == dtypes.float16 for u in copies)
     ref = an.astype(np.float32) @ bn.astype(np.float32)
     np.testing.assert_allclose(out.numpy().astype(np.float32), ref, rtol=2e-3, atol=2e-2)
 
 
 def test_batch_chunk_of_a_weight_gradient_divides_the_batch_and_fits_the_budget() -> None:
-    from tinygrad.mixin import processing
+    from tinygrad.engine import layout
     budget = 512 * 1024  # half of the 1 MiB L2 the CPU renderer declares
-    assert processing._batch_chunk(512, 125_000, budget) == 4  # the MNIST example's second layer: 500 KB per chunk
-    assert processing._batch_chunk(512, 1, budget) == 512  # all of it fits: one sum
-    assert processing._batch_chunk(7, budget // 3, budget) == 7  # a prime batch: only single images would divide it
-    assert processing._batch_chunk(0, 1000, budget) == 0
+    assert layout.batch_chunk(512, 125_000, budget) == 4  # the MNIST example's second layer: 500 KB per chunk
+    assert layout.batch_chunk(512, 1, budget) == 512  # all of it fits: one sum
+    assert layout.batch_chunk(7, budget // 3, budget) == 7  # a prime batch: only single images would divide it
+    assert layout.batch_chunk(0, 1000, budget) == 0
     for bs, per_image in ((512, 70_000), (96, 40_000), (64, budget)):
-        chunk = processing._batch_chunk(bs, per_image, budget)
+        chunk = layout.batch_chunk(bs, per_image, budget)
         assert bs % chunk == 0 and (chunk == bs or chunk * per_image <= budget)
 
 
@@ -557,9 +564,9 @@ def test_conv2d_weight_gradient_summed_in_batch_chunks_matches_torch(torch: Any,
     """With a small L2 (the device's knob; chunks take half of it) the weight gradient is summed per chunk of
     images, then over the chunks."""
     from tinygrad.device import Device
-    from tinygrad.mixin import processing
+    from tinygrad.engine import layout
     monkeypatch.setattr(Device[Device.DEFAULT].renderer, "l2_cache_bytes", 16000)
-    assert processing._batch_chunk(6, (8 * 81 + 5 * 49) * 4, 8000) == 2  # the shapes below: three chunks of two
+    assert layout.batch_chunk(6, (8 * 81 + 5 * 49) * 4, 8000) == 2  # the shapes below: three chunks of two
     rng = np.random.default_rng(7)
     x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((6, 8, 7, 7), (5, 8, 3, 3), (5,)))
     up = rng.standard_normal((6, 5, 7, 7)).astype(np.float32)

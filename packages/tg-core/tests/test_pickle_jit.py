@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 import pytest
 from tinygrad import Tensor, TinyJit, Variable, dtypes, nn
-from tinygrad.codegen.compiled import CompiledRunner, ProgramMismatchError
 from tinygrad.device import Buffer, Device
 from tinygrad.engine.jit import JitError
 from tinygrad.engine.jit_io import held_buffers
 from tinygrad.helpers import Context, ContextVar
+from tinygrad.runtime.runner import CompiledRunner, ProgramMismatchError
 from tinygrad.uop.ops import Ops
 
 

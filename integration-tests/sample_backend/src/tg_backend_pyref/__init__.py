@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 
 #: The device contract this backend was written against. A literal, not `tinygrad.device.CONTRACT_VERSION`:
 #: the point is to state what *this* package implements, so that a core of another major version refuses it.
-CONTRACT_VERSION = "1.0"
+CONTRACT_VERSION = "2.0"
 
 #: PYREF is an oracle, far slower than any real device: it is never the default unless it is the only
 #: backend; ask for it with DEV=PYREF or Tensor(..., device="PYREF").

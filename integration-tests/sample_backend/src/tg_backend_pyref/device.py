@@ -11,8 +11,9 @@ imports it only when the device is first opened.
 
 from __future__ import annotations
 
-from tinygrad.codegen.compiled import Compiled, Compiler
 from tinygrad.device import Allocator
+from tinygrad.runtime.compiler import Compiler
+from tinygrad.runtime.device import Compiled
 
 from tg_backend_pyref.interpreter import PyRefProgram, check_program
 from tg_backend_pyref.renderer import PyRefRenderer

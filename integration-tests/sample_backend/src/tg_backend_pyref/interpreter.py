@@ -24,8 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tinygrad.codegen.compiled import CompileError
+from tinygrad.codegen import ProgramSpec
 from tinygrad.dtype import EMULATED_FLOATS, DType, bits_to_float, dtypes, float_to_bits
+from tinygrad.errors import CompileError
 from tinygrad.uop.alu import REFERENCE_OPS, exec_alu, exec_bitcast, exec_cast
 from tinygrad.uop.ops import Ops
 
@@ -435,8 +436,8 @@ class PyRefProgram:
     `vals` binds the kernel's DEFINE_VARs in the order of their names.
     """
 
-    def __init__(self, name: str, lib: bytes):
-        self.name = name
+    def __init__(self, spec: ProgramSpec, lib: bytes):
+        self.name = name = spec.name
         decoded_name, program = decode_program(lib)
         if decoded_name != name:
             raise ProgramFormatError(f"asked to load kernel {name}, but the program is {decoded_name}")

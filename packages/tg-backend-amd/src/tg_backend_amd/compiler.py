@@ -16,7 +16,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from tinygrad.codegen.compiled import CompileError, Compiler
+from tinygrad.errors import CompileError
+from tinygrad.runtime.compiler import Compiler
 
 CLANG_ENV, LLD_ENV = "TG_AMD_CLANG", "TG_AMD_LLD"
 CLANG, LLD = "clang-19", "ld.lld-19"

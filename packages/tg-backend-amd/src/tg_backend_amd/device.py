@@ -15,8 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tinygrad.codegen.compiled import Compiled
+from tinygrad.codegen import ProgramSpec
 from tinygrad.device import Allocator
+from tinygrad.runtime.device import Compiled
 
 from tg_backend_amd import hip
 from tg_backend_amd.compiler import AMDCompiler
@@ -78,16 +79,16 @@ class AMDAllocator(Allocator):
 
 
 class AMDProgram:
-    def __init__(self, device: AMDDevice, name: str, lib: bytes):
-        self.device, self.name, self.lib = device, name, lib  # the image must outlive the module
+    def __init__(self, device: AMDDevice, spec: ProgramSpec, lib: bytes):
+        self.device, self.name, self.lib = device, spec.name, lib  # the image must outlive the module
         device.activate()
         self.module, self.function = ctypes.c_void_p(), ctypes.c_void_p()
         try:
             hip.call("hipModuleLoadData", ctypes.byref(self.module), ctypes.c_char_p(lib))
         except hip.HIPError as e:
-            raise RuntimeError(f"HIP could not load kernel {name} built for {device.renderer.arch}: {e}; if the "
+            raise RuntimeError(f"HIP could not load kernel {self.name} built for {device.renderer.arch}: {e}; if the "
                                f"GPU is another target, set {ARCH_ENV}") from None
-        hip.call("hipModuleGetFunction", ctypes.byref(self.function), self.module, name.encode())
+        hip.call("hipModuleGetFunction", ctypes.byref(self.function), self.module, self.name.encode())
 
     def __del__(self) -> None:
         if getattr(self, "module", None):
@@ -160,7 +161,7 @@ class AMDDevice(Compiled):
         # block and LDS limits are the same on every gfx9/gfx10/gfx11 GPU (see launch.py and the renderer)
         renderer = AMDRenderer(arch)
         super().__init__("AMD" if index == 0 else f"AMD:{index}", AMDAllocator(self), renderer, AMDCompiler(arch),
-                         lambda name, lib: AMDProgram(self, name, lib))
+                         lambda spec, lib: AMDProgram(self, spec, lib))
 
     def activate(self) -> None:
         hip.call("hipSetDevice", self.index)

@@ -22,7 +22,14 @@ ext_vector_type operands (bfloat16 as its 16 bits in shorts).
 from __future__ import annotations
 
 from tinygrad.dtype import DType, dtypes
-from tinygrad.renderer.cstyle import BF16_PRELUDE, FLOAT_BITS_PRELUDE, CStyleRenderer
+from tinygrad.renderer.c_helpers import BF16_PRELUDE, FLOAT_BITS_PRELUDE
+from tinygrad.renderer.cstyle import (
+    CStyleRenderer,
+    line,
+    local_array,
+    tensor_core,
+    work_item_id,
+)
 from tinygrad.renderer.tensor_core import TensorCore, cdna3_mfma, rdna3_wmma
 from tinygrad.uop.ops import Ops
 
@@ -58,6 +65,41 @@ def _tensor_cores(arch: str) -> tuple[TensorCore, ...]:
     return ()
 
 
+def _work_item_id(r: AMDRenderer, name: str, dim: int, dtype: DType) -> str:
+    t, a = r.value_type(dtype), _AXES[dim]
+    group = f"__builtin_amdgcn_workgroup_id_{a}()"
+    if dtype.itemsize == 8:  # the product can pass 2**32: multiply in 64 bits
+        group = f"(({t}){group})"
+    return (f"{t} {name} = ({t})({group}*__builtin_amdgcn_workgroup_size_{a}()"
+            f"+__builtin_amdgcn_workitem_id_{a}());")
+
+
+def _wmma_or_mfma(r: AMDRenderer, tc: TensorCore, lane: str, a: list[str], b: list[str], out: list[str]) -> list[str]:
+    half = tc.dtype_in == dtypes.float16
+    elem, suffix = ("_Float16", "f16") if half else ("short", "bf16")
+    # bfloat16 values are floats here: their 16 bits, exact since they came from bfloat16
+    frag = (lambda x: f"(_Float16)({x})") if half else (lambda x: f"(short)tg_f32_to_bf16({x})")
+    na, nc = len(a), len(out)
+    if tc.threads == 32:  # RDNA3's WMMA
+        call = f"__builtin_amdgcn_wmma_f32_16x16x16_{suffix}_w32(tc_a, tc_b, tc_c)"
+    else:  # CDNA3's MFMA; the bfloat16 form taking four values is the `_1k` one; no broadcast or swizzle
+        call = f"__builtin_amdgcn_mfma_f32_16x16x16{suffix}{'' if half else '_1k'}(tc_a, tc_b, tc_c, 0, 0, 0)"
+    return ["{",
+            f"  typedef {elem} tg_frag __attribute__((ext_vector_type({na})));",
+            f"  typedef float tg_acc __attribute__((ext_vector_type({nc})));",
+            f"  tg_frag tc_a = {{{', '.join(map(frag, a))}}};",
+            f"  tg_frag tc_b = {{{', '.join(map(frag, b))}}};",
+            "  tg_acc tc_c = {};",
+            f"  tc_c = {call};",
+            *(f"  {o} = tc_c[{i}];" for i, o in enumerate(out)),
+            "}"]
+
+
+#: the barrier of a work-group, with the fences that make its LDS writes visible
+_BARRIER = ('__builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup"); __builtin_amdgcn_s_barrier(); '
+            '__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");')
+
+
 class AMDRenderer(CStyleRenderer):
     device = "AMD"
     has_local = True
@@ -78,6 +120,9 @@ class AMDRenderer(CStyleRenderer):
     # float64 is not claimed yet: without ROCm's device math library (ocml) clang-19 cannot lower float64 exp2, log2
     # and sin for amdgcn (it stops with "no libcall available", or crashes on fsin)
     supported_dtypes = frozenset(d for d in dtypes.all() if d != dtypes.float64)
+    render_rules = {**CStyleRenderer.render_rules, Ops.SPECIAL: work_item_id(_work_item_id),
+                    Ops.DEFINE_LOCAL: local_array("__attribute__((shared))"), Ops.BARRIER: line(_BARRIER),
+                    Ops.WMMA: tensor_core(_wmma_or_mfma)}
 
     def __init__(self, arch: str = "gfx942", local_max: tuple[int, int, int] = BLOCK_MAX,
                  max_work_group_size: int = MAX_THREADS_PER_BLOCK, local_mem_max: int = 64 * 1024):
@@ -86,33 +131,12 @@ class AMDRenderer(CStyleRenderer):
         self.tensor_cores = _tensor_cores(arch)
         self.local_max, self.max_work_group_size, self.local_mem_max = local_max, max_work_group_size, local_mem_max
 
-    # ---- tensor cores ----
-    def render_wmma(self, tc: TensorCore, lane: str, a: list[str], b: list[str], out: list[str]) -> list[str]:
-        half = tc.dtype_in == dtypes.float16
-        elem, suffix = ("_Float16", "f16") if half else ("short", "bf16")
-        # bfloat16 values are floats here: their 16 bits, exact since they came from bfloat16
-        frag = (lambda x: f"(_Float16)({x})") if half else (lambda x: f"(short)tg_f32_to_bf16({x})")
-        na, nc = len(a), len(out)
-        if tc.threads == 32:  # RDNA3's WMMA
-            call = f"__builtin_amdgcn_wmma_f32_16x16x16_{suffix}_w32(tc_a, tc_b, tc_c)"
-        else:  # CDNA3's MFMA; the bfloat16 form taking four values is the `_1k` one; no broadcast or swizzle
-            call = f"__builtin_amdgcn_mfma_f32_16x16x16{suffix}{'' if half else '_1k'}(tc_a, tc_b, tc_c, 0, 0, 0)"
-        return ["{",
-                f"  typedef {elem} tg_frag __attribute__((ext_vector_type({na})));",
-                f"  typedef float tg_acc __attribute__((ext_vector_type({nc})));",
-                f"  tg_frag tc_a = {{{', '.join(map(frag, a))}}};",
-                f"  tg_frag tc_b = {{{', '.join(map(frag, b))}}};",
-                "  tg_acc tc_c = {};",
-                f"  tc_c = {call};",
-                *(f"  {o} = tc_c[{i}];" for i, o in enumerate(out)),
-                "}"]
-
     def math_fn(self, op: Ops, d: DType) -> str:
         base = _BUILTINS[op]
         return base if d.scalar == dtypes.float64 else base + "f"
 
     @staticmethod
-    def _pun(x: str, frm_type: str, to_type: str) -> str:
+    def pun(x: str, frm_type: str, to_type: str) -> str:
         # C++ has no union compound literals of C's kind; clang's bit cast is the defined way
         return f"__builtin_bit_cast({to_type}, ({frm_type})({x}))"
 
@@ -130,22 +154,6 @@ class AMDRenderer(CStyleRenderer):
     def render_vector_store(self, buf: str, idx: str, values: list[str], d: DType) -> str:
         vtype = self.vector_type(d, len(values))
         return f"*(({vtype}*)({buf}+{idx})) = {vtype}{{{', '.join(values)}}};"
-
-    # ---- work-items, LDS, barriers ----
-    def render_special(self, name: str, dim: int, dtype: DType) -> str:
-        t, a = self.value_type(dtype), _AXES[dim]
-        group = f"__builtin_amdgcn_workgroup_id_{a}()"
-        if dtype.itemsize == 8:  # the product can pass 2**32: multiply in 64 bits
-            group = f"(({t}){group})"
-        return (f"{t} {name} = ({t})({group}*__builtin_amdgcn_workgroup_size_{a}()"
-                f"+__builtin_amdgcn_workitem_id_{a}());")
-
-    def render_define_local(self, name: str, d: DType, size: int) -> str:
-        return f"__attribute__((shared)) {self.value_type(d)} {name}[{size}];"
-
-    def render_barrier(self) -> str:
-        return ('__builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup"); __builtin_amdgcn_s_barrier(); '
-                '__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");')
 
     # the LDS arrays hold computed values (floats for the emulated dtypes), not bit patterns
     def render_local_load(self, buf: str, idx: str, gate: str | None, d: DType) -> str:

@@ -9,7 +9,7 @@ from tinygrad.device import BackendInfo, hookimpl
 
 __version__ = "0.1.0"
 #: the device contract this backend implements; core refuses it if its major version differs
-DEVICE_CONTRACT = "1.0"
+DEVICE_CONTRACT = "2.0"
 
 
 def _open(index: int):  # type: ignore[no-untyped-def]

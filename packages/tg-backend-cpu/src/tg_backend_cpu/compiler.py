@@ -12,8 +12,9 @@ import shutil
 import subprocess
 import tempfile
 
-from tinygrad.codegen.compiled import CompileError, Compiler
+from tinygrad.errors import CompileError
 from tinygrad.helpers import DEV
+from tinygrad.runtime.compiler import Compiler
 
 # the C compilers looked for when the C path is taken (CPU_COMPILER=clang or gcc, or no llvmlite): clang first,
 # whose code is the closer to the LLVM path's. clang older than 15 cannot compile _Float16 on x86: passed over.

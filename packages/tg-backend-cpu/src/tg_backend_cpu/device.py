@@ -13,11 +13,13 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from tinygrad.codegen.compiled import Compiled, CompiledRunner, Compiler
+from tinygrad.codegen import ProgramSpec
 from tinygrad.device import Allocator
 from tinygrad.helpers import DEBUG
 from tinygrad.renderer import Renderer
-from tinygrad.uop.ops import UOp
+from tinygrad.runtime.compiler import Compiler
+from tinygrad.runtime.device import Compiled
+from tinygrad.runtime.runner import CompiledRunner
 
 from tg_backend_cpu.compiler import CCompiler, uses_llvm
 from tg_backend_cpu.program import CPUProgram
@@ -153,20 +155,18 @@ class CPUDevice(Compiled):
         # first kernels instead of after them (it is a noticeable part of the first realize of a matmul)
         return [pool_library] if isinstance(self.pool, ThreadPool) and pool_library.cache_info().currsize == 0 else []
 
-    def _make_program(self, name: str, lib: bytes) -> CPUProgram:
-        program = CPUProgram(name, lib, pool=self.pool, entry_points=self._entry_points)
+    def _make_program(self, spec: ProgramSpec, lib: bytes) -> CPUProgram:
+        program = CPUProgram(spec, lib, pool=self.pool, entry_points=self._entry_points)
         self._programs.add(program)
         return program
 
-    def get_runner(self, ast: UOp) -> CompiledRunner:
-        runner = super().get_runner(ast)
-        program = getattr(runner, "program", None)
-        if isinstance(program, CPUProgram) and program.estimated_ops is None:
-            # the estimate lives in the ProgramSpec, which the program itself never sees
-            parts = program.plan_launch(getattr(runner, "estimated_ops", None))
-            if DEBUG >= 3:
-                print(f"{program.name}: {parts} thread{'s' if parts != 1 else ''} per launch (outer loop "
-                      f"{program.outer_max or 'not split'}, {self.threads} available)", file=sys.stderr)
+    def runner_from(self, spec: ProgramSpec, lib: bytes) -> CompiledRunner:
+        """The runner, whose program planned its threads per launch from the spec; DEBUG>=3 says the plan."""
+        runner = super().runner_from(spec, lib)
+        program = runner.program
+        if DEBUG >= 3 and isinstance(program, CPUProgram):
+            print(f"{program.name}: {program.parts} thread{'s' if program.parts != 1 else ''} per launch (outer loop "
+                  f"{program.outer_max or 'not split'}, {self.threads} available)", file=sys.stderr)
         return runner
 
     def set_threads(self, threads: int) -> None:

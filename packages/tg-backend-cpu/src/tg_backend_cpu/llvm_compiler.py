@@ -12,7 +12,9 @@ import os
 import threading
 from types import ModuleType
 
-from tinygrad.codegen.compiled import COMPILE_WORKERS, CompileError, Compiler
+from tinygrad.errors import CompileError
+from tinygrad.runtime.compiler import Compiler
+from tinygrad.runtime.device import COMPILE_WORKERS
 
 from tg_backend_cpu.llvm_workers import (
     LLVM_OPTIONS,

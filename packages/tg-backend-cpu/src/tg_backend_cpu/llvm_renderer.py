@@ -40,6 +40,7 @@ from tg_backend_cpu.llvm_tiles import (
     rendered_uops,
 )
 from tg_backend_cpu.llvm_types import float_suffix, literal, memory_type, value_type
+from tg_backend_cpu.opt_rules import cpu_opt_rules
 from tg_backend_cpu.renderer import CPURenderer, SplitPlan, VectorTile, plan_split, plan_vector_tiles
 
 #: LLVM intrinsics of the unary math ops (llvm.<name>.f16/f32/f64); sin and float64's exp2 and log2 become libm
@@ -307,6 +308,7 @@ class LLVMRenderer(Renderer):
     simd_bytes = CPURenderer.simd_bytes
     vector_registers = CPURenderer.vector_registers
     channels_last_min = CPURenderer.channels_last_min
+    opt_rules = cpu_opt_rules  # the C path's tuning rules
     # a padded convolution tests the border in every lane of its rows, and LLVM 22 builds each such row from scalar
     # loads and shuffles (the ResNet's padded 16x16 layers three times slower than over a copy with the border
     # written out); the copy's own border tests it vectorises with masked loads (the measurements are in the

@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tinygrad.codegen import ProgramSpec
+
 from tg_backend_cpu.loader import load_library
 from tg_backend_cpu.py_thread_pool import PythonThreadPool
 from tg_backend_cpu.thread_pool import NativeLaunch, ThreadPool, pool_library
@@ -31,10 +33,12 @@ class CPUProgram:
     A shared object without them - plain C, `void name(buffers..., values...)` - is called directly, on one thread.
     """
 
-    def __init__(self, name: str, lib: bytes, pool: ThreadPool | PythonThreadPool | None = None,
+    def __init__(self, spec: ProgramSpec, lib: bytes, pool: ThreadPool | PythonThreadPool | None = None,
                  entry_points: Callable[[str, bytes], dict[str, int]] | None = None):
-        """`entry_points(name, lib)`: the addresses of the entry points and constants of a kernel that is not a
+        """`lib`, compiled from `spec`'s source; the spec's estimate of the work sets the threads per launch.
+        `entry_points(name, lib)`: the addresses of the entry points and constants of a kernel that is not a
         shared object (the LLVM path's object files, loaded in memory); None: `lib` is a shared object."""
+        name = spec.name
         self.name, self.pool = name, pool
         self.lib: ctypes.CDLL | None = None
         if entry_points is not None:
@@ -60,19 +64,17 @@ class CPUProgram:
                 self.nargs = ctypes.c_longlong.in_dll(self.lib, f"{name}_tg_nargs").value
                 self.outer_max = ctypes.c_longlong.in_dll(self.lib, f"{name}_tg_outer").value
                 self._args_type = ctypes.c_longlong * self.nargs
-        #: the work one launch does (ProgramSpec.estimated_ops), once the device passes it on
-        self.estimated_ops: int | None = None
         self.parts = 1  # threads each launch uses
         self._launch: Callable[[ctypes.Array], Any] | None = self.run_fn
-        self.plan_launch(None)
+        self.plan_launch(spec.estimated_ops)
 
-    def plan_launch(self, estimated_ops: int | None) -> int:
-        """Choose how many threads each launch uses, from the work a launch does (the outer trip count when no
-        estimate is given). Small kernels stay on the calling thread. Returns the choice."""
+    def plan_launch(self, estimated_ops: int) -> int:
+        """Choose how many threads each launch uses, from the work a launch does (ProgramSpec.estimated_ops). Small
+        kernels stay on the calling thread. Returns the choice."""
+        #: the work one launch does, which `use_pool` plans with again
         self.estimated_ops = estimated_ops
         threads = self.pool.size() if self.pool is not None else 1
-        work = estimated_ops if estimated_ops is not None else self.outer_max
-        self.parts = max(1, min(threads, self.outer_max, work // MIN_WORK_PER_THREAD))
+        self.parts = max(1, min(threads, self.outer_max, estimated_ops // MIN_WORK_PER_THREAD))
         self._launch = self._launch_on_pool if self.parts > 1 else self.run_fn
         return self.parts
 

@@ -17,12 +17,11 @@ Next to the kernel the source defines, for `tg_backend_cpu.program`:
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tinygrad.dtype import DType, dtypes
-from tinygrad.renderer.cstyle import CStyleRenderer
+from tinygrad.renderer.cstyle import C_CODE_FOR_OP, C_RENDER_RULES, CKernel, CStyleRenderer, c_cast, cast_entry
 from tinygrad.renderer.vectorize import split_index
 from tinygrad.uop.ops import AxisKind, GroupOp, Ops, UOp
 from tinygrad.uop.rewrite import PatternMatcher, UPat
@@ -30,6 +29,7 @@ from tinygrad.uop.rewrite import PatternMatcher, UPat
 from tg_backend_cpu import program as launch_plan
 from tg_backend_cpu import vector_math
 from tg_backend_cpu.compiler import clang_major, find_c_compiler
+from tg_backend_cpu.opt_rules import cpu_opt_rules
 
 SLICE_PARAMS = ("tg_start", "tg_end", "tg_total")
 
@@ -410,6 +410,153 @@ def _branch_free_where(r: CStyleRenderer, d: DType, src: tuple[UOp, ...], c: str
     return f"{fn}({c},{a},{b})" if d.is_float else f"(({r.value_type(d)}){fn}({c},{a},{b}))"
 
 
+@dataclass
+class CPUMarks:
+    """What the C path marks in a kernel before its one walk (`CPURenderer.plan`): the loops it slices for the
+    thread pool, the register tiles computed as vectors, the vector-math helpers it calls; and what the walk adds
+    (the tiles' vector names and the vector types they use), which the kernel's source then declares."""
+
+    split: SplitPlan
+    sliced: frozenset[UOp]
+    tile_of: dict[UOp, VectorTile]
+    helper_ops: frozenset[Ops]
+    tile_names: dict[VectorTile, str] = field(default_factory=dict)
+    vector_types: set[tuple[DType, int]] = field(default_factory=set)
+
+
+def _vector_name(d: DType, width: int) -> str:
+    return f"tg_{_VECTOR_ELEMENTS[d]}x{width}"
+
+
+def _sliced_range(r: CPURenderer, k: CKernel, u: UOp) -> None:
+    """A loop the plan slices runs the part [tg_start, tg_end) of [0, tg_total) of its range (module docstring)."""
+    marks: CPUMarks = k.plan  # type: ignore[assignment]
+    if u not in marks.sliced:
+        C_RENDER_RULES[Ops.RANGE](r, k, u)
+        return
+    k.names[u] = name = k.fresh("ridx")
+    bound, (start, end, total), t = k.names[u.src[0]], SLICE_PARAMS, r.value_type(u.dtype)
+    # the slice ends are products in 64 bits: bound * tg_end passes 2**63 only past any addressable size
+    lo, hi = f"({t})((long long)({bound})*{start}/{total})", f"({t})((long long)({bound})*{end}/{total})"
+    k.open_loop(u, f"for ({t} {name} = {lo}, {name}_end = {hi}; {name} < {name}_end; {name}++) {{")
+
+
+class _TileText:
+    """The C of one vector tile's update (`VectorTile.update`), written with gcc's and clang's vector extensions."""
+
+    def __init__(self, r: CPURenderer, k: CKernel, tile: VectorTile):
+        self.r, self.names = r, k.names
+        self.marks: CPUMarks = k.plan  # type: ignore[assignment]
+        self.width, self.vname = len(tile.accs), self.marks.tile_names[tile]
+        self.lines: list[str] = []
+        self.temps: dict[Lanes, str] = {}
+
+    def vector(self, d: DType) -> str:
+        self.marks.vector_types.add((d, self.width))
+        return _vector_name(d, self.width)
+
+    def temp(self, lanes: Lanes, text: str) -> str:
+        """An operand that a select names more than once gets a variable (and a shared one is computed once)."""
+        if lanes.kind == "acc":
+            return text
+        if lanes not in self.temps:
+            self.temps[lanes] = f"{self.vname}_t{len(self.temps)}"
+            if lanes.kind == "splat" and lanes.uops[0].dtype != dtypes.bool:  # a scalar in every lane
+                text = f"(({self.vector(lanes.dtype)}){{{', '.join([text] * self.width)}}})"
+            self.lines.append(f"{self.vector(lanes.dtype)} {self.temps[lanes]} = {text};")
+        return self.temps[lanes]
+
+    def select(self, mask: str, a: str, b: str, d: DType) -> str:
+        m = self.vector(_MASK_OF[d.itemsize])
+        return f"(({self.vector(d)})((({m})({a})&{mask})|(({m})({b})&~{mask})))"
+
+    def leaf(self, lanes: Lanes) -> str:
+        """An operand that is not computed lane by lane: the accumulators, a scalar, a vector load, gathered lanes."""
+        vt = self.vector(lanes.dtype)
+        if lanes.kind == "acc":
+            return self.vname
+        if lanes.kind == "splat":
+            scalar = self.names[lanes.uops[0]]
+            if lanes.uops[0].dtype == dtypes.bool:  # a mask: 0 - 1 sets every bit
+                return f"(({vt}){{0}}-({self.r.value_type(lanes.dtype)})({scalar}))"
+            return f"({scalar})"
+        if lanes.kind == "load":
+            index = lanes.uops[0]
+            return f"(*(const {vt}u*)({self.names[index.src[0]]}+({self.names[index.src[1]]})))"
+        return f"(({vt}){{{', '.join(self.names[v] for v in lanes.uops)}}})"  # gathered
+
+    def expr(self, lanes: Lanes) -> str:
+        vt = self.vector(lanes.dtype)
+        if lanes.kind != "alu":
+            return self.leaf(lanes)
+        args = [self.expr(a) for a in lanes.args]
+        if lanes.op is Ops.CAST:
+            return f"__builtin_convertvector({args[0]},{vt})"
+        if lanes.op is Ops.WHERE:
+            mask, a, b = (self.temp(x, t) for x, t in zip(lanes.args, args, strict=True))
+            return self.select(mask, a, b, lanes.dtype)
+        if lanes.op is Ops.MAX:
+            # the scalar path's test: NaN wins, and +0.0 beats -0.0 (the sign bit clear: as an integer, >= 0)
+            a, b = (self.temp(x, t) for x, t in zip(lanes.args, args, strict=True))
+            m = self.vector(_MASK_OF[lanes.dtype.itemsize])
+            mask = self.temp(Lanes("alu", _MASK_OF[lanes.dtype.itemsize], op=Ops.MAX, args=lanes.args),
+                             f"(({a}>{b})|({a}!={a})|(({a}=={b})&(({m})({a})>=0)))")
+            return self.select(mask, a, b, lanes.dtype)
+        assert lanes.op is not None
+        return "(" + _VECTOR_INFIX[lanes.op].join(args) + ")"
+
+
+def _tile_acc(r: CPURenderer, k: CKernel, u: UOp) -> None:
+    """A register tile's accumulators are one vector, which the first declares (DEFINE_ACCs precede their loop);
+    reads after the loop take their lane."""
+    marks: CPUMarks = k.plan  # type: ignore[assignment]
+    if (tile := marks.tile_of.get(u)) is None:
+        C_RENDER_RULES[Ops.DEFINE_ACC](r, k, u)
+        return
+    if u is not tile.accs[0]:
+        return
+    d, width = tile.accs[0].dtype, len(tile.accs)
+    marks.vector_types.add((d, width))
+    marks.tile_names[tile] = vname = f"vacc{len(marks.tile_names)}"
+    for lane, acc in enumerate(tile.accs):
+        k.names[acc] = f"{vname}[{lane}]"
+    inits = ", ".join(r.render_const(a.src[0].arg, d) for a in tile.accs)
+    vtype = _vector_name(d, width)
+    k.line(u, f"{vtype} {vname} = ({vtype}){{{inits}}};")
+
+
+def _tile_assign(r: CPURenderer, k: CKernel, u: UOp) -> None:
+    """Every lane of a tile is updated at its last ASSIGN, when all its operands exist."""
+    marks: CPUMarks = k.plan  # type: ignore[assignment]
+    if (tile := marks.tile_of.get(u)) is None:
+        C_RENDER_RULES[Ops.ASSIGN](r, k, u)
+        return
+    if u is not tile.last:
+        return
+    text = _TileText(r, k, tile)
+    update = text.expr(tile.update)
+    for line in [*text.lines, f"{text.vname} = {update};"]:
+        k.line(u, line)
+
+
+#: the C path's entries of the walk: sliced loops and register tiles as vectors
+CPU_RENDER_RULES = {**C_RENDER_RULES, Ops.RANGE: _sliced_range, Ops.DEFINE_ACC: _tile_acc, Ops.ASSIGN: _tile_assign}
+
+
+def _branch_free_max(r: CStyleRenderer, d: DType, src: tuple[UOp, ...], a: str, b: str) -> str:
+    if d not in (dtypes.float32, dtypes.float64):
+        return C_CODE_FOR_OP[Ops.MAX](r, d, src, a, b)
+    # the base's test (NaN wins, +0.0 beats -0.0), as a select without a branch
+    return f"{_SELECT_FNS[d]}((({a})>({b}))|(({a})!=({a}))|((({a})==({b}))&!signbit({a})),{a},{b})"
+
+
+def _branch_free_cast(r: CPURenderer, x: str, frm: DType, to: DType) -> str:
+    if r.branch_free_selects and frm == dtypes.bool and to in (dtypes.float32, dtypes.float64):
+        # gcc converts a bool to a float with a branch (1.0 or 0.0), which leaves the loop scalar
+        return f"{_SELECT_FNS[to]}({x},{r.render_const(1.0, to)},{r.render_const(0.0, to)})"
+    return c_cast(r, x, frm, to)
+
+
 class CPURenderer(CStyleRenderer):
     device = "CPU"
     prelude = BUILTIN_MATH_PRELUDE
@@ -421,6 +568,8 @@ class CPURenderer(CStyleRenderer):
     vector_registers = 32
     channels_last_min = 8
     target_rewrites = C_TARGET_REWRITES
+    opt_rules = cpu_opt_rules  # the CPU's tuning rules (`tg_backend_cpu.opt_rules`)
+    render_rules = CPU_RENDER_RULES
 
     def __init__(self) -> None:
         # whether a register tile's accumulators are rendered as vectors (`plan_vector_tiles`): for gcc (and any
@@ -436,46 +585,8 @@ class CPURenderer(CStyleRenderer):
         self.uneven_rows_channels_last = self.vector_tiles
         if self.branch_free_selects:
             self.prelude = BUILTIN_MATH_PRELUDE + SELECT_PRELUDE
-            self.code_for_op = {**self.code_for_op, Ops.WHERE: _branch_free_where}
-        # the plan of the kernel being rendered (render_range is called once per RANGE, in program order); per
-        # thread, so that two threads can render with one renderer
-        self._state = threading.local()
-
-    def render_max(self, a: str, b: str, d: DType) -> str:
-        if self.branch_free_selects and d in (dtypes.float32, dtypes.float64):
-            # the base's test (NaN wins, +0.0 beats -0.0), as a select without a branch
-            return f"{_SELECT_FNS[d]}((({a})>({b}))|(({a})!=({a}))|((({a})==({b}))&!signbit({a})),{a},{b})"
-        return super().render_max(a, b, d)
-
-    def render_cast(self, x: str, frm: DType, to: DType) -> str:
-        if self.branch_free_selects and frm == dtypes.bool and to in (dtypes.float32, dtypes.float64):
-            # gcc converts a bool to a float with a branch (1.0 or 0.0), which leaves the loop scalar
-            return f"{_SELECT_FNS[to]}({x},{self.render_const(1.0, to)},{self.render_const(0.0, to)})"
-        return super().render_cast(x, frm, to)
-
-    def render_range(self, name: str, bound: str, dtype: DType = dtypes.int32) -> str:
-        plan: SplitPlan | None = getattr(self._state, "plan", None)
-        k = getattr(self._state, "opened", 0)
-        self._state.opened = k + 1
-        if plan is None or k >= len(plan.sliced) or not plan.sliced[k]:
-            return super().render_range(name, bound, dtype)
-        start, end, total = SLICE_PARAMS
-        t = self.value_type(dtype)
-        # the slice ends are products in 64 bits: bound * tg_end passes 2**63 only past any addressable size
-        lo, hi = f"({t})((long long)({bound})*{start}/{total})", f"({t})((long long)({bound})*{end}/{total})"
-        return f"for ({t} {name} = {lo}, {name}_end = {hi}; {name} < {name}_end; {name}++) {{"
-
-    def render_kernel(self, name: str, params: list[str], body: list[str], uses_bf16: bool = False,
-                      helpers: str = "") -> str:
-        slice_params = [f"const long long {p}" for p in SLICE_PARAMS]
-        helpers = vector_math.c_helpers(getattr(self._state, "helper_ops", set())) + helpers
-        for d, width in sorted(getattr(self._state, "vector_types", set()), key=lambda t: (t[0].itemsize, t[1])):
-            # the `u` type reads a vector at any element's address, whatever else the memory is read as
-            vtype, scalar, size = self._vector_name(d, width), self.value_type(d), d.itemsize * width
-            helpers += (f"typedef {scalar} {vtype} __attribute__((vector_size({size})));\n"
-                        f"typedef {scalar} {vtype}u __attribute__((vector_size({size}), aligned({d.itemsize}), "
-                        f"__may_alias__));\n")
-        return super().render_kernel(name, [*params, *slice_params], body, uses_bf16, helpers)
+            self.code_for_op = {**self.code_for_op, Ops.WHERE: _branch_free_where, Ops.MAX: _branch_free_max,
+                                Ops.CAST: cast_entry(_branch_free_cast)}
 
     def math_fn(self, op: Ops, d: DType) -> str:
         # exp2 and log2 of float32 (and of float16 and the emulated floats, computed in float) as arithmetic that
@@ -484,103 +595,31 @@ class CPURenderer(CStyleRenderer):
             return vector_math.HELPERS[op].c_name
         return super().math_fn(op, d)
 
-    def render(self, name: str, program: list[UOp]) -> str:
-        plan = plan_split(program)
-        src = self._render_with(name, program, plan)
-        if self._state.opened != len(plan.sliced):
-            # the base did not open each RANGE through render_range once, in order: the plan cannot be trusted
-            plan = SplitPlan.none(len(plan.sliced))
-            src = self._render_with(name, program, plan)
-        return src + self.render_entry_points(name, program, plan)
-
-    def _render_with(self, name: str, program: list[UOp], plan: SplitPlan) -> str:
-        self._state.plan, self._state.opened = plan, 0
-        self._state.helper_ops = {u.op for u in program if vector_math.computes(u.op, u.dtype)}
+    def plan(self, program: list[UOp]) -> CPUMarks:
+        """The marks of the walk: which loops are sliced (`plan_split`), which accumulators are vector tiles."""
+        split = plan_split(program)
+        ranges = [u for u in program if u.op is Ops.RANGE]
         tiles = plan_vector_tiles(program, self.simd_bytes) if self.vector_tiles else []
-        self._state.tile_of = {u: t for t in tiles for u in (*t.accs, *t.assigns)}
-        self._state.tile_names, self._state.vector_types = {}, set()
-        try:
-            return super().render(name, program)
-        finally:
-            self._state.plan = None
-            self._state.tile_of = {}
+        return CPUMarks(split, frozenset(r for r, s in zip(ranges, split.sliced, strict=True) if s),
+                        {u: t for t in tiles for u in (*t.accs, *t.assigns)},
+                        frozenset(u.op for u in program if vector_math.computes(u.op, u.dtype)))
 
-    @staticmethod
-    def _vector_name(d: DType, width: int) -> str:
-        return f"tg_{_VECTOR_ELEMENTS[d]}x{width}"
-
-    def render_packed(self, u: UOp, names: dict[UOp, str]) -> list[str] | None:
-        tile: VectorTile | None = getattr(self._state, "tile_of", {}).get(u)
-        if tile is None:
-            return None
-        d, width = tile.accs[0].dtype, len(tile.accs)
-        vtype = self._vector_name(d, width)
-        tile_names: dict[VectorTile, str] = self._state.tile_names
-        if u.op is Ops.DEFINE_ACC:
-            if u is not tile.accs[0]:  # the first accumulator declares the vector (DEFINE_ACCs precede their loop)
-                return []
-            self._state.vector_types.add((d, width))
-            tile_names[tile] = vname = f"vacc{len(tile_names)}"
-            for lane, acc in enumerate(tile.accs):
-                names[acc] = f"{vname}[{lane}]"  # reads after the loop take their lane
-            inits = ", ".join(self.render_const(a.src[0].arg, d) for a in tile.accs)
-            return [f"{vtype} {vname} = ({vtype}){{{inits}}};"]
-        if u is not tile.last:  # every lane is updated at the last ASSIGN, when all its operands exist
-            return []
-        vname = tile_names[tile]
-        lines: list[str] = []
-        temps: dict[Lanes, str] = {}
-
-        def vector(d: DType) -> str:
-            self._state.vector_types.add((d, width))
-            return self._vector_name(d, width)
-
-        def temp(lanes: Lanes, text: str) -> str:
-            # an operand that a select names more than once gets a variable (and a shared one is computed once)
-            if lanes.kind == "acc" or lanes not in temps:
-                if lanes.kind == "acc":
-                    return text
-                temps[lanes] = f"{vname}_t{len(temps)}"
-                if lanes.kind == "splat" and lanes.uops[0].dtype != dtypes.bool:  # a scalar in every lane
-                    text = f"(({vector(lanes.dtype)}){{{', '.join([text] * width)}}})"
-                lines.append(f"{vector(lanes.dtype)} {temps[lanes]} = {text};")
-            return temps[lanes]
-
-        def select(mask: str, a: str, b: str, d: DType) -> str:
-            m = vector(_MASK_OF[d.itemsize])
-            return f"(({vector(d)})((({m})({a})&{mask})|(({m})({b})&~{mask})))"
-
-        def expr(lanes: Lanes) -> str:
-            vt = vector(lanes.dtype)
-            if lanes.kind == "acc":
-                return vname
-            if lanes.kind == "splat":
-                scalar = names[lanes.uops[0]]
-                if lanes.uops[0].dtype == dtypes.bool:  # a mask: 0 - 1 sets every bit
-                    return f"(({vt}){{0}}-({self.value_type(lanes.dtype)})({scalar}))"
-                return f"({scalar})"
-            if lanes.kind == "load":
-                index = lanes.uops[0]
-                return f"(*(const {vt}u*)({names[index.src[0]]}+({names[index.src[1]]})))"
-            if lanes.kind == "gather":
-                return f"(({vt}){{{', '.join(names[v] for v in lanes.uops)}}})"
-            args = [expr(a) for a in lanes.args]
-            if lanes.op is Ops.CAST:
-                return f"__builtin_convertvector({args[0]},{vt})"
-            if lanes.op is Ops.WHERE:
-                mask, a, b = (temp(x, t) for x, t in zip(lanes.args, args, strict=True))
-                return select(mask, a, b, lanes.dtype)
-            if lanes.op is Ops.MAX:
-                # the scalar path's test: NaN wins, and +0.0 beats -0.0 (the sign bit clear: as an integer, >= 0)
-                a, b = (temp(x, t) for x, t in zip(lanes.args, args, strict=True))
-                m = vector(_MASK_OF[lanes.dtype.itemsize])
-                mask = temp(Lanes("alu", _MASK_OF[lanes.dtype.itemsize], op=Ops.MAX, args=lanes.args),
-                            f"(({a}>{b})|({a}!={a})|(({a}=={b})&(({m})({a})>=0)))")
-                return select(mask, a, b, lanes.dtype)
-            assert lanes.op is not None
-            return "(" + _VECTOR_INFIX[lanes.op].join(args) + ")"
-        update = expr(tile.update)
-        return [*lines, f"{vname} = {update};"]
+    def render_source(self, k: CKernel, params: list[str], var_params: list[str]) -> str:
+        marks: CPUMarks = k.plan  # type: ignore[assignment]
+        helpers = vector_math.c_helpers(set(marks.helper_ops)) + self.fp8_helpers(k.program)
+        # in a fixed order (a DType hashes by identity, so a set's order varies between processes): the same kernel
+        # is the same source, which the compile cache is keyed by
+        for d, width in sorted(marks.vector_types, key=lambda t: (t[0].itemsize, t[1], t[0].name)):
+            # the `u` type reads a vector at any element's address, whatever else the memory is read as
+            vtype, scalar, size = _vector_name(d, width), self.value_type(d), d.itemsize * width
+            helpers += (f"typedef {scalar} {vtype} __attribute__((vector_size({size})));\n"
+                        f"typedef {scalar} {vtype}u __attribute__((vector_size({size}), aligned({d.itemsize}), "
+                        f"__may_alias__));\n")
+        lines = ["  " + decl for decl in k.local_decls] + k.body
+        uses_bf16 = any(u.dtype.scalar == dtypes.bfloat16 for u in k.program)
+        slice_params = [f"const long long {p}" for p in SLICE_PARAMS]
+        return self.render_kernel(k.name, [*params, *var_params, *slice_params], lines, uses_bf16, helpers) + \
+            self.render_entry_points(k.name, k.program, marks.split)
 
     def render_entry_points(self, name: str, program: list[UOp], plan: SplitPlan) -> str:
         # the kernel's parameters as the base orders them: buffers by index, then variables by name

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING
 from tinygrad.device import BackendInfo, hookimpl
 
 if TYPE_CHECKING:
-    from tinygrad.codegen.compiled import Compiler
     from tinygrad.conformance.compile_only import CompileOnlyBackend
     from tinygrad.renderer import Renderer
+    from tinygrad.runtime.compiler import Compiler
 
 __version__ = "0.1.0"
 #: the device contract this backend implements; core refuses it if its major version differs
-DEVICE_CONTRACT = "1.0"
+DEVICE_CONTRACT = "2.0"
 
 RUNTIME_FIX = ("`pip install 'tg-backend-cuda[runtime]'` on a machine with an NVIDIA driver (pycuda builds from "
                "source against a CUDA toolkit: nvcc and the CUDA headers must be installed)")

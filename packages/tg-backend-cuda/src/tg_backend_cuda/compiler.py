@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-from tinygrad.codegen.compiled import CompileError, Compiler
+from tinygrad.errors import CompileError
+from tinygrad.runtime.compiler import Compiler
 
 from tg_backend_cuda.nvrtc import NVRTCError, load_nvrtc
 

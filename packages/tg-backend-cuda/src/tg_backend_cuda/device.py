@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pycuda.driver as cuda
-from tinygrad.codegen.compiled import Compiled
+from tinygrad.codegen import ProgramSpec
 from tinygrad.device import Allocator
+from tinygrad.runtime.device import Compiled
 
 from tg_backend_cuda.compiler import CUDACompiler
 from tg_backend_cuda.launch import launch_dims
@@ -70,16 +71,16 @@ class CUDAAllocator(Allocator):
 
 
 class CUDAProgram:
-    def __init__(self, device: CUDADevice, name: str, lib: bytes):
-        self.device, self.name = device, name
+    def __init__(self, device: CUDADevice, spec: ProgramSpec, lib: bytes):
+        self.device, self.name = device, spec.name
         with device.active():
             try:
                 self.module = cuda.module_from_buffer(lib)
             except cuda.Error as e:
-                raise RuntimeError(f"the CUDA driver could not load kernel {name} for {device.renderer.arch}: {e}. "
-                                   f"With CUDA_PTX=1, a driver older than NVRTC {device.compiler.nvrtc.version} "
+                raise RuntimeError(f"the CUDA driver could not load kernel {self.name} for {device.renderer.arch}: "
+                                   f"{e}. With CUDA_PTX=1, a driver older than NVRTC {device.compiler.nvrtc.version} "
                                    f"refuses its PTX: unset CUDA_PTX or update the driver") from None
-            self.function = self.module.get_function(name)
+            self.function = self.module.get_function(self.name)
         self._prepared_format: str | None = None
 
     def prepare(self, *bufs: Any, global_size: tuple[int, ...] | None = None,
@@ -149,7 +150,7 @@ class CUDADevice(Compiled):
                                 local_mem_max=limit(attr.MAX_SHARED_MEMORY_PER_BLOCK))
         compiler = CUDACompiler(renderer.cc, cubin=os.environ.get(PTX_ENV, "0") in ("", "0"))
         super().__init__("CUDA" if index == 0 else f"CUDA:{index}", CUDAAllocator(self), renderer, compiler,
-                         lambda name, lib: CUDAProgram(self, name, lib))
+                         lambda spec, lib: CUDAProgram(self, spec, lib))
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:

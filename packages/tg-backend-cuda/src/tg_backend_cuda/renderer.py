@@ -22,7 +22,17 @@ element in the low half) and the instruction is written as inline PTX.
 from __future__ import annotations
 
 from tinygrad.dtype import DType, dtypes, is_emulated_float
-from tinygrad.renderer.cstyle import CStyleRenderer
+from tinygrad.renderer.cstyle import (
+    C_CODE_FOR_OP,
+    CKernel,
+    CStyleRenderer,
+    c_cast,
+    cast_entry,
+    line,
+    local_array,
+    tensor_core,
+    work_item_id,
+)
 from tinygrad.renderer.tensor_core import TensorCore, mma_m16n8k16
 from tinygrad.uop.ops import GroupOp, Ops, UOp
 
@@ -85,6 +95,77 @@ def _is_half(d: DType) -> bool:
     return d.scalar == dtypes.float16
 
 
+def thread_id(r: CUDARenderer, name: str, dim: int, dtype: DType) -> str:
+    t, axis = r.value_type(dtype), _AXES[dim]
+    # a 64-bit id is multiplied in 64 bits: blockIdx*blockDim is an unsigned int product
+    block = f"(({t})blockIdx.{axis})" if dtype.itemsize == 8 else f"blockIdx.{axis}"
+    return f"{t} {name} = ({t})({block}*blockDim.{axis}+threadIdx.{axis});"
+
+
+def _mma_sync(r: CUDARenderer, tc: TensorCore, lane: str, a: list[str], b: list[str], out: list[str]) -> list[str]:
+    # the fragment values are floats here (half and bfloat16 are computed in float); their 16 bits are exact
+    to_bits, ptx_type = ("tg_f32_to_f16", "f16") if _is_half(tc.dtype_in) else ("tg_f32_to_bf16", "bf16")
+
+    def pack(values: list[str]) -> list[str]:
+        return [f"((unsigned int){to_bits}({lo})|((unsigned int){to_bits}({hi})<<16))"
+                for lo, hi in zip(values[::2], values[1::2])]
+
+    regs_a, regs_b = pack(a), pack(b)
+    n_out, n_a, n_b = len(out), len(regs_a), len(regs_b)
+    operands = iter(range(2 * n_out + n_a + n_b))
+
+    def group(count: int) -> str:
+        return "{" + ",".join(f"%{next(operands)}" for _ in range(count)) + "}"
+
+    m, n, k = tc.dims
+    instruction = (f"mma.sync.aligned.m{m}n{n}k{k}.row.col.f32.{ptx_type}.{ptx_type}.f32 "
+                   f"{group(n_out)}, {group(n_a)}, {group(n_b)}, {group(n_out)};")
+    outputs = ", ".join(f'"=f"({o})' for o in out)
+    inputs = ", ".join([f'"r"({reg})' for reg in regs_a + regs_b] + ['"f"(0.0f)'] * n_out)
+    return [f'asm volatile("{instruction}" : {outputs} : {inputs});']
+
+
+def _idiv(r: CUDARenderer, d: DType, src: tuple[UOp, ...], a: str, b: str) -> str:
+    if _is_half(src[0].dtype):  # truncate the quotient as rounded to half, not the float one
+        return f"truncf(tg_round_f16({a}/{b}))"
+    return C_CODE_FOR_OP[Ops.IDIV](r, d, src, a, b)
+
+
+def _cast(r: CUDARenderer, x: str, frm: DType, to: DType) -> str:
+    if _is_half(to):
+        if frm.scalar == dtypes.float64:
+            return f"tg_f16_to_f32(tg_f64_to_f16({x}))"
+        return f"tg_round_f16((float)({x}))"
+    return c_cast(r, x, frm, to)
+
+def _to_bits(r: CUDARenderer, x: str, d: DType) -> str:
+    s = d.scalar
+    if s == dtypes.float32:
+        return f"__float_as_uint({x})"
+    if s == dtypes.float64:
+        return f"((unsigned long long)__double_as_longlong({x}))"
+    if s == dtypes.float16:
+        return f"tg_f32_to_f16({x})"
+    if is_emulated_float(s):
+        return f"{r.encoder(s)}({x})"
+    return f"(({_UNSIGNED[s.itemsize]})({x}))"
+
+def _from_bits(r: CUDARenderer, bits: str, d: DType) -> str:
+    s = d.scalar
+    if s == dtypes.float32:
+        return f"__uint_as_float((unsigned int)({bits}))"
+    if s == dtypes.float64:
+        return f"__longlong_as_double((long long)({bits}))"
+    if s == dtypes.float16:
+        return f"tg_f16_to_f32((unsigned short)({bits}))"
+    if is_emulated_float(s):
+        return f"{r.decoder(s)}(({r.memory_type(s)})({bits}))"
+    return f"(({r.value_type(s)})({bits}))"
+
+def bit_cast(r: CUDARenderer, x: str, frm: DType, to: DType) -> str:
+    return _from_bits(r, _to_bits(r, x, frm), to)
+
+
 class CUDARenderer(CStyleRenderer):
     device = "CUDA"
     has_local = True
@@ -104,6 +185,11 @@ class CUDARenderer(CStyleRenderer):
     #: work-items per launch dimension: the range of an int32 id (the index typing widens ids past it); CUDA's grid
     #: limits are met by `launch.flat_grid`, its block limits by `local_max`
     global_max = (2**31 - 1, 2**31 - 1, 2**31 - 1)
+    code_for_op = {**CStyleRenderer.code_for_op, Ops.IDIV: _idiv, Ops.CAST: cast_entry(_cast),
+                   Ops.BITCAST: cast_entry(bit_cast)}
+    render_rules = {**CStyleRenderer.render_rules, Ops.SPECIAL: work_item_id(thread_id),
+                    Ops.DEFINE_LOCAL: local_array("__shared__"), Ops.BARRIER: line("__syncthreads();"),
+                    Ops.WMMA: tensor_core(_mma_sync)}
 
     def __init__(self, arch: str | int = "sm_90", local_max: tuple[int, int, int] = BLOCK_MAX,
                  max_work_group_size: int = MAX_THREADS_PER_BLOCK, local_mem_max: int = 48 * 1024):
@@ -116,29 +202,6 @@ class CUDARenderer(CStyleRenderer):
         self.local_max, self.max_work_group_size, self.local_mem_max = local_max, max_work_group_size, local_mem_max
         self.bf16_prelude = BF16_HELPERS_SM80 if self.cc >= 80 else BF16_HELPERS_PORTABLE
         self.tensor_cores = (mma_m16n8k16(dtypes.float16), mma_m16n8k16(dtypes.bfloat16)) if self.cc >= 80 else ()
-
-    # ---- tensor cores ----
-    def render_wmma(self, tc: TensorCore, lane: str, a: list[str], b: list[str], out: list[str]) -> list[str]:
-        # the fragment values are floats here (half and bfloat16 are computed in float); their 16 bits are exact
-        to_bits, ptx_type = ("tg_f32_to_f16", "f16") if _is_half(tc.dtype_in) else ("tg_f32_to_bf16", "bf16")
-
-        def pack(values: list[str]) -> list[str]:
-            return [f"((unsigned int){to_bits}({lo})|((unsigned int){to_bits}({hi})<<16))"
-                    for lo, hi in zip(values[::2], values[1::2])]
-
-        regs_a, regs_b = pack(a), pack(b)
-        n_out, n_a, n_b = len(out), len(regs_a), len(regs_b)
-        operands = iter(range(2 * n_out + n_a + n_b))
-
-        def group(count: int) -> str:
-            return "{" + ",".join(f"%{next(operands)}" for _ in range(count)) + "}"
-
-        m, n, k = tc.dims
-        instruction = (f"mma.sync.aligned.m{m}n{n}k{k}.row.col.f32.{ptx_type}.{ptx_type}.f32 "
-                       f"{group(n_out)}, {group(n_a)}, {group(n_b)}, {group(n_out)};")
-        outputs = ", ".join(f'"=f"({o})' for o in out)
-        inputs = ", ".join([f'"r"({r})' for r in regs_a + regs_b] + ['"f"(0.0f)'] * n_out)
-        return [f'asm volatile("{instruction}" : {outputs} : {inputs});']
 
     # ---- types, constants and memory ----
     def memory_type(self, d: DType) -> str:
@@ -163,52 +226,13 @@ class CUDARenderer(CStyleRenderer):
     def render_local_store(self, buf: str, idx: str, value: str, d: DType) -> str:
         return f"{buf}[{idx}] = {value};"
 
-    def render_cast(self, x: str, frm: DType, to: DType) -> str:
-        if _is_half(to):
-            if frm.scalar == dtypes.float64:
-                return f"tg_f16_to_f32(tg_f64_to_f16({x}))"
-            return f"tg_round_f16((float)({x}))"
-        return super().render_cast(x, frm, to)
-
     # ---- bit casts: through the unsigned integer of the same size (C++ has no union punning of C's kind) ----
-    def _to_bits(self, x: str, d: DType) -> str:
-        s = d.scalar
-        if s == dtypes.float32:
-            return f"__float_as_uint({x})"
-        if s == dtypes.float64:
-            return f"((unsigned long long)__double_as_longlong({x}))"
-        if s == dtypes.float16:
-            return f"tg_f32_to_f16({x})"
-        if is_emulated_float(s):
-            return f"{self.encoder(s)}({x})"
-        return f"(({_UNSIGNED[s.itemsize]})({x}))"
-
-    def _from_bits(self, bits: str, d: DType) -> str:
-        s = d.scalar
-        if s == dtypes.float32:
-            return f"__uint_as_float((unsigned int)({bits}))"
-        if s == dtypes.float64:
-            return f"__longlong_as_double((long long)({bits}))"
-        if s == dtypes.float16:
-            return f"tg_f16_to_f32((unsigned short)({bits}))"
-        if is_emulated_float(s):
-            return f"{self.decoder(s)}(({self.memory_type(s)})({bits}))"
-        return f"(({self.value_type(s)})({bits}))"
-
-    def render_bitcast(self, x: str, frm: DType, to: DType) -> str:
-        return self._from_bits(self._to_bits(x, frm), to)
-
     # ---- ALU ----
     def render_alu(self, op: Ops, d: DType, srcs: list[str], src_uops: tuple[UOp, ...]) -> str:
         expr = super().render_alu(op, d, srcs, src_uops)
         if _is_half(d) and op not in GroupOp.Comparison and op is not Ops.WHERE:
             expr = f"tg_round_f16({expr})"
         return expr
-
-    def render_divmod(self, op: Ops, a: str, b: str, d: DType, divisor: UOp) -> str:
-        if _is_half(d) and op is Ops.IDIV:  # truncate the quotient as rounded to half, not the float one
-            return f"truncf(tg_round_f16({a}/{b}))"
-        return super().render_divmod(op, a, b, d, divisor)
 
     # ---- vector accesses: CUDA's float4/int4/uint4 need 16-byte alignment, which `find_vector_accesses` proves
     # for the index and cudaMalloc gives the buffers (256 bytes; buffers never start inside another one) ----
@@ -227,19 +251,6 @@ class CUDARenderer(CStyleRenderer):
         vtype = self.vector_type(d, len(values))
         return f"*(({vtype}*)({buf}+{idx})) = make_{vtype}({', '.join(values)});"
 
-    # ---- work-items, shared memory, barriers ----
-    def render_special(self, name: str, dim: int, dtype: DType) -> str:
-        t, axis = self.value_type(dtype), _AXES[dim]
-        # a 64-bit id is multiplied in 64 bits: blockIdx*blockDim is an unsigned int product
-        block = f"(({t})blockIdx.{axis})" if dtype.itemsize == 8 else f"blockIdx.{axis}"
-        return f"{t} {name} = ({t})({block}*blockDim.{axis}+threadIdx.{axis});"
-
-    def render_define_local(self, name: str, d: DType, size: int) -> str:
-        return f"__shared__ {self.value_type(d)} {name}[{size}];"
-
-    def render_barrier(self) -> str:
-        return "__syncthreads();"
-
     def flat_grid_lines(self, program: list[UOp]) -> list[str]:
         """For a launch that runs all its blocks along grid x (`launch.flat_grid`): the lines that take blockIdx.x
         apart into the block's coordinates `tg_block_x/y/z`, which the ids then read instead of blockIdx."""
@@ -252,17 +263,17 @@ class CUDARenderer(CStyleRenderer):
                 f" tg_block_z = blockIdx.x/tg_blocks_x/tg_blocks_y;"]
 
     # ---- the kernel ----
-    def render_source(self, name: str, program: list[UOp], params: list[str], var_params: list[str],
-                      local_decls: list[str], body: list[str]) -> str:
-        sizes = [u.arg.size for u in sorted((u for u in program if u.op is Ops.SPECIAL), key=lambda u: u.arg.dim)]
+    def render_source(self, k: CKernel, params: list[str], var_params: list[str]) -> str:
+        sizes = [u.arg.size for u in sorted((u for u in k.program if u.op is Ops.SPECIAL), key=lambda u: u.arg.dim)]
+        body = k.body
         if flat_grid(sizes):
-            body = self.flat_grid_lines(program) + [
-                line.replace("blockIdx.x", "tg_block_x").replace("blockIdx.y", "tg_block_y")
-                .replace("blockIdx.z", "tg_block_z") for line in body]
-        lines = ["  " + decl for decl in local_decls] + body
-        helpers = (HALF_HELPERS if any(_is_half(u.dtype) for u in program) else "") + self.fp8_helpers(program)
-        uses_bf16 = any(u.dtype.scalar == dtypes.bfloat16 for u in program)
-        return self.render_kernel(name, params + var_params, lines, uses_bf16, helpers)
+            body = self.flat_grid_lines(k.program) + [
+                text.replace("blockIdx.x", "tg_block_x").replace("blockIdx.y", "tg_block_y")
+                .replace("blockIdx.z", "tg_block_z") for text in body]
+        lines = ["  " + decl for decl in k.local_decls] + body
+        helpers = (HALF_HELPERS if any(_is_half(u.dtype) for u in k.program) else "") + self.fp8_helpers(k.program)
+        uses_bf16 = any(u.dtype.scalar == dtypes.bfloat16 for u in k.program)
+        return self.render_kernel(k.name, params + var_params, lines, uses_bf16, helpers)
 
     def render_kernel(self, name: str, params: list[str], body: list[str], uses_bf16: bool = False,
                       helpers: str = "") -> str:

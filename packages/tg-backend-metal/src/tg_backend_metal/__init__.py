@@ -9,7 +9,7 @@ import sys
 from tinygrad.device import BackendInfo, hookimpl
 
 __version__ = "0.1.0"
-DEVICE_CONTRACT = "1.0"
+DEVICE_CONTRACT = "2.0"
 RUNTIME_FIX = "`pip install 'tg-backend-metal[runtime]'` (pyobjc-framework-Metal) on macOS"
 
 

@@ -7,8 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import Metal
-from tinygrad.codegen.compiled import Compiled, CompileError, Compiler
+from tinygrad.codegen import ProgramSpec
 from tinygrad.device import Allocator
+from tinygrad.errors import CompileError
+from tinygrad.runtime.compiler import Compiler
+from tinygrad.runtime.device import Compiled
 
 from tg_backend_metal.renderer import MetalRenderer
 
@@ -48,17 +51,17 @@ class MetalAllocator(Allocator):
 
 
 class MetalProgram:
-    def __init__(self, device: MetalDevice, name: str, lib: bytes):
-        self.device, self.name = device, name
+    def __init__(self, device: MetalDevice, spec: ProgramSpec, lib: bytes):
+        self.device, self.name = device, spec.name
         options = Metal.MTLCompileOptions.new()
         options.setFastMathEnabled_(False)  # the reference semantics need IEEE results
         library, err = device.mtl.newLibraryWithSource_options_error_(lib.decode(), options, None)
         if library is None:
-            raise CompileError(f"Metal could not compile {name}: {err}\n--- source ---\n{lib.decode()}")
+            raise CompileError(f"Metal could not compile {self.name}: {err}\n--- source ---\n{lib.decode()}")
         self.pipeline, err = device.mtl.newComputePipelineStateWithFunction_error_(
-            library.newFunctionWithName_(name), None)
+            library.newFunctionWithName_(self.name), None)
         if self.pipeline is None:
-            raise RuntimeError(f"Metal could not make a pipeline for {name}: {err}")
+            raise RuntimeError(f"Metal could not make a pipeline for {self.name}: {err}")
 
     def __call__(self, *bufs: Any, global_size: tuple[int, ...] | None = None,
                  local_size: tuple[int, ...] | None = None, vals: tuple[int, ...] = (),
@@ -91,7 +94,7 @@ class MetalDevice(Compiled):
         renderer = MetalRenderer()
         renderer.max_work_group_size = int(self.mtl.maxThreadsPerThreadgroup().width)
         super().__init__("METAL", MetalAllocator(self), renderer, MetalCompiler(),
-                         lambda name, lib: MetalProgram(self, name, lib))
+                         lambda spec, lib: MetalProgram(self, spec, lib))
 
     def synchronize(self) -> None:
         for cmd in self.pending:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import cast
 
 import pyopencl as cl
-from tinygrad.codegen.compiled import CompileError, Compiler
+from tinygrad.errors import CompileError
+from tinygrad.runtime.compiler import Compiler
 
 #: no fast-math: results must match the reference semantics (NaN, inf and signed zeros included). -w: the
 #: generated code trips style warnings (constant operands of ||) that pyopencl would raise as CompilerWarning;

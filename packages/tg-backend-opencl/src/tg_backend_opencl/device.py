@@ -7,8 +7,9 @@ from typing import Any
 
 import numpy as np
 import pyopencl as cl
-from tinygrad.codegen.compiled import Compiled
+from tinygrad.codegen import ProgramSpec
 from tinygrad.device import Allocator
+from tinygrad.runtime.device import Compiled
 
 from tg_backend_opencl.compiler import CLCompiler
 from tg_backend_opencl.renderer import OpenCLRenderer
@@ -51,10 +52,10 @@ class CLAllocator(Allocator):
 
 
 class CLProgram:
-    def __init__(self, device: CLDevice, name: str, binary: bytes):
-        self.device, self.name = device, name
+    def __init__(self, device: CLDevice, spec: ProgramSpec, binary: bytes):
+        self.device, self.name = device, spec.name
         self.program = cl.Program(device.context, [device.device], [binary]).build()
-        self.kernel = cl.Kernel(self.program, name)
+        self.kernel = cl.Kernel(self.program, spec.name)
 
     def __call__(self, *bufs: Any, global_size: tuple[int, ...] | None = None,
                  local_size: tuple[int, ...] | None = None, vals: tuple[int, ...] = (),
@@ -86,7 +87,7 @@ class CLDevice(Compiled):
                                   max_work_group_size=int(self.device.max_work_group_size),
                                   local_mem_max=int(self.device.local_mem_size))
         super().__init__("CL" if index == 0 else f"CL:{index}", CLAllocator(self.context, self.queue), renderer,
-                         CLCompiler(self.context, self.device), lambda name, lib: CLProgram(self, name, lib))
+                         CLCompiler(self.context, self.device), lambda spec, lib: CLProgram(self, spec, lib))
 
     def synchronize(self) -> None:
         self.queue.finish()

@@ -13,7 +13,7 @@ bool cannot be a `__global` buffer element in OpenCL C, so bool buffers hold uch
 from __future__ import annotations
 
 from tinygrad.dtype import DType, dtypes, is_emulated_float
-from tinygrad.renderer.cstyle import C_CODE_FOR_OP, CStyleRenderer
+from tinygrad.renderer.cstyle import C_CODE_FOR_OP, CStyleRenderer, c_cast, cast_entry, line, local_array
 from tinygrad.uop.ops import Ops, UOp
 
 CL_BF16_PRELUDE = """inline float tg_bf16_to_f32(ushort b) { return as_float(((uint)b) << 16); }
@@ -58,6 +58,34 @@ def _idiv(r: OpenCLRenderer, d: DType, src: tuple[UOp, ...], a: str, b: str) -> 
     return C_CODE_FOR_OP[Ops.IDIV](r, d, src, a, b)
 
 
+def _cast(r: OpenCLRenderer, x: str, frm: DType, to: DType) -> str:
+    if r._half(to):
+        if frm.scalar == dtypes.float64:  # one rounding, not double -> float -> half
+            return f"tg_f64_to_f16({x})"
+        return f"tg_round_f16((float)({x}))"
+    return c_cast(r, x, frm, to)
+
+def _bitcast(r: OpenCLRenderer, x: str, frm: DType, to: DType) -> str:
+    # `as_<type>` needs an operand of exactly the size: C's integer promotion makes `c ? short : short` an int
+    own = x if frm.scalar.itemsize >= 4 or frm.scalar == dtypes.bool or is_emulated_float(frm) or r._half(frm) \
+        else f"(({r.value_type(frm)})({x}))"
+    if r._half(frm):
+        bits = f"tg_f16_bits({x})"
+        return f"tg_bf16_to_f32({bits})" if to.scalar == dtypes.bfloat16 else f"as_{r.value_type(to)}({bits})"
+    if r._half(to):
+        bits = f"tg_f32_to_bf16({x})" if frm.scalar == dtypes.bfloat16 else f"as_ushort({own})"
+        return f"tg_f16_from_bits({bits})"
+    if is_emulated_float(frm) and is_emulated_float(to):
+        return f"{r.decoder(to)}({r.encoder(frm)}({x}))"
+    if is_emulated_float(frm):
+        return f"as_{r.value_type(to)}({r.encoder(frm)}({x}))"
+    if is_emulated_float(to):
+        return f"{r.decoder(to)}(as_{r.memory_type(to)}({own}))"
+    if frm.scalar == dtypes.bool or to.scalar == dtypes.bool:
+        return f"(({r.value_type(to)})({x}))"  # bool has no defined size in OpenCL C: 0/1 either way
+    return f"as_{r.value_type(to)}({own})"
+
+
 class OpenCLRenderer(CStyleRenderer):
     device = "CL"
     has_local = True
@@ -69,7 +97,11 @@ class OpenCLRenderer(CStyleRenderer):
     helper_qualifier = "inline"
     type_names = CL_TYPES
     address_var_type = None  # 32-bit index math: 64-bit integers are slow on GPUs
-    code_for_op = {**CStyleRenderer.code_for_op, Ops.IDIV: _idiv}
+    code_for_op = {**CStyleRenderer.code_for_op, Ops.IDIV: _idiv, Ops.CAST: cast_entry(_cast),
+                   Ops.BITCAST: cast_entry(_bitcast)}
+    # GROUP reductions' scratch arrays and barriers (work-item ids are the base's get_global_id)
+    render_rules = {**CStyleRenderer.render_rules, Ops.DEFINE_LOCAL: local_array("__local"),
+                    Ops.BARRIER: line("barrier(CLK_LOCAL_MEM_FENCE);")}
 
     def __init__(self, extensions: frozenset[str] = frozenset(), local_max: tuple[int, ...] = (256, 256, 256),
                  max_work_group_size: int = 256, local_mem_max: int = 16384):
@@ -120,13 +152,6 @@ class OpenCLRenderer(CStyleRenderer):
             return super().render_store(buf, idx, value, d)
         return f"vstore_half_rte({value}, {idx}, {buf});"
 
-    def render_cast(self, x: str, frm: DType, to: DType) -> str:
-        if self._half(to):
-            if frm.scalar == dtypes.float64:  # one rounding, not double -> float -> half
-                return f"tg_f64_to_f16({x})"
-            return f"tg_round_f16((float)({x}))"
-        return super().render_cast(x, frm, to)
-
     def render_alu(self, op: Ops, d: DType, srcs: list[str], src_uops: tuple[UOp, ...]) -> str:
         expr = super().render_alu(op, d, srcs, src_uops)
         if self._half(d) and op not in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.WHERE):
@@ -140,26 +165,6 @@ class OpenCLRenderer(CStyleRenderer):
                 return f"{iv}UL"
             return f"({iv + 1}L-1)" if iv == d.min else f"{iv}L" if iv >= 0 else f"({iv}L)"  # not `a--8L`
         return super().render_const(value, d)
-
-    def render_bitcast(self, x: str, frm: DType, to: DType) -> str:
-        # `as_<type>` needs an operand of exactly the size: C's integer promotion makes `c ? short : short` an int
-        own = x if frm.scalar.itemsize >= 4 or frm.scalar == dtypes.bool or is_emulated_float(frm) or self._half(frm) \
-            else f"(({self.value_type(frm)})({x}))"
-        if self._half(frm):
-            bits = f"tg_f16_bits({x})"
-            return f"tg_bf16_to_f32({bits})" if to.scalar == dtypes.bfloat16 else f"as_{self.value_type(to)}({bits})"
-        if self._half(to):
-            bits = f"tg_f32_to_bf16({x})" if frm.scalar == dtypes.bfloat16 else f"as_ushort({own})"
-            return f"tg_f16_from_bits({bits})"
-        if is_emulated_float(frm) and is_emulated_float(to):
-            return f"{self.decoder(to)}({self.encoder(frm)}({x}))"
-        if is_emulated_float(frm):
-            return f"as_{self.value_type(to)}({self.encoder(frm)}({x}))"
-        if is_emulated_float(to):
-            return f"{self.decoder(to)}(as_{self.memory_type(to)}({own}))"
-        if frm.scalar == dtypes.bool or to.scalar == dtypes.bool:
-            return f"(({self.value_type(to)})({x}))"  # bool has no defined size in OpenCL C: 0/1 either way
-        return f"as_{self.value_type(to)}({own})"
 
     def math_fn(self, op: Ops, d: DType) -> str:
         return self.math_fns[op]  # OpenCL overloads the math functions by argument type
@@ -179,10 +184,3 @@ class OpenCLRenderer(CStyleRenderer):
     def render_vector_store(self, buf: str, idx: str, values: list[str], d: DType) -> str:
         vec = f"({self.vector_type(d, len(values))})({', '.join(values)})"
         return f"vstore{len(values)}({vec}, 0, {buf}+{idx});"
-
-    # ---- work-items and local memory ----
-    def render_define_local(self, name: str, d: DType, size: int) -> str:
-        return f"__local {self.value_type(d)} {name}[{size}];"
-
-    def render_barrier(self) -> str:
-        return "barrier(CLK_LOCAL_MEM_FENCE);"

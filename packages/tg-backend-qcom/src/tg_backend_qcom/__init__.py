@@ -14,7 +14,7 @@ from tinygrad.device import BackendInfo, hookimpl
 
 __version__ = "0.1.0"
 #: the device contract this backend implements; core refuses it if its major version differs
-DEVICE_CONTRACT = "1.0"
+DEVICE_CONTRACT = "2.0"
 #: after CL (100): with both usable, CL ranks first; before CPU (1000) on hardware (a CPU device ranks after it)
 PRIORITY = 110
 

@@ -10,9 +10,10 @@ from typing import Any
 
 import pyopencl as cl
 from tg_backend_opencl.device import CLAllocator, CLDevice, CLProgram
-from tinygrad.codegen.compiled import Compiled
+from tinygrad.codegen import ProgramSpec
 from tinygrad.dtype import DType
 from tinygrad.helpers import prod
+from tinygrad.runtime.device import Compiled
 
 from tg_backend_qcom.compiler import QCOMCompiler, QCOMLibrary
 from tg_backend_qcom.platform import choose_platform
@@ -110,9 +111,9 @@ def check_local_size(local_size: Sequence[int], item_sizes: Sequence[int], devic
 
 
 class QCOMProgram(CLProgram):
-    def __init__(self, device: QCOMDevice, name: str, lib: bytes):
+    def __init__(self, device: QCOMDevice, spec: ProgramSpec, lib: bytes):
         library = QCOMLibrary.unpack(lib)
-        super().__init__(device, name, library.binary)
+        super().__init__(device, spec, library.binary)
         self.qcom = device
         self.image_args = library.image_args
         info = cl.kernel_work_group_info
@@ -221,7 +222,7 @@ class QCOMDevice(CLDevice):
         #: the allocator with its QCOM type (image views), for the launcher
         self.qcom_allocator = QCOMAllocator(self.context, self.queue, image_max_texels)
         Compiled.__init__(self, "QCOM" if index == 0 else f"QCOM:{index}", self.qcom_allocator, renderer,
-                          QCOMCompiler(self.context, self.device), lambda name, lib: QCOMProgram(self, name, lib))
+                          QCOMCompiler(self.context, self.device), lambda spec, lib: QCOMProgram(self, spec, lib))
 
     def synchronize(self) -> None:
         super().synchronize()

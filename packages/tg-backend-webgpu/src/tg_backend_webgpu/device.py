@@ -9,8 +9,11 @@ from typing import Any
 
 import numpy as np
 import wgpu
-from tinygrad.codegen.compiled import Compiled, CompileError, Compiler
+from tinygrad.codegen import ProgramSpec
 from tinygrad.device import Allocator
+from tinygrad.errors import CompileError
+from tinygrad.runtime.compiler import Compiler
+from tinygrad.runtime.device import Compiled
 
 from tg_backend_webgpu.renderer import DEFAULT_WORKGROUP_SIZE, WGSLRenderer
 from tg_backend_webgpu.stderr import hold_stderr
@@ -133,8 +136,8 @@ def default_local_size(global_size: tuple[int, ...], budget: int = DEFAULT_WORKG
 
 
 class WebGPUProgram:
-    def __init__(self, device: WebGPUDevice, name: str, lib: bytes):
-        self.device, self.name = device, name
+    def __init__(self, device: WebGPUDevice, spec: ProgramSpec, lib: bytes):
+        self.device, self.name = device, spec.name
         self.src = lib.decode()
         self.module = device.wgsl_compiler.module(self.src)
         self._pipelines: dict[tuple[int, int, tuple[int, ...]], tuple[Any, Any]] = {}
@@ -259,7 +262,7 @@ class WebGPUDevice(Compiled):
                                 workgroup_storage=self.workgroup_storage)
         allocator = WebGPUAllocator(self.device, int(self.device.limits["max-storage-buffer-binding-size"]))
         super().__init__("WEBGPU", allocator, renderer, self.wgsl_compiler,
-                         lambda name, lib: WebGPUProgram(self, name, lib))
+                         lambda spec, lib: WebGPUProgram(self, spec, lib))
 
     def work_group(self, global_size: tuple[int, ...], local_size: tuple[int, ...] | None,
                    kernel: str) -> tuple[int, ...]:

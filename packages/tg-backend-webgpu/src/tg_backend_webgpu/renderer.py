@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 from tinygrad.codegen.work_items import global_size
 from tinygrad.dtype import DType, dtypes
-from tinygrad.renderer.cstyle import CStyleRenderer, OpFn
+from tinygrad.renderer.cstyle import C_RENDER_RULES, CKernel, CStyleRenderer, OpFn, cast_entry, line, work_item_id
 from tinygrad.uop.ops import GroupOp, Ops, UOp
 
 from tg_backend_webgpu.wgsl_lib import helper_source
@@ -122,8 +122,41 @@ def _neg(r: WGSLRenderer, d: DType, src: tuple[UOp, ...], a: str) -> str:
     return f"({r.render_const(0, d)} - {a})" if r.value_type(d)[0] == "u" else f"(-{a})"
 
 
-#: the C table with WGSL's entries where the text differs (MAX, IDIV, MOD and the shifts go through the
-#: render_max/render_divmod/render_shift hooks, LOAD through render_load/render_local_load)
+def _max(r: WGSLRenderer, d: DType, src: tuple[UOp, ...], a: str, b: str) -> str:
+    d = d.scalar
+    if d == dtypes.bool:
+        return f"({a} | {b})"
+    if d.is_float:
+        return f"{r.helper('tg_max_f16' if d == dtypes.float16 else 'tg_max_f32')}({a}, {b})"
+    t = r.value_type(d)
+    return f"{r.helper('tg_max_' + t)}({a}, {b})" if t in ("i64", "u64") else f"max({a}, {b})"
+
+
+def _divmod(op: Ops) -> OpFn:
+    def fn(r: WGSLRenderer, _: DType, src: tuple[UOp, ...], a: str, b: str) -> str:
+        d, divisor = src[0].dtype.scalar, src[1]
+        if d.is_float and op is Ops.IDIV:  # truncate the quotient as rounded to the dtype
+            quotient = f"({a} / {b})"
+            return f"trunc({r.helper('tg_round_bf16')}{quotient})" if d == dtypes.bfloat16 else f"trunc({quotient})"
+        if d.is_float:  # fmod of the exact values; its result is representable in the operands' dtype
+            fmod = r.helper("tg_fmod_f32")
+            return f"f16({fmod}(f32({a}), f32({b})))" if d == dtypes.float16 else f"{fmod}({a}, {b})"
+        if divisor.op is Ops.CONST and int(divisor.arg) > 0:
+            return f"({a} {'/' if op is Ops.IDIV else '%'} {b})"
+        return f"{r.helper(('tg_idiv_' if op is Ops.IDIV else 'tg_mod_') + r.value_type(d))}({a}, {b})"
+    return fn
+
+
+def _shift(op: Ops) -> OpFn:
+    def fn(r: WGSLRenderer, _: DType, src: tuple[UOp, ...], a: str, b: str) -> str:
+        d = src[0].dtype
+        if op is Ops.SHL:  # the helper needs the dtype's width: small ints live in 32 bits
+            return f"{r.helper('tg_shl_' + r.value_type(d))}({a}, {b}, {d.bits}u)"
+        return f"{r.helper('tg_shr_' + r.value_type(d))}({a}, {b})"
+    return fn
+
+
+#: the C table with WGSL's entries where the text differs (LOAD goes through render_load/render_local_load)
 WGSL_CODE_FOR_OP: dict[Ops, OpFn] = {
     **CStyleRenderer.code_for_op,
     Ops.CONST: lambda r, d, src, value: r.render_kernel_const(value, d),
@@ -131,6 +164,8 @@ WGSL_CODE_FOR_OP: dict[Ops, OpFn] = {
     Ops.WHERE: lambda r, d, src, c, a, b: f"select({b}, {a}, {c})",
     **{op: _math(op) for op in (Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC)},
     Ops.NEG: _neg,
+    Ops.MAX: _max, Ops.IDIV: _divmod(Ops.IDIV), Ops.MOD: _divmod(Ops.MOD), Ops.SHL: _shift(Ops.SHL),
+    Ops.SHR: _shift(Ops.SHR),
     Ops.RECIPROCAL: lambda r, d, src, a: f"({r.render_const(1.0, d)} / {a})",
     **{op: _infix(op, sym) for op, sym in ((Ops.ADD, "+"), (Ops.SUB, "-"), (Ops.MUL, "*"), (Ops.FDIV, "/"),
                                             (Ops.AND, "&"), (Ops.OR, "|"), (Ops.XOR, "^"))},
@@ -149,9 +184,120 @@ class _Kernel:
     written: frozenset[str] = frozenset()
     #: the launch's global size per dimension (the sizes of the kernel's SPECIALs); () for one invocation
     launch: tuple[int, ...] = ()
-    #: the innermost loops written `unroll` copies of the body per iteration (see `WGSLRenderer.render_loop`)
+    #: the innermost loops written `unroll` copies of the body per iteration (see the END entry, `_end`)
     unrolled: frozenset[UOp] = frozenset()
     unroll: int = 1
+
+
+def _loop(r: WGSLRenderer, k: CKernel, u: UOp) -> None:
+    k.names[u] = name = k.fresh("ridx")
+    k.open_loop(u, f"for (var {name}: i32 = 0i; {name} < {k.names[u.src[0]]}; {name}++) {{")
+
+
+def _end(r: WGSLRenderer, k: CKernel, u: UOp) -> None:
+    """An unrolled loop (see `WGSLRenderer.unroll_factor`) runs `unroll` copies of the body per iteration, in order,
+    so that the accumulation order (and so the result) is that of the plain loop. Each copy is a block that binds the
+    loop's index name, so the body's text serves every copy; copies past the first are guarded against the bound,
+    unless the factor divides a constant trip count."""
+    rng = u.src[0]
+    if rng not in r._kernel.unrolled:
+        C_RENDER_RULES[Ops.END](r, k, u)
+        return
+    lines, pad, name, bound = k.loop_lines(), k.pad(u), k.names[rng], k.names[rng.src[0]]
+    unroll = r._kernel.unroll
+    whole = rng.src[0].op is Ops.CONST and int(rng.src[0].arg) % unroll == 0
+    first = f"{name}_first"  # the index of the iteration's first copy
+    out = [f"{pad}for (var {first}: i32 = 0i; {first} < {bound}; {first} += {unroll}i) {{"]
+    for copy in range(unroll):
+        at = f"{first} + {copy}i" if copy else first
+        guard = f"if ({at} < {bound}) " if copy and not whole else ""  # the loop condition covers copy 0
+        out += [f"{pad}  {guard}{{ let {name}: i32 = {at};", *lines[1:], f"{pad}  }}"]
+    k.body.extend([*out, pad + "}"])
+
+
+def _workgroup_array(r: WGSLRenderer, k: CKernel, u: UOp) -> None:
+    """The GROUP scratch: computed values (value types, no packing: no other work-item shares a word)."""
+    k.names[u] = name = k.fresh("temp")
+    k.local_decls.append(f"var<workgroup> {name}: array<{r.value_type(u.dtype)}, {int(u.arg.size)}>;")
+
+
+def _work_item_id(r: WGSLRenderer, name: str, dim: int, dtype: DType) -> str:
+    # the coordinates `_work_item_ids` takes apart from the linear ids
+    return f"let {name}: i32 = i32(tg_b{dim} * tg_local_{dim} + tg_l{dim});"
+
+
+#: WGSL's entries of the walk (see the module docstring): its loops (unrolled under a loop cap), work-item ids,
+#: workgroup scratch and barrier
+WGSL_RENDER_RULES = {**C_RENDER_RULES, Ops.RANGE: _loop, Ops.END: _end, Ops.SPECIAL: work_item_id(_work_item_id),
+                     Ops.DEFINE_LOCAL: _workgroup_array, Ops.BARRIER: line("workgroupBarrier();")}
+
+
+def _cast(r: WGSLRenderer, x: str, frm: DType, to: DType) -> str:
+    frm, to = frm.scalar, to.scalar
+    if to == dtypes.bool:
+        # !(x == 0) rather than x != 0: the float != is an ordered comparison here, and NaN is true
+        return f"(!({x} == {r.render_const(0, frm)}))"
+    if frm == dtypes.bool:
+        expr = f"{r.value_type(to)}({x})"
+        return expr
+    if to.is_float:
+        if to == dtypes.bfloat16:
+            return f"{r.helper('tg_round_bf16')}(f32({x}))"
+        return f"{r.value_type(to)}({x})"
+    tf, tt = r.value_type(frm), r.value_type(to)
+    if tt in ("i64", "u64"):
+        if frm.is_float:
+            if tt == "u64":  # as with u32: negatives wrap through i64, values past i64's range convert directly
+                return f"{r.helper('tg_f32_to_u64')}(f32({x}))"
+            return f"i64({x})"
+        # from a 32-bit value: widen with the source's signedness, then reinterpret
+        wide = {"i32": "i64", "u32": "u64"}.get(tf, tf)
+        expr = f"{wide}({x})" if wide != tf else x
+        return expr if wide == tt else f"bitcast<{tt}>({expr})"
+    if tf in ("i64", "u64"):  # narrowing keeps the low 32 bits (then wraps small ints)
+        low = f"u32({x} & {r.render_const(0xffffffff, frm)})"
+        return r.wrap(low if tt == "u32" else f"bitcast<i32>({low})", to)
+    if tt == "i32":
+        if frm.is_float:
+            expr = f"i32({x})"
+        elif tf == "u32":
+            expr = f"bitcast<i32>({x})"
+        else:
+            expr = x
+        return r.wrap(expr, to)
+    # to an unsigned dtype
+    if frm.is_float:
+        expr = f"{r.helper('tg_f32_to_u32')}(f32({x}))" if to == dtypes.uint32 else f"bitcast<u32>(i32({x}))"
+    elif tf == "i32":
+        expr = f"bitcast<u32>({x})"
+    else:
+        expr = x
+    return r.wrap(expr, to)
+
+def _bits16(r: WGSLRenderer, x: str, d: DType) -> str:
+    if d == dtypes.float16:
+        return f"pack2x16float(vec2f(f32({x}), 0.0f))"
+    if d == dtypes.bfloat16:
+        return f"{r.helper('tg_f32_to_bf16')}({x})"
+    return f"(bitcast<u32>({x}) & 0xffffu)"
+
+def _from_bits16(r: WGSLRenderer, bits: str, d: DType) -> str:
+    if d == dtypes.float16:
+        return f"f16(unpack2x16float({bits}).x)"
+    if d == dtypes.bfloat16:
+        return f"bitcast<f32>({bits} << 16u)"
+    if d == dtypes.int16:
+        return f"(bitcast<i32>({bits} << 16u) >> 16u)"
+    return bits
+
+def _bitcast(r: WGSLRenderer, x: str, frm: DType, to: DType) -> str:
+    frm, to = frm.scalar, to.scalar
+    if frm.itemsize in (4, 8):
+        return f"bitcast<{r.value_type(to)}>({x})"
+    if frm.itemsize == 2:
+        return _from_bits16(r, _bits16(r, x, frm), to)
+    # int8 <-> uint8: reinterpret the low byte
+    return r.wrap(f"bitcast<{r.value_type(to)}>({x})", to)
 
 
 class WGSLRenderer(CStyleRenderer):
@@ -171,7 +317,8 @@ class WGSLRenderer(CStyleRenderer):
     #: IndexRangeError naming the value and the limit, instead of wrapping
     index_wide_dtype = None
     #: the WGSL text of each value op (see WGSL_CODE_FOR_OP)
-    code_for_op: dict[Ops, OpFn] = WGSL_CODE_FOR_OP
+    code_for_op: dict[Ops, OpFn] = {**WGSL_CODE_FOR_OP, Ops.CAST: cast_entry(_cast), Ops.BITCAST: cast_entry(_bitcast)}
+    render_rules = WGSL_RENDER_RULES
 
     def __init__(self, features: frozenset[str] = frozenset({"shader-f16"}), max_loop_iterations: int | None = None,
                  max_loop_iterations_reason: str = "", max_workgroup_invocations: int = DEFAULT_MAX_INVOCATIONS,
@@ -251,73 +398,6 @@ class WGSLRenderer(CStyleRenderer):
             return f"({expr} & {_mask(d)})"
         return expr
 
-    def render_cast(self, x: str, frm: DType, to: DType) -> str:
-        frm, to = frm.scalar, to.scalar
-        if to == dtypes.bool:
-            # !(x == 0) rather than x != 0: the float != is an ordered comparison here, and NaN is true
-            return f"(!({x} == {self.render_const(0, frm)}))"
-        if frm == dtypes.bool:
-            expr = f"{self.value_type(to)}({x})"
-            return expr
-        if to.is_float:
-            if to == dtypes.bfloat16:
-                return f"{self.helper('tg_round_bf16')}(f32({x}))"
-            return f"{self.value_type(to)}({x})"
-        tf, tt = self.value_type(frm), self.value_type(to)
-        if tt in ("i64", "u64"):
-            if frm.is_float:
-                if tt == "u64":  # as with u32: negatives wrap through i64, values past i64's range convert directly
-                    return f"{self.helper('tg_f32_to_u64')}(f32({x}))"
-                return f"i64({x})"
-            # from a 32-bit value: widen with the source's signedness, then reinterpret
-            wide = {"i32": "i64", "u32": "u64"}.get(tf, tf)
-            expr = f"{wide}({x})" if wide != tf else x
-            return expr if wide == tt else f"bitcast<{tt}>({expr})"
-        if tf in ("i64", "u64"):  # narrowing keeps the low 32 bits (then wraps small ints)
-            low = f"u32({x} & {self.render_const(0xffffffff, frm)})"
-            return self.wrap(low if tt == "u32" else f"bitcast<i32>({low})", to)
-        if tt == "i32":
-            if frm.is_float:
-                expr = f"i32({x})"
-            elif tf == "u32":
-                expr = f"bitcast<i32>({x})"
-            else:
-                expr = x
-            return self.wrap(expr, to)
-        # to an unsigned dtype
-        if frm.is_float:
-            expr = f"{self.helper('tg_f32_to_u32')}(f32({x}))" if to == dtypes.uint32 else f"bitcast<u32>(i32({x}))"
-        elif tf == "i32":
-            expr = f"bitcast<u32>({x})"
-        else:
-            expr = x
-        return self.wrap(expr, to)
-
-    def _bits16(self, x: str, d: DType) -> str:
-        if d == dtypes.float16:
-            return f"pack2x16float(vec2f(f32({x}), 0.0f))"
-        if d == dtypes.bfloat16:
-            return f"{self.helper('tg_f32_to_bf16')}({x})"
-        return f"(bitcast<u32>({x}) & 0xffffu)"
-
-    def _from_bits16(self, bits: str, d: DType) -> str:
-        if d == dtypes.float16:
-            return f"f16(unpack2x16float({bits}).x)"
-        if d == dtypes.bfloat16:
-            return f"bitcast<f32>({bits} << 16u)"
-        if d == dtypes.int16:
-            return f"(bitcast<i32>({bits} << 16u) >> 16u)"
-        return bits
-
-    def render_bitcast(self, x: str, frm: DType, to: DType) -> str:
-        frm, to = frm.scalar, to.scalar
-        if frm.itemsize in (4, 8):
-            return f"bitcast<{self.value_type(to)}>({x})"
-        if frm.itemsize == 2:
-            return self._from_bits16(self._bits16(x, frm), to)
-        # int8 <-> uint8: reinterpret the low byte
-        return self.wrap(f"bitcast<{self.value_type(to)}>({x})", to)
-
     # ---- memory ----
     def render_param(self, index: int, d: DType, is_output: bool) -> str:
         # a packed buffer the kernel writes is atomic words (see render_store)
@@ -371,19 +451,12 @@ class WGSLRenderer(CStyleRenderer):
         return (f"atomicAnd({word}, ~({_mask(d)} << {shift})); "
                 f"atomicOr({word}, {pattern} << {shift});")
 
-    # the GROUP scratch holds computed values (value types, no packing: no other work-item shares a word)
-    def render_define_local(self, name: str, d: DType, size: int) -> str:
-        return f"var<workgroup> {name}: array<{self.value_type(d)}, {int(size)}>;"
-
     def render_local_load(self, buf: str, idx: str, gate: str | None, d: DType) -> str:
         val = f"{buf}[{idx}]"
         return val if gate is None else f"select({self.render_const(0, d)}, {val}, {gate})"
 
     def render_local_store(self, buf: str, idx: str, value: str, d: DType) -> str:
         return f"{buf}[{idx}] = {value};"
-
-    def render_barrier(self) -> str:
-        return "workgroupBarrier();"
 
     def repeats_operands(self, u: UOp) -> bool:
         """A packed element's index is used twice (its word and its place in the word): it gets a `let`. MAX,
@@ -410,32 +483,6 @@ class WGSLRenderer(CStyleRenderer):
         if d.is_float:
             return f"{self.helper('tg_round_bf16')}({expr})" if d == dtypes.bfloat16 and op is not Ops.TRUNC else expr
         return self.wrap(expr, d)
-
-    def render_max(self, a: str, b: str, d: DType) -> str:
-        d = d.scalar
-        if d == dtypes.bool:
-            return f"({a} | {b})"
-        if d.is_float:
-            return f"{self.helper('tg_max_f16' if d == dtypes.float16 else 'tg_max_f32')}({a}, {b})"
-        t = self.value_type(d)
-        return f"{self.helper('tg_max_' + t)}({a}, {b})" if t in ("i64", "u64") else f"max({a}, {b})"
-
-    def render_divmod(self, op: Ops, a: str, b: str, d: DType, divisor: UOp) -> str:
-        d = d.scalar
-        if d.is_float and op is Ops.IDIV:  # truncate the quotient as rounded to the dtype
-            quotient = f"({a} / {b})"
-            return f"trunc({self.helper('tg_round_bf16')}{quotient})" if d == dtypes.bfloat16 else f"trunc({quotient})"
-        if d.is_float:  # fmod of the exact values; its result is representable in the operands' dtype
-            fmod = self.helper("tg_fmod_f32")
-            return f"f16({fmod}(f32({a}), f32({b})))" if d == dtypes.float16 else f"{fmod}({a}, {b})"
-        if divisor.op is Ops.CONST and int(divisor.arg) > 0:
-            return f"({a} {'/' if op is Ops.IDIV else '%'} {b})"
-        return f"{self.helper(('tg_idiv_' if op is Ops.IDIV else 'tg_mod_') + self.value_type(d))}({a}, {b})"
-
-    def render_shift(self, op: Ops, a: str, b: str, d: DType) -> str:
-        if op is Ops.SHL:  # the helper needs the dtype's width: small ints live in 32 bits
-            return f"{self.helper('tg_shl_' + self.value_type(d))}({a}, {b}, {d.bits}u)"
-        return f"{self.helper('tg_shr_' + self.value_type(d))}({a}, {b})"
 
     # ---- work-items and loops ----
     # the work-items are `tinygrad.codegen.work_items`'s SPECIALs: the GROUP lane, then the output loops innermost
@@ -513,37 +560,13 @@ class WGSLRenderer(CStyleRenderer):
         finally:
             self._kernel = _Kernel()
 
-    def render_range(self, name: str, bound: str, dtype: DType = dtypes.int32) -> str:
-        return f"for (var {name}: i32 = 0i; {name} < {bound}; {name}++) {{"
-
-    def render_special(self, name: str, dim: int, dtype: DType) -> str:
-        # the coordinates `_work_item_ids` takes apart from the linear ids
-        return f"let {name}: i32 = i32(tg_b{dim} * tg_local_{dim} + tg_l{dim});"
-
-    def render_loop(self, lines: list[str], rng: UOp, name: str, bound: str, pad: str) -> list[str]:
-        """An unrolled loop (see `unroll_factor`) runs `unroll` copies of the body per iteration, in order, so that
-        the accumulation order (and so the result) is that of the plain loop. Each copy is a block that binds the
-        loop's index name, so the body's text serves every copy; copies past the first are guarded against the
-        bound, unless the factor divides a constant trip count."""
-        if rng not in self._kernel.unrolled:
-            return super().render_loop(lines, rng, name, bound, pad)
-        unroll = self._kernel.unroll
-        whole = rng.src[0].op is Ops.CONST and int(rng.src[0].arg) % unroll == 0
-        first = f"{name}_first"  # the index of the iteration's first copy
-        out = [f"{pad}for (var {first}: i32 = 0i; {first} < {bound}; {first} += {unroll}i) {{"]
-        for copy in range(unroll):
-            at = f"{first} + {copy}i" if copy else first
-            guard = f"if ({at} < {bound}) " if copy and not whole else ""  # the loop condition covers copy 0
-            out += [f"{pad}  {guard}{{ let {name}: i32 = {at};", *lines[1:], f"{pad}  }}"]
-        return [*out, pad + "}"]
-
-    def render_source(self, name: str, program: list[UOp], params: list[str], var_params: list[str],
-                      local_decls: list[str], body: list[str]) -> str:
+    def render_source(self, k: CKernel, params: list[str], var_params: list[str]) -> str:
+        name, program, body = k.name, k.program, k.body
         decls = list(params)
         if var_params:
             decls.append(f"struct TgVars {{ {', '.join(var_params)} }}")
             decls.append(f"@group(0) @binding({len(params)}) var<uniform> tg_vars: TgVars;")
-        decls += local_decls  # workgroup variables live at module scope
+        decls += k.local_decls  # workgroup variables live at module scope
         uses_f16 = any(u.dtype.scalar == dtypes.float16 for u in program)
         head = ("enable f16;\n" if uses_f16 else "") + "\n".join(decls) + "\n" + helper_source(self._helpers)
         # 0 at run time (a launch has far fewer than 2^31 workgroups), unknown to the shader compiler

@@ -31,6 +31,7 @@ from tinygrad.helpers import prod
 from tinygrad.uop.ops import GroupOp, Ops, UOp
 
 if TYPE_CHECKING:
+    from tinygrad.mixin.common import TensorT
     from tinygrad.tensor import Tensor
 
 # ---- the C structs (dlpack.h) ----
@@ -332,7 +333,7 @@ def _consume(capsule: Any, address: int, versioned: bool, producer: Any) -> _Imp
     return _Imported(address, deleter, (producer, capsule))
 
 
-def import_dlpack(cls: type[Tensor], x: Any, device: str | None, copy: bool | None) -> Tensor:
+def import_dlpack(cls: type[TensorT], x: Any, device: str | None, copy: bool | None) -> TensorT:
     """`Tensor.from_dlpack` (see its docstring)."""
     capsule, producer = _capsule_of(x)
     address, versioned, desc = _describe(capsule)

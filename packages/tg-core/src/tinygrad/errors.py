@@ -5,6 +5,9 @@ RuntimeError in PyTorch, a bad permute or matmul a RuntimeError in both, mismatc
 tinygrad. Each class here inherits from every type either library raises for its mistake (and from ValueError or
 TypeError, which this library raised before), so `except ValueError`, `except RuntimeError` and tinygrad's
 `assertRaises(...)` all still catch it. Import them from `tinygrad` or `tinygrad.errors`.
+
+`CompileError` is the one error of a backend's compiler that the layers above it catch (BEAM search skips the
+candidate): it lives here so that raising and catching it imports no compiler module.
 """
 
 from __future__ import annotations
@@ -69,5 +72,11 @@ class DeviceDTypeError(TypeError):
     the program; callers that try another device or skip the case tell it apart by this type."""
 
 
-__all__ = ["ArgListError", "ArgumentError", "BroadcastError", "ConcatDimError", "ConcatError", "DTypeError",
-           "DeviceDTypeError", "IndexTypeError", "ModeError", "ShapeArgError", "ShapeError", "UnknownDTypeError"]
+class CompileError(RuntimeError):
+    """A backend's compiler refused a kernel's source; the message carries the compiler's log (and the source where
+    it helps). Backends raise it from `Compiler.compile`; BEAM search skips a candidate that raises it."""
+
+
+__all__ = ["ArgListError", "ArgumentError", "BroadcastError", "CompileError", "ConcatDimError", "ConcatError",
+           "DTypeError", "DeviceDTypeError", "IndexTypeError", "ModeError", "ShapeArgError", "ShapeError",
+           "UnknownDTypeError"]

@@ -10,8 +10,8 @@ import math
 import weakref
 from collections.abc import Callable
 
-from tinygrad.multi import device_of, replicate_node, shard_like_node
 from tinygrad.uop.ops import GroupOp, Ops, UOp, inverse_permutation
+from tinygrad.uop.placement import device_of, replicate_node, shard_like_node
 
 GradRule = Callable[[UOp, UOp], tuple[UOp | None, ...]]
 #: a gradient a Tensor function defines for the node it returns: (its inputs, other nodes its rule reads, the rule
@@ -144,6 +144,7 @@ GRAD_RULES: dict[Ops, GradRule] = {
     Ops.SHRINK: _shrink_grad,
     Ops.FLIP: lambda g, n: (g.flip(n.arg),),
     Ops.CONTIGUOUS: lambda g, n: (g,),
+    Ops.LAYOUT: lambda g, n: (g,),
     Ops.COPY: lambda g, n: (_copy_back(g, n.src[0]),),
     # where a value lives does not change it: the gradient goes through placement unchanged (lowering places it),
     # and a SHARD's second source only says where

@@ -538,12 +538,16 @@ class Profiling(contextlib.ContextDecorator):
         pstats.Stats(self.profile).strip_dirs().sort_stats(self.sort).print_stats(self.frac)
 
 
+#: where profile_marker's points go: tinygrad.engine.profile sets its recorder here when it loads (every `import
+#: tinygrad` loads it). The profiler builds on this module, so this module cannot import it.
+_marker_sink: Callable[[str, str], None] | None = None
+
+
 def profile_marker(name: str, color: str = "gray") -> None:
     """Mark a named point in the PROFILE=1 trace (a phase of a program: "load weights", "step 3"); with PROFILE
     off it does nothing, so programs may leave their markers in."""
-    if PROFILE:
-        from tinygrad.engine.profile import record_marker  # the engine imports helpers: import it when used
-        record_marker(name, color)
+    if PROFILE and _marker_sink is not None:
+        _marker_sink(name, color)
 
 
 # ---- progress bars ----

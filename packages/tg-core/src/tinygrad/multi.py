@@ -48,12 +48,19 @@ from tinygrad.engine.schedule import create_schedule as schedule_on_devices
 from tinygrad.engine.schedule_item import ScheduleItem, buffer_view
 from tinygrad.helpers import prod
 from tinygrad.uop.ops import GroupOp, Ops, UOp, post_order
+from tinygrad.uop.placement import (
+    DeviceSpec,
+    check_even,
+    device_of,
+    first_device,
+    joined_shape,
+    multi_node,
+    replicate_node,
+    single_device,
+)
 
 if TYPE_CHECKING:
     from tinygrad.tensor import Tensor
-
-DeviceSpec = str | tuple[str, ...]  # where a tensor lives: a device, or a tuple of them
-DeviceLike = str | Sequence[str] | None  # what `device=` takes: None is the default device
 
 
 class Placed(NamedTuple):
@@ -70,10 +77,6 @@ class Placed(NamedTuple):
 
 # realize() checks graphs for multi-device nodes only once a process has made one
 _in_use = False
-
-
-def joined_shape(shard: tuple[int, ...], axis: int | None, n: int) -> tuple[int, ...]:
-    return shard if axis is None else shard[:axis] + (shard[axis] * n,) + shard[axis + 1:]
 
 
 def canonical_devices(devices: Sequence[str]) -> tuple[str, ...]:
@@ -93,62 +96,6 @@ def canonical_devices(devices: Sequence[str]) -> tuple[str, ...]:
 def canonical_device(device: str | Sequence[str] | None) -> DeviceSpec:
     """A device name, or a tuple of them, in canonical form (None: the default device)."""
     return Device.canonicalize(device) if device is None or isinstance(device, str) else canonical_devices(device)
-
-
-def first_device(device: DeviceSpec) -> str:
-    """The device whose properties (knobs, dtypes) decide for a tensor: its own, or the first of several."""
-    return device if isinstance(device, str) else device[0]
-
-
-def device_names(device: DeviceSpec) -> tuple[str, ...]:
-    """The devices a tensor lives on, as a tuple (one for a tensor on one device)."""
-    return (device,) if isinstance(device, str) else device
-
-
-def check_even(shape: tuple[int, ...], axis: int, n: int) -> None:
-    size = shape[axis]
-    if not isinstance(size, int) or size % n:
-        raise RuntimeError(f"multi axis uneven: axis {axis} of shape {shape} has size {size}, which {n} devices cannot "
-                           f"split evenly (tinygrad splits evenly); pad the tensor, or shard another axis")
-
-
-# ---- nodes of the logical graph ----
-
-def multi_node(shards: Sequence[UOp], axis: int | None) -> UOp:
-    return UOp(Ops.MULTI, shards[0].dtype, tuple(shards), axis)
-
-
-def replicate_node(value: UOp, devices: tuple[str, ...]) -> UOp:
-    return UOp(Ops.COPY, value.dtype, (value,), devices)
-
-
-def shard_node(value: UOp, axis: int | None) -> UOp:
-    return UOp(Ops.SHARD, value.dtype, (value,), axis)
-
-
-def shard_like_node(value: UOp, like: UOp) -> UOp:
-    return UOp(Ops.SHARD, value.dtype, (value, like), "like")
-
-
-def device_of(root: UOp) -> DeviceSpec | None:
-    """Where a node of a (logical) graph lives: a device, a tuple of devices, or None for constants."""
-    found: dict[UOp, DeviceSpec | None] = {}
-    for node in post_order((root,)):
-        if node.op is Ops.BUFFER:
-            found[node] = node.arg.device
-        elif node.op is Ops.COPY:
-            found[node] = node.arg
-        elif node.op is Ops.MULTI:
-            found[node] = tuple(_single(found[s]) for s in node.src)
-        else:
-            found[node] = next((d for s in node.src if (d := found[s]) is not None), None)
-    return found[root]
-
-
-def _single(device: DeviceSpec | None) -> str:
-    if not isinstance(device, str):
-        raise RuntimeError(f"a shard of a multi-device value must live on one device, this one is on {device}")
-    return device
 
 
 def place_on_devices(tensor_type: type[Tensor], data: object, devices: Sequence[str], dtype: DTypeLike | None
@@ -194,7 +141,7 @@ class _Lowering:
         op = node.op
         if op is Ops.MULTI:
             shards = tuple(self.memo[s] for s in node.src)
-            return Placed(tuple(_single(device_of(s)) for s in node.src), node.arg, tuple(map(_plain, shards)))
+            return Placed(tuple(single_device(device_of(s)) for s in node.src), node.arg, tuple(map(_plain, shards)))
         if not node.src:
             return node
         srcs = [self.memo[s] for s in node.src]
@@ -211,7 +158,7 @@ class _Lowering:
             return self._reduce(node, _placed(srcs[0]))
         if op in GroupOp.Movement:
             return self._move(node, _placed(srcs[0]))
-        if op in GroupOp.Elementwise or op in (Ops.CONTIGUOUS, Ops.DETACH):
+        if op in GroupOp.Elementwise or op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.LAYOUT):
             return self._elementwise(node, srcs)
         raise NotImplementedError(f"{op} of a multi-device tensor is not supported")
 
@@ -233,7 +180,7 @@ class _Lowering:
             return Placed(devices, None, tuple(self.gather(value, d) for d in devices))
         if not self.bound.get(original, True):
             return Placed(devices, None, tuple(self.on_device(value, d) for d in devices))
-        here = _single(device_of(value))
+        here = single_device(device_of(value))
         return Placed(devices, None, tuple(collectives.copy_to(value, here, d) for d in devices))
 
     def gather(self, value: Placed, device: str) -> UOp:
@@ -276,7 +223,9 @@ class _Lowering:
             like = srcs[1]
             if not isinstance(like, Placed):  # placed like a value on one device: there
                 dev = device_of(like)
-                return self.gather(value, _single(dev)) if isinstance(value, Placed) and dev is not None else value
+                if isinstance(value, Placed) and dev is not None:
+                    return self.gather(value, single_device(dev))
+                return value
             devices, axis = like.devices, like.axis
         else:
             if not isinstance(value, Placed):
@@ -344,7 +293,7 @@ def _plain(value: Placed | UOp) -> UOp:
 def _from_view(view: UOp) -> Placed | UOp:
     if view.op is not Ops.MULTI:
         return view
-    return Placed(tuple(_single(device_of(s)) for s in view.src), view.arg, view.src)
+    return Placed(tuple(single_device(device_of(s)) for s in view.src), view.arg, view.src)
 
 
 def _move_replica(node: UOp, replica: UOp) -> UOp:

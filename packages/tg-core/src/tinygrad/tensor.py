@@ -7,6 +7,7 @@ which hands the graph to the scheduler (engine/schedule.py) and runs the resulti
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import itertools
 import pathlib
@@ -18,7 +19,7 @@ from typing import cast as cast  # tinygrad's model files import typing.cast fro
 
 import numpy as np
 
-from tinygrad.device import Buffer, Device, shared_buffers
+from tinygrad.device import Buffer, Device, dtype_error, shared_buffers, wraps_external
 from tinygrad.device.disk import is_disk
 from tinygrad.dlpack import aliases_shared, dlpack_device, export_capsule, write_shared
 from tinygrad.dtype import (
@@ -34,10 +35,11 @@ from tinygrad.dtype import (
     to_numpy,
 )
 from tinygrad.dtype import _to_np_dtype as _to_np_dtype  # tinygrad's tests import it from here
-from tinygrad.engine import disk_views, dispatch
+from tinygrad.engine import disk_views, dispatch, jit_state
 from tinygrad.engine.jit_state import check_host_read, check_not_overwritten, note_assign
 from tinygrad.engine.realize import run_schedule
 from tinygrad.engine.schedule import (
+    InPlaceWrite,
     ScheduleItem,
     base_buffer,
     buffer_view,
@@ -46,7 +48,7 @@ from tinygrad.engine.schedule import (
 from tinygrad.errors import BroadcastError, DTypeError
 from tinygrad.gradient import compute_gradient
 from tinygrad.helpers import prod
-from tinygrad.mixin.common import Scalar, broadcast_shape, shape_args
+from tinygrad.mixin.common import Scalar, TensorRuntime, broadcast_shape, shape_args
 from tinygrad.mixin.creation import CreationMixin
 from tinygrad.mixin.elementwise import ElementwiseMixin
 from tinygrad.mixin.functional import FunctionalMixin
@@ -87,6 +89,71 @@ def _scalar_key(dtype: DType, y: Scalar, shape: tuple) -> tuple:
 #: Python frame, on the hot path of every op; a tensor leaves the dict when it dies.
 _live_float: dict[weakref.ref, None] = {}
 _forget = _live_float.pop
+
+
+class _EngineRuntime:
+    """The services of the devices and the engine that the mixins ask for (TensorRuntime in mixin/common.py): the
+    mixin modules cannot import tinygrad.device or tinygrad.engine, so Tensor hands them this as `_runtime`."""
+
+    __slots__ = ()
+
+    @staticmethod
+    def canonical_device(device: str | None) -> str:
+        return Device.canonicalize(device)
+
+    @staticmethod
+    def supports_dtype(device: str, dtype: DType) -> bool:
+        return Device[device].supports_dtype(dtype)
+
+    @staticmethod
+    def require_dtype(device: str, dtype: DType) -> None:
+        if not Device[device].supports_dtype(dtype):
+            raise dtype_error(dtype, device)
+
+    @staticmethod
+    def new_memory(device: str, dtype: DType, shape: tuple[int, ...]) -> UOp:
+        return buffer_view(Buffer(device, prod(shape), dtype), shape)
+
+    @staticmethod
+    def host_memory(device: str, dtype: DType, shape: tuple[int, ...], address: int, keepalive: Any) -> UOp:
+        size = prod(shape)
+        if wraps_external(device):
+            if address % dtype.itemsize:
+                raise ValueError(f"from_blob's address {address:#x} is not aligned to the {dtype.itemsize}-byte "
+                                 f"elements of {dtype.name}; copy the data to aligned memory (numpy arrays are) first")
+            buf = Buffer.external(device, size, dtype, address, keepalive=keepalive)
+        else:
+            host = memoryview((ctypes.c_char * (size * dtype.itemsize)).from_address(address)).cast("B")
+            buf = Buffer(device, size, dtype).copyin(host)
+        return buffer_view(buf, shape)
+
+    @staticmethod
+    def capturing() -> bool:
+        return bool(jit_state.tracing_functions) or bool(jit_state.running and jit_state.running[-1].capturing)
+
+    @staticmethod
+    def jit_capturing() -> bool:
+        return any(j.capturing for j in jit_state.running)
+
+    @staticmethod
+    def note_assign(t: Any) -> None:
+        note_assign(t)
+
+    @staticmethod
+    def is_disk(device: object) -> bool:
+        return is_disk(device)
+
+    @staticmethod
+    def is_computed(uop: UOp) -> bool:
+        return base_buffer(uop) is not None or uop in realized_views
+
+    @staticmethod
+    def in_memory(uop: UOp) -> bool:
+        return base_buffer(realized_views.get(uop) or uop) is not None
+
+    @staticmethod
+    def in_place_write(value: UOp, region: tuple) -> UOp:
+        return UOp(Ops.CONTIGUOUS, value.dtype, (value,), InPlaceWrite(region))
 
 
 class _CastShortcuts:
@@ -208,6 +275,8 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
     # the leaves with requires_grad=True (their own node, kept by realize). Keyed by id: a WeakSet would compare
     # tensors with ==, which builds a comparison tensor instead of a bool
     _grad_tensors: ClassVar[weakref.WeakValueDictionary[int, Tensor]] = weakref.WeakValueDictionary()
+    # the devices' and the engine's services that the mixins use (they cannot import them)
+    _runtime: ClassVar[TensorRuntime] = _EngineRuntime()
 
     # _view: None, or for a tensor made by movement ops what assign needs to write through it (mixin/views.py)
     __slots__ = ("__weakref__", "_requires_grad", "_view", "device", "grad", "uop")
@@ -800,7 +869,7 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         return self
 
     # ---- elementwise helpers ----
-    def _const_operand(self, x: Scalar) -> Tensor:
+    def _const_operand(self, x: Scalar | UOp) -> Tensor:
         d = self.dtype
         if isinstance(x, UOp):  # a symbolic int (a bound Variable, `start_pos + 1`): promotes as a Python int does
             if not d.is_float and not d.is_int:

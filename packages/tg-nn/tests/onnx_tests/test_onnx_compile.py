@@ -102,7 +102,9 @@ _LOADER = textwrap.dedent("""
     import numpy as np
     from tinygrad import Device
     import tinygrad.codegen as codegen
-    import tinygrad.codegen.compiled as compiled
+    import tinygrad.runtime.beam_timing as beam_timing
+    import tinygrad.runtime.device as runtime_device
+    from tinygrad.runtime.compiler import Compiler
 
     def refuse(*args, **kwargs):
         raise AssertionError("a kernel was rendered or compiled while loading or running a compiled program")
@@ -115,9 +117,9 @@ _LOADER = textwrap.dedent("""
             refuse()
         return compile
 
-    compiled.Compiled._program = compiled.Compiled._compile = refuse
-    codegen.get_program = compiled.get_program = refuse
-    for kind in {type(Device[Device.DEFAULT].compiler), compiled.Compiler}:
+    runtime_device.Compiled._program = runtime_device.Compiled._compile = refuse
+    codegen.get_program = runtime_device.get_program = beam_timing.get_program = refuse
+    for kind in {type(Device[Device.DEFAULT].compiler), Compiler}:
         kind.compile, kind.compile_cached = guard(kind.compile), guard(kind.compile_cached)
 
     from tinygrad.onnx import load_compiled

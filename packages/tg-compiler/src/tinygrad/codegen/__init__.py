@@ -4,7 +4,7 @@
 arithmetic in `codegen/index_dtype.py`, rewriting the ops the renderer lacks in `codegen/decompose.py`,
 linearizing, mapping loops to work-items for GPU-style targets in `codegen/work_items.py`, rendering);
 DEBUG>=3 prints the chosen optimisations, >=4 the source, >=5 the AST, >=6 the linearized program (and >=7 the
-compiled kernel's assembly, in `codegen/compiled.py`).
+compiled kernel's assembly, in `tinygrad/runtime/runner.py`).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """BEAM search: pick a kernel's opts by timing candidates on the device (`BEAM=n`, n the beam width).
 
 Starting from no opts, every step extends each of the n best opt lists so far by one action (every UPCAST,
-UNROLL, LOCAL, GROUP, SWAP and TILE the kernel accepts), compiles and times every candidate on the device with
-scratch buffers, and keeps the n fastest. The search stops when a step finds nothing faster (by more than
-the timing noise) or after `MAX_STEPS` steps.
+UNROLL, LOCAL, GROUP, SWAP and TILE the kernel accepts), has every candidate timed by the caller (compiled and
+run on the device with scratch buffers: `tinygrad.runtime.beam_timing`), and keeps the n fastest. The search
+stops when a step finds nothing faster (by more than the timing noise) or after `MAX_STEPS` steps.
 
 The winner is cached on disk, one small JSON file per kernel, under `cache_dir()/beam/`, keyed by the kernel
 AST, the device, the renderer, the compiler (its cache key: version and flags) and the beam width. It is the `beam`
@@ -15,27 +15,22 @@ A cache that cannot be written is warned about once and the search result is sti
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from tinygrad.codegen import get_program
 from tinygrad.codegen.opt.actions import Opt, OptError, OptOps, OptState, apply_opt
-from tinygrad.helpers import BEAM, DEBUG, disk_cache_get, disk_cache_path, disk_cache_put
-from tinygrad.uop.ops import AxisKind, Ops, UOp
-
-if TYPE_CHECKING:
-    from tinygrad.codegen.compiled import Compiled
+from tinygrad.helpers import DEBUG, disk_cache_get, disk_cache_path, disk_cache_put
+from tinygrad.renderer import Renderer
+from tinygrad.uop.ops import AxisKind, UOp
 
 #: bump when the meaning of an opt list changes: older cache entries are then ignored
 SEARCH_VERSION = 1
 MAX_STEPS = 6
 #: a candidate must beat the best so far by this factor to count as progress (timings are noisy)
 MIN_GAIN = 0.97
-TIMING_RUNS = 3
 
 UPCAST_AMOUNTS = (2, 3, 4, 8, 16, 32)
 UNROLL_AMOUNTS = (2, 4, 8, 16)
@@ -98,91 +93,52 @@ def write_cached(key: str, opts: tuple[Opt, ...]) -> None:
     disk_cache_put("beam", key, json.dumps(entry).encode(), ".json")
 
 
-class _Timer:
-    """Compiles and times opt lists for one kernel on one device, with scratch buffers it owns."""
-
-    def __init__(self, ast: UOp, device: Compiled):
-        self.ast, self.device = ast, device
-        params = sorted({u.arg.slot: u for u in ast.toposort() if u.op is Ops.PARAM}.items())
-        self.buffers = []
-        for _, p in params:
-            nbytes = max(int(p.arg.size) * p.dtype.itemsize, 1)
-            buf = device.allocator.alloc(nbytes)
-            device.allocator.copyin(buf, memoryview(bytes(nbytes)))  # zeros: no NaN or denormal slow paths
-            self.buffers.append((buf, nbytes))
-        self.index_of = {i: n for n, (i, _) in enumerate(params)}
-        self.var_max = {u.arg.name: int(u.arg.vmax) for u in ast.toposort() if u.op is Ops.DEFINE_VAR}
-
-    def time(self, opts: tuple[Opt, ...]) -> float:
-        from tinygrad.codegen.compiled import CompileError  # compiled.py imports this module
-
-        try:
-            spec = get_program(self.ast, self.device.renderer, opts)
-            lib = self.device.compiler.compile_cached(spec.src)
-            program = self.device.runtime(spec.name, lib)
-            args = [self.buffers[self.index_of[i]][0] for i in spec.param_indices]
-            vals = tuple(self.var_max[n] for n in spec.var_names)
-            times = []
-            for _ in range(TIMING_RUNS):
-                t = program(*args, global_size=spec.global_size, local_size=spec.local_size, vals=vals, wait=True)
-                times.append(float(t) if t is not None else math.inf)
-            return min(times)
-        except (OptError, CompileError, RuntimeError) as e:
-            if DEBUG >= 4:
-                print(f"BEAM: {[str(o) for o in opts]} failed: {e}", file=sys.stderr)
-            return math.inf
-
-    def free(self) -> None:
-        for buf, nbytes in self.buffers:
-            with contextlib.suppress(Exception):
-                self.device.allocator.free(buf, nbytes)
+def beam_search(lowered: UOp, renderer: Renderer, time_opts: Callable[[tuple[Opt, ...]], float],
+                width: int) -> tuple[Opt, ...]:
+    """The fastest opt list the search finds (see the module docstring), without the cache. `time_opts` gives the
+    seconds a launch of the kernel with those opts takes (inf: they failed to build or run)."""
+    beam: list[tuple[float, tuple[Opt, ...]]] = [(time_opts(()), ())]
+    seen: set[tuple[Opt, ...]] = {()}
+    for _ in range(MAX_STEPS):
+        timed: list[tuple[float, tuple[Opt, ...]]] = []
+        for _, opts in beam:
+            state = OptState.from_lowered(lowered)
+            for o in opts:
+                state = apply_opt(state, o, renderer)
+            for action in candidate_actions(state, renderer.has_local, len(renderer.tensor_cores)):
+                cand = (*opts, action)
+                if cand in seen:
+                    continue
+                seen.add(cand)
+                try:
+                    apply_opt(state, action, renderer)
+                except OptError:
+                    continue
+                if math.isfinite(t := time_opts(cand)):
+                    timed.append((t, cand))
+        timed.sort(key=lambda x: x[0])
+        if not timed or timed[0][0] >= beam[0][0] * MIN_GAIN:
+            break
+        beam = timed[:width]
+        if DEBUG >= 2:
+            print(f"BEAM step: {beam[0][0] * 1e6:.1f} us with {[str(o) for o in beam[0][1]]}", file=sys.stderr)
+    return beam[0][1]
 
 
-def beam_search(ast: UOp, lowered: UOp, device: Compiled, width: int) -> tuple[Opt, ...]:
-    """The fastest opt list the search finds (see the module docstring), without the cache."""
-    renderer = device.renderer
-    timer = _Timer(ast, device)
-    try:
-        beam: list[tuple[float, tuple[Opt, ...]]] = [(timer.time(()), ())]
-        seen: set[tuple[Opt, ...]] = {()}
-        for _ in range(MAX_STEPS):
-            timed: list[tuple[float, tuple[Opt, ...]]] = []
-            for _, opts in beam:
-                state = OptState.from_lowered(lowered)
-                for o in opts:
-                    state = apply_opt(state, o, renderer)
-                for action in candidate_actions(state, renderer.has_local, len(renderer.tensor_cores)):
-                    cand = (*opts, action)
-                    if cand in seen:
-                        continue
-                    seen.add(cand)
-                    try:
-                        apply_opt(state, action, renderer)
-                    except OptError:
-                        continue
-                    if math.isfinite(t := timer.time(cand)):
-                        timed.append((t, cand))
-            timed.sort(key=lambda x: x[0])
-            if not timed or timed[0][0] >= beam[0][0] * MIN_GAIN:
-                break
-            beam = timed[:width]
-            if DEBUG >= 2:
-                print(f"BEAM step: {beam[0][0] * 1e6:.1f} us with {[str(o) for o in beam[0][1]]}", file=sys.stderr)
-        return beam[0][1]
-    finally:
-        timer.free()
+def beam_cache_key(ast: UOp, device_name: str, renderer: Renderer, compiler_key: str, width: int) -> str:
+    """The key of a search result: the kernel, the device, its renderer and compiler (cache key) and the width."""
+    return "\0".join((f"v{SEARCH_VERSION}", device_name, type(renderer).__qualname__, compiler_key, f"beam{width}",
+                      ast_key(ast)))
 
 
-def beam_opts(ast: UOp, lowered: UOp, device: Compiled, width: int) -> tuple[Opt, ...]:
-    """The cached search result for this kernel on this device, searching (and caching) on a miss."""
-    key = "\0".join((f"v{SEARCH_VERSION}", device.name, type(device.renderer).__qualname__,
-                     getattr(device.compiler, "cache_key", ""), f"beam{width}", ast_key(ast)))
+def beam_opts(key: str, search: Callable[[], tuple[Opt, ...]]) -> tuple[Opt, ...]:
+    """The cached search result under `key` (`beam_cache_key`), running `search` (and caching it) on a miss."""
     if (hit := read_cached(key)) is not None:
         return hit
-    opts = beam_search(ast, lowered, device, width)
+    opts = search()
     write_cached(key, opts)
     return opts
 
 
-__all__ = ["BEAM", "SEARCH_VERSION", "ast_key", "beam_opts", "beam_search", "candidate_actions", "read_cached",
-           "write_cached"]
+__all__ = ["SEARCH_VERSION", "ast_key", "beam_cache_key", "beam_opts", "beam_search", "candidate_actions",
+           "read_cached", "write_cached"]

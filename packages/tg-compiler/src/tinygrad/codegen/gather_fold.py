@@ -26,8 +26,9 @@ from __future__ import annotations
 import math
 
 from tinygrad.codegen.gates import gate_loads
-from tinygrad.dtype import DType, dtypes
+from tinygrad.dtype import dtypes
 from tinygrad.uop.ops import Ops, UOp
+from tinygrad.uop.reduce_identity import reduce_identity_value
 from tinygrad.uop.rewrite import PatternMatcher, UPat
 
 IDX = dtypes.index
@@ -130,17 +131,12 @@ def _clamped(e: UOp, n: UOp) -> UOp:
     return -((-(e.maximum(0))).maximum(-(n - 1)))
 
 
-def _identity(op: Ops, dtype: DType) -> object:
-    """The value a reduction starts from (and that an extra term leaves unchanged)."""
-    return {Ops.ADD: 0, Ops.MUL: 1}.get(op, dtype.min)
-
-
 def fold_gather(red: UOp) -> UOp | None:
     value, ranges = red.src[0], red.src[1:]
     if value.op is not Ops.WHERE:
         return None
     cond, v, z = value.src
-    identity = _identity(red.arg, red.dtype)
+    identity = reduce_identity_value(red.arg, red.dtype)
 
     def is_identity(u: UOp) -> bool:
         # -0.0 is not: a sum of them is +0.0, where the fold would give -0.0

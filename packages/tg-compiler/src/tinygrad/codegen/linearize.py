@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tinygrad.codegen.lowerer import reduce_identity
 from tinygrad.dtype import dtypes
 from tinygrad.uop.ops import AxisKind, Ops, UOp, post_order
+from tinygrad.uop.reduce_identity import reduce_identity
 
 
 class _Linearizer:

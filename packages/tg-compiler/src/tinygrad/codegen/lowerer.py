@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tinygrad.codegen.gather_fold import gather_fold
-from tinygrad.dtype import DType, dtypes
+from tinygrad.dtype import dtypes
 from tinygrad.uop.ops import AxisKind, GroupOp, Ops, RangeArg, UOp, fold_shrink, post_order, sint, sym_prod
 from tinygrad.uop.rewrite import graph_rewrite
 from tinygrad.uop.symbolic import symbolic
@@ -76,15 +76,6 @@ def reshape_indices(idxs: tuple[UOp, ...], new_shape: tuple[sint, ...],
         out.append(v % idx_const(s))
         stride = sym_prod((stride, s))
     return tuple(reversed(out))
-
-
-REDUCE_IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
-
-
-def reduce_identity(op: Ops, dtype: DType) -> UOp:
-    if op is Ops.MAX:
-        return UOp.const(dtype, dtype.min)
-    return UOp.const(dtype, REDUCE_IDENTITY[op])
 
 
 @dataclass

@@ -35,8 +35,8 @@ import pluggy
 from tinygrad.device import ENTRY_POINT_GROUP, NO_AUTOLOAD_ENV
 
 if TYPE_CHECKING:
-    from tinygrad.codegen.compiled import Compiler
     from tinygrad.renderer import Renderer
+    from tinygrad.runtime.compiler import Compiler
 
 hookspec = pluggy.HookspecMarker("tinygrad")
 

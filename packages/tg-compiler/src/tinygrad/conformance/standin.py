@@ -25,11 +25,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tinygrad.codegen import ProgramSpec
-from tinygrad.codegen.compiled import Compiled
 from tinygrad.codegen.index_dtype import IndexRangeError
 from tinygrad.conformance.compile_only import CompileOnlyBackend, compile_only_backends, describe_missing
 from tinygrad.device import CONTRACT_VERSION, Allocator, BackendInfo, Device
 from tinygrad.dtype import dtypes
+from tinygrad.runtime.device import Compiled
 from tinygrad.uop.ops import UOp
 
 #: the skip reason of a check that would read a result back from the stand-in
@@ -148,7 +148,7 @@ class _NotRun:
         return 0.0
 
 
-def _not_run(name: str, lib: bytes) -> _NotRun:
+def _not_run(spec: ProgramSpec, lib: bytes) -> _NotRun:
     return _NotRun()
 
 

@@ -16,6 +16,7 @@ from tinygrad.renderer.tensor_core import TensorCore
 from tinygrad.uop.ops import AxisKind, GroupOp, Ops, UOp
 
 if TYPE_CHECKING:
+    from tinygrad.codegen.opt.actions import OptState
     from tinygrad.uop.rewrite import PatternMatcher
 
 
@@ -49,9 +50,10 @@ class Renderer:
     #: target without 64-bit integers, which then refuses such kernels with a clear error
     index_wide_dtype: DType | None = dtypes.int64
     #: ---- device knobs (`DeviceKnobs`, read through `knobs` by the hand-coded heuristics and, through the device,
-    #: by core's convolution gradient and matmul packing). The defaults are what the CPU heuristics were measured
-    #: with (a core of Zen 4: 1 MiB of L2, 32 AVX-512 registers of 64 bytes); GPU-style targets keep them for core's
-    #: layouts (the conv gradient's, the matmul's), which they have always been given.
+    #: by core's layout pass, engine/layout.py: convolution operands and matmul packing). The defaults are what the
+    #: CPU heuristics were measured with (a core of Zen 4: 1 MiB of L2, 32 AVX-512 registers of 64 bytes);
+    #: GPU-style targets keep them for core's layouts (the conv gradient's, the matmul's), which they have always
+    #: been given.
     #: bytes of one core's L2: cache-blocked kernels and the conv weight gradient's batch chunks take half of it, a
     #: matmul's B of at least all of it is packed into panels
     l2_cache_bytes: int = 1 << 20
@@ -70,7 +72,7 @@ class Renderer:
     #: rewrites of the kernel graph that this target's compiler prefers, run (with the renderer as ctx) after the
     #: decomposition and before linearizing; each must keep the reference semantics exactly. None: no such pass
     target_rewrites: PatternMatcher | None = None
-    #: the matrix instructions the renderer can write (`render_wmma`), which the TC opt may use
+    #: the matrix instructions the renderer can write (its WMMA rendering), which the TC opt may use
     #: (`tinygrad.renderer.tensor_core`); none by default
     tensor_cores: tuple[TensorCore, ...] = ()
 
@@ -87,6 +89,12 @@ class Renderer:
 
     def supports_dtype(self, dtype: DType) -> bool:
         return dtype.scalar in self.supported_dtypes
+
+    def opt_rules(self, state: OptState) -> OptState | None:
+        """This target's own choice of opts for a kernel of constant shape, what it gets without BEAM: a backend's
+        tuning rules, kept in its package and built on the helpers of `tinygrad.codegen.opt.heuristics` (the
+        CPU's: `tg_backend_cpu.opt_rules`). None leaves the kernel to the generic rules there."""
+        return None
 
     def render(self, name: str, program: list[UOp]) -> str:
         raise NotImplementedError

@@ -1,13 +1,18 @@
-"""The C-style base renderer. A C-like target (C, OpenCL C, CUDA, Metal, ...) subclasses it and fills
-in the tables - type names (`type_names`), the text of each op (`code_for_op`, from op to a small function of
-the rendered operands) - and the few hooks that differ (kernel prefix, parameters, vector types, barriers); the
-walk over the program (declare, look the op up, emit) is shared.
+"""The C-style base renderer. A C-like target (C, OpenCL C, CUDA, Metal, WGSL, ...) subclasses it and fills in
+its tables - type names (`type_names`), the text of each value op (`code_for_op`, from op to a small function of
+the rendered operands), the rendering of every other op (`render_rules`: loops, work-item ids, stores, scratch
+arrays, barriers, tensor cores; from op to a function of the renderer, the kernel being rendered and the UOp) -
+and the formats that differ (kernel prefix, parameters, types, vector accesses). The walk over the program is
+shared and one pass: each UOp is looked up in the tables; what a target decides about the whole kernel first (the
+CPU: which loops its threads slice) it marks in `plan`, which the walk hands to the entries in `CKernel.plan`.
+So "how is a WHERE written for OpenCL" is `OpenCLRenderer.code_for_op[Ops.WHERE]`, "how does a CUDA kernel read
+its work-item id" is `CUDARenderer.render_rules[Ops.SPECIAL]`.
 
 Semantics that C leaves undefined are pinned down here to match `tinygrad.uop.alu` (integer division
 by zero and shifts past the width give 0; signed overflow wraps, so compile with -fwrapv or the
 target's equivalent). bfloat16 and the OCP 8-bit floats (fp8e4m3, fp8e5m2) are emulated: stored as their
 16- and 8-bit patterns, computed in float and rounded back after every op by helper functions that a kernel
-gets only when it uses the dtype (`BF16_PRELUDE`, `fp8_prelude`). float16 (`_Float16`) is rounded back after
+gets only when it uses the dtype (`tinygrad.renderer.c_helpers`). float16 (`_Float16`) is rounded back after
 every op too: compilers evaluate it in float and may keep that excess precision across an inlined expression,
 and libm's f-functions return float.
 """
@@ -17,87 +22,14 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from tinygrad.dtype import EMULATED_FLOATS, FP8_FORMATS, DType, FP8Format, dtypes, is_emulated_float
+from tinygrad.dtype import EMULATED_FLOATS, FP8_FORMATS, DType, dtypes, is_emulated_float
 from tinygrad.renderer import Renderer, loop_depths_and_users
+from tinygrad.renderer.c_helpers import BF16_PRELUDE, F64_TO_F32_ODD, FLOAT_BITS_PRELUDE, fp8_prelude
 from tinygrad.renderer.tensor_core import TensorCore
 from tinygrad.renderer.vectorize import VectorAccess, find_vector_accesses
 from tinygrad.uop.ops import GroupOp, Ops, UOp, post_order
-
-BF16_PRELUDE = """static inline float tg_bf16_to_f32(unsigned short b) {
-  unsigned int u = ((unsigned int)b) << 16; float f; __builtin_memcpy(&f, &u, 4); return f;
-}
-static inline unsigned short tg_f32_to_bf16(float f) {
-  unsigned int u; __builtin_memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  /* NaN stays a quiet NaN */
-  u += 0x7fffu + ((u >> 16) & 1u);  /* round to nearest even */
-  return (unsigned short)(u >> 16);
-}
-static inline float tg_round_bf16(float f) { return tg_bf16_to_f32(tg_f32_to_bf16(f)); }
-"""
-
-#: float <-> its 32 bits, which the 8-bit float helpers are written with (OpenCL spells them as_uint/as_float)
-FLOAT_BITS_PRELUDE = """static inline unsigned int tg_f32_bits(float f) {
-  unsigned int u; __builtin_memcpy(&u, &f, 4); return u;
-}
-static inline float tg_bits_f32(unsigned int u) { float f; __builtin_memcpy(&f, &u, 4); return f; }
-"""
-
-#: a double rounded to float toward zero, with the last bit set when inexact ("round to odd"): rounding that float
-#: again to a format of at most 22 bits gives what rounding the double directly would, so a float64 -> 8-bit float
-#: cast rounds once
-F64_TO_F32_ODD = """{q} float tg_f64_to_f32_odd(double d) {{
-  float f = (float)d;
-  if (d != d || (double)f == d) return f;
-  unsigned int u = tg_f32_bits(f);
-  if (d > 0.0 ? (double)f > d : (double)f < d) u -= 1u;  /* rounded away from zero: step back toward it */
-  return tg_bits_f32(u | 1u);
-}}
-"""
-
-_FP8_HELPERS = """{q} float tg_{n}_to_f32(unsigned char b) {{
-  unsigned int sign = ((unsigned int)b & 0x80u) << 24;
-  unsigned int e = ((unsigned int)b >> {m}) & {emask}u, m = (unsigned int)b & {mmask}u;
-  if ({fnuz}u && b == 0x80u) return tg_bits_f32(0x7fc00000u);  /* fnuz: the negative-zero pattern is NaN */
-  if (((unsigned int)b & 0x7fu) > {max_code}u) return tg_bits_f32(sign | {special});
-  if (e == 0u) {{ float v = (float)m * {subnormal_step}f; return sign ? -v : v; }}  /* subnormal */
-  return tg_bits_f32(sign | ((e + {rebias}u) << 23) | (m << {shift}));
-}}
-{q} unsigned char tg_f32_to_{n}(float f) {{
-  unsigned int u = tg_f32_bits(f), sign = (u >> 24) & 0x80u, a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return (unsigned char)(sign | {nan_code}u);  /* NaN keeps its sign */
-  if (a == 0x7f800000u) return (unsigned char)(sign | {inf_code}u);
-  unsigned int zero = {fnuz}u ? 0u : sign;  /* fnuz has no negative zero: that pattern is its NaN */
-  if (a < 0x00800000u) return (unsigned char)zero;  /* zero, and float32 subnormals: far below the smallest step */
-  int e = (int)(a >> 23) - 127, sub = e < {min_exp};
-  unsigned int m = (a & 0x7fffffu) | 0x800000u;
-  int drop = {shift} + (sub ? {min_exp} - e : 0);  /* significand bits below this binade's step */
-  if (drop > 24) return (unsigned char)zero;
-  unsigned int q = m >> drop, rest = m & ((1u << drop) - 1u), halfway = 1u << (drop - 1);
-  if (rest > halfway || (rest == halfway && (q & 1u))) q++;  /* round to nearest, ties to even */
-  unsigned int code = sub ? q : ((unsigned int)(e + {bias_m1}) << {m}) + q;  /* a carry moves up one binade */
-  if (code == 0u) return (unsigned char)zero;
-  return (unsigned char)(sign | (code > {max_code}u ? {max_code}u : code));  /* finite values saturate */
-}}
-{q} float tg_round_{n}(float f) {{ return tg_{n}_to_f32(tg_f32_to_{n}(f)); }}
-"""
-
-
-def fp8_prelude(d: DType, qualifier: str = "static inline") -> str:
-    """C helpers of one 8-bit float: decode a pattern to float, encode a float (ties to even; finite values past
-    the largest saturate to it, as `tinygrad.dtype.fp8_encode`), and round a float to the format. They use
-    `tg_f32_bits`/`tg_bits_f32` (FLOAT_BITS_PRELUDE or the target's own)."""
-    fmt: FP8Format = FP8_FORMATS[d.scalar]
-    m = fmt.mantissa_bits
-    # codes above the largest finite one: NaN, or (E5M2) infinity for the first of them
-    special = f"(((unsigned int)b & 0x7fu) == {fmt.inf_code}u ? 0x7f800000u : 0x7fc00000u)" if fmt.has_inf \
-        else "0x7fc00000u"
-    return _FP8_HELPERS.format(
-        q=qualifier, n=d.scalar.name, m=m, emask=(1 << fmt.exponent_bits) - 1, mmask=(1 << m) - 1,
-        max_code=fmt.max_code, special=special, subnormal_step=repr(2.0 ** (1 - fmt.bias - m)),
-        rebias=127 - fmt.bias, shift=23 - m, nan_code=fmt.nan_code, inf_code=fmt.inf_code, min_exp=1 - fmt.bias,
-        bias_m1=fmt.bias - 1, fnuz=int(fmt.fnuz))
-
 
 #: longer expressions get a variable, so that a long elementwise chain does not become one enormous line
 MAX_INLINE_CHARS = 1000
@@ -116,12 +48,57 @@ def _math(op: Ops) -> OpFn:
     return lambda r, d, src, a: f"{r.math_fn(op, d)}({a})"
 
 
+def _max(r: CStyleRenderer, d: DType, src: tuple[UOp, ...], a: str, b: str) -> str:
+    # NaN wins; on a tie +0.0 beats -0.0 whatever the order (the reference's IEEE maximum)
+    if d.is_float:
+        # `|` and `&`, not `||` and `&&`: no short-circuit, so the compiler selects instead of branching
+        return f"(((({a})>({b}))|(({a})!=({a}))|((({a})==({b}))&!signbit({a})))?({a}):({b}))"
+    return f"((({a})>({b}))?({a}):({b}))"
+
+
+def _float_divmod(r: CStyleRenderer, op: Ops, a: str, b: str, d: DType) -> str:
+    if op is Ops.MOD:
+        return f"{r.math_fn(Ops.MOD, d)}({a},{b})"
+    # truncate the quotient as rounded to the dtype, not the wider float the division ran in
+    quotient = f"({a}/{b})"
+    if is_emulated_float(d):
+        quotient = f"{r.rounder(d)}{quotient}"
+    elif d.scalar == dtypes.float16:
+        quotient = f"(({r.value_type(d)}){quotient})"
+    return f"{r.math_fn(Ops.TRUNC, d)}({quotient})"
+
+
 def _divmod(op: Ops) -> OpFn:
-    return lambda r, d, src, a, b: r.render_divmod(op, a, b, src[0].dtype, src[1])
+    """a/b (IDIV: truncated) or a%b (MOD: the sign of a) of the operands' dtype, with x/0 = x%0 = 0."""
+    def fn(r: CStyleRenderer, _: DType, src: tuple[UOp, ...], a: str, b: str) -> str:
+        d, divisor, sym = src[0].dtype, src[1], "/" if op is Ops.IDIV else "%"
+        if d.is_float:
+            return _float_divmod(r, op, a, b, d)
+        if divisor.op is Ops.CONST and int(divisor.arg) > 0:
+            return f"({a}{sym}{b})"
+        zero = r.render_const(0, d)
+        if d.is_unsigned:
+            return f"(({b})==0?{zero}:({a}){sym}({b}))"
+        # x/0 is 0, and MIN/-1 would trap on x86: -x wraps to MIN under -fwrapv
+        if op is Ops.IDIV:
+            return f"(({b})==0?{zero}:(({b})==-1?(-({a})):({a})/({b})))"
+        return f"((({b})==0||({b})==-1)?{zero}:({a})%({b}))"
+    return fn
 
 
 def _shift(op: Ops) -> OpFn:
-    return lambda r, d, src, a, b: r.render_shift(op, a, b, src[0].dtype)
+    """a<<b / a>>b with shifts past the width (or negative) giving 0 (-1 for a negative a>>b)."""
+    def fn(r: CStyleRenderer, _: DType, src: tuple[UOp, ...], a: str, b: str) -> str:
+        d = src[0].dtype
+        out_of_range = f"(({b})<0||({b})>={d.bits})"
+        if op is Ops.SHL:
+            # shift the unsigned pattern: a signed left shift that overflows is undefined in C
+            utype = r.value_type(dtypes.uint64 if d.itemsize == 8 else dtypes.uint32)
+            return f"({out_of_range}?{r.render_const(0, d)}:(({r.value_type(d)})(({utype})({a})<<({b}))))"
+        fill = f"(({a})<0?{r.render_const(-1, d)}:{r.render_const(0, d)})" if not d.is_unsigned else \
+            r.render_const(0, d)
+        return f"({out_of_range}?{fill}:(({a})>>({b})))"
+    return fn
 
 
 def _load(r: CStyleRenderer, d: DType, src: tuple[UOp, ...], buf: str, idx: str, gate: str | None = None) -> str:
@@ -130,17 +107,40 @@ def _load(r: CStyleRenderer, d: DType, src: tuple[UOp, ...], buf: str, idx: str,
     return (r.render_local_load if local else r.render_load)(buf, idx, gate, d)
 
 
-#: how C spells each op the renderer can write. A target overrides entries (or the render_* hooks they call)
+def c_cast(r: CStyleRenderer, x: str, frm: DType, to: DType) -> str:
+    if to.scalar in FP8_FORMATS and frm.scalar == dtypes.float64:  # one rounding, not double -> float -> 8 bits
+        return f"{r.rounder(to)}(tg_f64_to_f32_odd({x}))"
+    if is_emulated_float(to):
+        return f"{r.rounder(to)}((float)({x}))"
+    return f"(({r.value_type(to)})({x}))"
+
+
+def c_bitcast(r: CStyleRenderer, x: str, frm: DType, to: DType) -> str:
+    # bfloat16 and 8-bit float values live in floats: go through their bit patterns, reinterpreted (not converted)
+    if is_emulated_float(frm) and is_emulated_float(to):
+        return f"{r.decoder(to)}({r.encoder(frm)}({x}))"
+    if is_emulated_float(frm):
+        return r.pun(f"{r.encoder(frm)}({x})", r.memory_type(frm), r.value_type(to))
+    if is_emulated_float(to):
+        return f"{r.decoder(to)}({r.pun(x, r.value_type(frm), r.memory_type(to))})"
+    return r.pun(x, r.value_type(frm), r.value_type(to))
+
+
+def cast_entry(text: Callable[..., str]) -> OpFn:
+    """A CAST or BITCAST entry of `code_for_op` from `text(renderer, operand, from dtype, to dtype)`."""
+    return lambda r, d, src, x: text(r, x, src[0].dtype, d)
+
+
+#: how C spells each value op the renderer can write. A target overrides entries (or the formats they call)
 #: with `code_for_op = {**CStyleRenderer.code_for_op, Ops.X: ...}`; the walk in `render` only looks ops up here.
 C_CODE_FOR_OP: dict[Ops, OpFn] = {
     Ops.CONST: lambda r, d, src, value: r.render_const(value, d),
     Ops.LOAD: _load,
-    Ops.CAST: lambda r, d, src, x: r.render_cast(x, src[0].dtype, d),
-    Ops.BITCAST: lambda r, d, src, x: r.render_bitcast(x, src[0].dtype, d),
+    Ops.CAST: cast_entry(c_cast), Ops.BITCAST: cast_entry(c_bitcast),
     **{op: _math(op) for op in (Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC)},
     Ops.RECIPROCAL: lambda r, d, src, a: f"({r.render_const(1.0, d)}/{a})",
     Ops.NEG: lambda r, d, src, a: f"(!{a})" if d.is_bool else f"(-{a})",
-    Ops.MAX: lambda r, d, src, a, b: r.render_max(a, b, d),
+    Ops.MAX: _max,
     Ops.IDIV: _divmod(Ops.IDIV), Ops.MOD: _divmod(Ops.MOD),
     Ops.SHL: _shift(Ops.SHL), Ops.SHR: _shift(Ops.SHR),
     Ops.WHERE: lambda r, d, src, c, a, b: f"({c}?{a}:{b})",
@@ -172,8 +172,10 @@ class CStyleRenderer(Renderer):
     #: math functions by (op, dtype class): float32 and smaller use the f-suffixed versions
     math_fns = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.TRUNC: "trunc",
                 Ops.MOD: "fmod"}  # MOD: of floats
-    #: the C text of each op (see C_CODE_FOR_OP); a subclass overrides entries, not the walk
+    #: the C text of each value op (see C_CODE_FOR_OP); a subclass overrides entries, not the walk
     code_for_op: dict[Ops, OpFn] = C_CODE_FOR_OP
+    #: how the walk renders every other op (see C_RENDER_RULES, set below the class)
+    render_rules: dict[Ops, Callable[..., None]]
 
     #: C type of variables that hold address arithmetic (int32 ALU results that feed an INDEX). 64-bit on a CPU:
     #: under -fwrapv a compiler cannot prove that int `x+1` sign-extends to `sext(x)+1`, so it cannot see that
@@ -234,25 +236,8 @@ class CStyleRenderer(Renderer):
         lit = f"{iv}{suffix}" if iv >= 0 else f"({iv}{suffix})"  # `a - -8` must not print as `a--8`
         return lit if d.itemsize >= 4 else f"(({self.value_type(d)}){lit})"
 
-    def render_cast(self, x: str, frm: DType, to: DType) -> str:
-        if to.scalar in FP8_FORMATS and frm.scalar == dtypes.float64:  # one rounding, not double -> float -> 8 bits
-            return f"{self.rounder(to)}(tg_f64_to_f32_odd({x}))"
-        if is_emulated_float(to):
-            return f"{self.rounder(to)}((float)({x}))"
-        return f"(({self.value_type(to)})({x}))"
-
-    def render_bitcast(self, x: str, frm: DType, to: DType) -> str:
-        # bfloat16 and 8-bit float values live in floats: go through their bit patterns, reinterpreted (not converted)
-        if is_emulated_float(frm) and is_emulated_float(to):
-            return f"{self.decoder(to)}({self.encoder(frm)}({x}))"
-        if is_emulated_float(frm):
-            return self._pun(f"{self.encoder(frm)}({x})", self.memory_type(frm), self.value_type(to))
-        if is_emulated_float(to):
-            return f"{self.decoder(to)}({self._pun(x, self.value_type(frm), self.memory_type(to))})"
-        return self._pun(x, self.value_type(frm), self.value_type(to))
-
     @staticmethod
-    def _pun(x: str, frm_type: str, to_type: str) -> str:
+    def pun(x: str, frm_type: str, to_type: str) -> str:
         # type punning through a union is defined C (gcc has no __builtin_bit_cast in C, only in C++)
         return f"((union {{ {frm_type} f; {to_type} t; }}){{.f = ({x})}}).t"
 
@@ -276,34 +261,6 @@ class CStyleRenderer(Renderer):
     def render_param(self, index: int, d: DType, is_output: bool) -> str:
         const = "" if is_output else "const "
         return f"{self.buffer_prefix}{const}{self.memory_type(d)}* {self.restrict} data{index}"
-
-    def render_range(self, name: str, bound: str, dtype: DType = dtypes.int32) -> str:
-        """Open a loop over [0, bound) with a counter of type `dtype` (int32, or int64 for a bound past int32's
-        range); `render_loop` closes it at its END."""
-        return f"for ({self.value_type(dtype)} {name} = 0; {name} < {bound}; {name}++) {{"
-
-    # ---- work-items (`has_local` targets: the SPECIAL, IF and ENDIF of `tinygrad.codegen.work_items`) ----
-    def render_special(self, name: str, dim: int, dtype: DType) -> str:
-        """Declare `name`, of type `dtype`, as this work-item's global id in launch dimension `dim`. Spelled as
-        OpenCL C does; a target with other builtins (CUDA's blockIdx/threadIdx, WGSL's) overrides it."""
-        t = self.value_type(dtype)
-        return f"{t} {name} = ({t})get_global_id({dim});"
-
-    def render_if(self, cond: str) -> str:
-        """Open a block that runs when `cond` holds (a work-item id within its bound); ENDIF closes it."""
-        return f"if ({cond}) {{"
-
-    def render_endif(self) -> str:
-        return "}"
-
-    def render_define_local(self, name: str, d: DType, size: int) -> str:
-        """Declare a work-group's shared scratch array (GROUP reductions). Only targets with `local_mem_max`
-        get DEFINE_LOCAL; `render_source` places the declaration (C: at the top of the kernel body)."""
-        raise NotImplementedError(f"{type(self).__name__} has no local memory (set local_mem_max and override "
-                                  f"render_define_local and render_barrier)")
-
-    def render_barrier(self) -> str:
-        raise NotImplementedError(f"{type(self).__name__} has no work-group barrier")
 
     # ---- vector accesses (only for targets with `vector_widths`; see renderer/vectorize.py) ----
     #: element dtypes the target loads and stores as vectors
@@ -333,23 +290,13 @@ class CStyleRenderer(Renderer):
         which ASSIGNs update; C declares both kinds alike (a target like WGSL tells `let` from `var`)."""
         return f"{type_name} {name} = {expr};"
 
-    def render_loop(self, lines: list[str], rng: UOp, name: str, bound: str, pad: str) -> list[str]:
-        """The whole loop of `rng` (counter `name`, bound `bound`), once its END is reached: `lines` are its
-        opening line (`render_range`'s) and its body, `pad` the indentation of its closing line. C closes it with
-        a brace; a target can rewrite it (WGSL unrolls loops for drivers that cap their iterations)."""
-        return [*lines, pad + "}"]
-
-    def render_source(self, name: str, program: list[UOp], params: list[str], var_params: list[str],
-                      local_decls: list[str], body: list[str]) -> str:
+    def render_source(self, k: CKernel, params: list[str], var_params: list[str]) -> str:
         """The kernel's whole source from its parts: the buffer parameters (by slot) and the symbolic variable
-        ones (by name), the scratch arrays' declarations and the body lines. C: one function, the scratch
-        arrays at the top of its body, after the preludes and helpers the kernel uses."""
-        lines = ["  " + decl for decl in local_decls] + body
-        uses_bf16 = any(u.dtype.scalar == dtypes.bfloat16 for u in program)
-        if helpers := self.fp8_helpers(program):
-            return self.render_kernel(name, params + var_params, lines, uses_bf16, helpers)
-        # without helpers, the call a renderer written before `helpers` existed overrides (CPURenderer did)
-        return self.render_kernel(name, params + var_params, lines, uses_bf16)
+        ones (by name), and what the walk wrote into `k` (the scratch arrays' declarations, the body lines). C: one
+        function, the scratch arrays at the top of its body, after the preludes and helpers the kernel uses."""
+        lines = ["  " + decl for decl in k.local_decls] + k.body
+        uses_bf16 = any(u.dtype.scalar == dtypes.bfloat16 for u in k.program)
+        return self.render_kernel(k.name, params + var_params, lines, uses_bf16, self.fp8_helpers(k.program))
 
     def render_kernel(self, name: str, params: list[str], body: list[str], uses_bf16: bool = False,
                       helpers: str = "") -> str:
@@ -381,57 +328,6 @@ class CStyleRenderer(Renderer):
             expr = f"((bool){expr})"  # true+true is 2 in C: inlined into a comparison it must be 1 again
         return expr
 
-    def render_max(self, a: str, b: str, d: DType) -> str:
-        # NaN wins; on a tie +0.0 beats -0.0 whatever the order (the reference's IEEE maximum)
-        if d.is_float:
-            # `|` and `&`, not `||` and `&&`: no short-circuit, so the compiler selects instead of branching
-            return f"(((({a})>({b}))|(({a})!=({a}))|((({a})==({b}))&!signbit({a})))?({a}):({b}))"
-        return f"((({a})>({b}))?({a}):({b}))"
-
-    def render_divmod(self, op: Ops, a: str, b: str, d: DType, divisor: UOp) -> str:
-        """a/b (IDIV: truncated) or a%b (MOD: the sign of a) of dtype `d`, with x/0 = x%0 = 0."""
-        sym = "/" if op is Ops.IDIV else "%"
-        if d.is_float:
-            if op is Ops.MOD:
-                return f"{self.math_fn(Ops.MOD, d)}({a},{b})"
-            # truncate the quotient as rounded to the dtype, not the wider float the division ran in
-            quotient = f"({a}/{b})"
-            if is_emulated_float(d):
-                quotient = f"{self.rounder(d)}{quotient}"
-            elif d.scalar == dtypes.float16:
-                quotient = f"(({self.value_type(d)}){quotient})"
-            return f"{self.math_fn(Ops.TRUNC, d)}({quotient})"
-        if divisor.op is Ops.CONST and int(divisor.arg) > 0:
-            return f"({a}{sym}{b})"
-        zero = self.render_const(0, d)
-        if d.is_unsigned:
-            return f"(({b})==0?{zero}:({a}){sym}({b}))"
-        # x/0 is 0, and MIN/-1 would trap on x86: -x wraps to MIN under -fwrapv
-        if op is Ops.IDIV:
-            return f"(({b})==0?{zero}:(({b})==-1?(-({a})):({a})/({b})))"
-        return f"((({b})==0||({b})==-1)?{zero}:({a})%({b}))"
-
-    def render_shift(self, op: Ops, a: str, b: str, d: DType) -> str:
-        """a<<b / a>>b with shifts past the width (or negative) giving 0 (-1 for a negative a>>b)."""
-        out_of_range = f"(({b})<0||({b})>={d.bits})"
-        if op is Ops.SHL:
-            # shift the unsigned pattern: a signed left shift that overflows is undefined in C
-            utype = self.value_type(dtypes.uint64 if d.itemsize == 8 else dtypes.uint32)
-            return f"({out_of_range}?{self.render_const(0, d)}:(({self.value_type(d)})(({utype})({a})<<({b}))))"
-        fill = f"(({a})<0?{self.render_const(-1, d)}:{self.render_const(0, d)})" if not d.is_unsigned else \
-            self.render_const(0, d)
-        return f"({out_of_range}?{fill}:(({a})>>({b})))"
-
-    # ---- tensor cores (the TC opt; `tinygrad.renderer.tensor_core`) ----
-    def render_wmma(self, tc: TensorCore, lane: str, a: list[str], b: list[str], out: list[str]) -> list[str]:
-        """The lines that run tensor core `tc` on this lane's elements of A (`a`) and B (`b`), with zero as C, and
-        assign this lane's elements of the product to the (declared) variables `out`."""
-        raise NotImplementedError(f"{type(self).__name__} lists no tensor cores to render")
-
-    def render_wmma_scratch(self, tc: TensorCore) -> list[str]:
-        """Declarations at the kernel's top a tensor core's lines need (none on hardware that has it)."""
-        return []
-
     def repeats_operands(self, u: UOp) -> bool:
         """Whether u's C text names an operand more than once. Its operands then get variables: inlined they
         would be evaluated several times, and a chain (x.maximum(y).maximum(z)...) would grow exponentially."""
@@ -442,168 +338,224 @@ class CStyleRenderer(Renderer):
             return not (u.src[0].dtype.is_float or (divisor.op is Ops.CONST and int(divisor.arg) > 0))
         return False
 
-    def render_packed(self, u: UOp, names: dict[UOp, str]) -> list[str] | None:
-        """The lines that replace u's own, for a target that renders some UOps itself (the CPU's C path computes
-        a register tile's accumulators as vectors); it may name u in `names`. None: the walk renders u as usual."""
+    def plan(self, program: list[UOp]) -> object:
+        """What this target marks in a program before the walk renders it (`CKernel.plan`, read by its table's
+        entries), so that rendering is one pass; the CPU marks the loops it slices for its threads. None here."""
         return None
 
     # ---- the shared walk over the program ----
     def render(self, name: str, program: list[UOp]) -> str:
-        depth_of, users = loop_depths_and_users(program)
-
-        # inlined expressions that read memory: C evaluates only the taken arm of `c ? a : b`, so a load inside an
-        # arm is a load the compiler must guard by a branch (it cannot prove the address valid either way); such
-        # expressions get a variable before the WHERE, which then becomes a branch-free select
-        reads_memory: set[UOp] = set()
-
-        def inlinable(u: UOp) -> bool:
-            us = users[u]
-            if not ((u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST, Ops.LOAD)) and len(us) == 1
-                    and depth_of[us[0]] == depth_of[u] and us[0].op is not Ops.DEFINE_ACC
-                    and not self.repeats_operands(us[0]) and len(pending[u]) <= MAX_INLINE_CHARS):
-                return False
-            loads = u.op is Ops.LOAD or any(s in reads_memory for s in u.src)
-            if loads and us[0].op is Ops.WHERE and u is not us[0].src[0]:
-                return False
-            if u.op is Ops.LOAD and any(s is not u and _gated_load(s) for s in us[0].src):
-                # next to a gated load (a branch in C): read first, so that the load does not follow the branch's
-                # merge, which kept clang 19 from vectorising a padded copy of a sum (CHANGELOG)
-                return False
-            if loads:
-                reads_memory.add(u)
-            return True
-
-        names: dict[UOp, str] = {}
-        body: list[str] = []
-        params: dict[int, UOp] = {}
-        counters: dict[str, int] = defaultdict(int)
-        stored: set[int] = set()
-
-        def fresh(prefix: str) -> str:
-            n = counters[prefix]
-            counters[prefix] += 1
-            return f"{prefix}{n}"
-
-        pending: dict[UOp, str] = {}
-        local_decls: list[str] = []
-        scratch_for: set[TensorCore] = set()  # tensor cores whose scratch (`render_wmma_scratch`) is declared
-
-        address_math = _address_math(program) if self.address_var_type else set()
-
-        def emit(u: UOp, expr: str, prefix: str) -> None:
-            pending[u] = expr
-            if inlinable(u):
-                names[u] = expr
-            else:
-                names[u] = fresh(prefix)
-                vtype = self.value_type(u.dtype)
-                if u in address_math and self.address_var_type is not None:
-                    vtype = self.address_var_type
-                body.append("  " * depth_of[u] + self.render_declaration(names[u], vtype, expr))
-
-        # where each open loop's lines start in `body` (render_loop gets them back at its END)
-        loop_starts: list[int] = []
-
-        vectors = find_vector_accesses(program, self.vector_widths, self.vector_dtypes, depth_of)
-        position = {u: i for i, u in enumerate(program)} if vectors else {}
-        vector_names: dict[VectorAccess, str] = {}
-
-        def vector_index(access: VectorAccess) -> str:
-            return "+".join([names[t] for t in access.terms] + [str(access.offset)])
-
+        k = CKernel.start(self, name, program)
         for u in program:
-            pad = "  " * depth_of[u]
-            op = u.op
-            if (packed := self.render_packed(u, names)) is not None:
-                body.extend(pad + line for line in packed)
-                continue
-            if (access := vectors.get(u)) is not None:
-                buf = names[u.src[0].src[0]]
-                if op is Ops.LOAD and access not in vector_names:
-                    vector_names[access] = vname = fresh("vec")
-                    load = self.render_vector_load(buf, vector_index(access), access.width, u.dtype)
-                    body.append(pad + self.render_declaration(vname, self.vector_type(u.dtype, access.width), load))
-                    for lane, m in enumerate(access.members):
-                        names[m] = self.render_vector_lane(vname, lane)
-                elif op is Ops.STORE:
-                    stored.add(u.src[0].src[0].arg.slot)
-                    if u is max(access.members, key=position.__getitem__):  # every value exists by the last
-                        values = [names[m.src[1]] for m in access.members]
-                        body.append(pad + self.render_vector_store(buf, vector_index(access), values, u.src[0].dtype))
-                continue
-            if op is Ops.PARAM:
-                params[u.arg.slot] = u
-                names[u] = f"data{u.arg.slot}"
-            elif op is Ops.DEFINE_VAR:
-                names[u] = self.render_var_ref(u.arg.name)
-            elif op is Ops.RANGE:
-                names[u] = fresh("ridx")
-                loop = (names[u], names[u.src[0]])
-                loop_starts.append(len(body))
-                # an int32 counter is the default: renderers written before 64-bit loops take two arguments
-                body.append(pad + (self.render_range(*loop) if u.dtype == dtypes.int32 else
-                                   self.render_range(*loop, u.dtype)))
-            elif op is Ops.SPECIAL:
-                names[u] = u.arg.name
-                body.append(pad + self.render_special(u.arg.name, u.arg.dim, u.dtype))
-            elif op is Ops.IF:
-                body.append(pad + self.render_if(names[u.src[0]]))
-            elif op is Ops.ENDIF:
-                body.append(pad + self.render_endif())
-            elif op is Ops.END:
-                rng = u.src[0]
-                start = loop_starts.pop()
-                body[start:] = self.render_loop(body[start:], rng, names[rng], names[rng.src[0]], pad)
-            elif op is Ops.INDEX:
-                names[u] = ""  # rendered by its LOAD or STORE
-            elif op is Ops.STORE:
-                idx = u.src[0]
-                if idx.src[0].op is Ops.PARAM:
-                    stored.add(idx.src[0].arg.slot)
-                store = self.render_local_store if idx.src[0].op is Ops.DEFINE_LOCAL else self.render_store
-                line = store(names[idx.src[0]], names[idx.src[1]], names[u.src[1]], idx.dtype)
-                # a third source gates the store (only lane 0 of a GROUP writes the result)
-                body.append(pad + (f"if ({names[u.src[2]]}) {{ {line} }}" if len(u.src) > 2 else line))
-            elif op is Ops.DEFINE_LOCAL:
-                names[u] = fresh("temp")
-                local_decls.append(self.render_define_local(names[u], u.dtype, u.arg.size))
-            elif op is Ops.BARRIER:
-                body.append(pad + self.render_barrier())
-            elif op is Ops.DEFINE_ACC:
-                names[u] = fresh("acc")
-                body.append(pad + self.render_declaration(names[u], self.value_type(u.dtype), names[u.src[0]], True))
-            elif op is Ops.ASSIGN:
-                body.append(f"{pad}{names[u.src[0]]} = {names[u.src[1]]};")
-            elif op is Ops.WMMA:
-                tc = u.arg
-                names[u] = fresh("wmma")
-                if tc not in scratch_for:
-                    scratch_for.add(tc)
-                    local_decls.extend(self.render_wmma_scratch(tc))
-                values = [names[s] for s in u.src[1:]]
-                outputs = [f"{names[u]}_{i}" for i in range(tc.elements[2])]
-                body.append(pad + f"{self.value_type(u.dtype)} {', '.join(outputs)};")
-                body.extend(pad + line for line in self.render_wmma(
-                    tc, names[u.src[0]], values[:tc.elements[0]], values[tc.elements[0]:], outputs))
-            elif op is Ops.GEP:
-                names[u] = f"{names[u.src[0]]}_{u.arg}"
-            elif (fn := self.code_for_op.get(op)) is not None:  # a value: its C text from the table
-                sources = u.src[0].src if op is Ops.LOAD else u.src  # a LOAD's operands are its INDEX's
-                operands = [u.arg] if op is Ops.CONST else [names[s] for s in sources]
-                # ALU results also get rounded back to their dtype (render_alu)
-                expr = self.render_alu(op, u.dtype, operands, u.src) if op in GroupOp.ALU else \
-                    fn(self, u.dtype, u.src, *operands)
-                if op is Ops.CONST:
-                    names[u] = expr  # constants are always inlined
-                else:
-                    emit(u, expr, VAR_PREFIX.get(op, "alu"))
-            else:
-                raise NotImplementedError(f"{type(self).__name__} cannot render {op}")
-        param_decls = [self.render_param(i, params[i].dtype, i in stored) for i in sorted(params)]
+            rule = self.render_rules.get(u.op) or (_value if u.op in self.code_for_op else None)
+            if rule is None:
+                raise NotImplementedError(f"{type(self).__name__} cannot render {u.op}")
+            rule(self, k, u)
+        param_decls = [self.render_param(i, k.params[i].dtype, i in k.stored) for i in sorted(k.params)]
         # symbolic variables follow the buffers, sorted by name (ProgramSpec.var_names is the same order)
         variables = sorted({u.arg.name: u for u in program if u.op is Ops.DEFINE_VAR}.items())
         var_decls = [self.render_var_param(name, u.dtype) for name, u in variables]
-        return self.render_source(name, program, param_decls, var_decls, local_decls, body)
+        return self.render_source(k, param_decls, var_decls)
+
+
+@dataclass(eq=False)
+class CKernel:
+    """One render in progress: the program's facts the table's entries read (nesting depth, users, vector
+    accesses, the target's `plan`) and what they write (each UOp's name or inlined text, the body lines, the
+    declarations). Made anew for every kernel, so the walk keeps no state on the renderer."""
+
+    r: CStyleRenderer
+    name: str
+    program: list[UOp]
+    plan: object
+    depth_of: dict[UOp, int]
+    users: dict[UOp, list[UOp]]
+    vectors: dict[UOp, VectorAccess]
+    address_math: set[UOp]
+    #: each UOp's place in the program (only where there are vector accesses, whose last store writes the vector)
+    position: dict[UOp, int]
+    names: dict[UOp, str] = field(default_factory=dict)
+    body: list[str] = field(default_factory=list)
+    params: dict[int, UOp] = field(default_factory=dict)
+    stored: set[int] = field(default_factory=set)
+    local_decls: list[str] = field(default_factory=list)
+    #: where each open loop's lines start in `body` (its END entry takes them back: `loop_lines`)
+    loop_starts: list[int] = field(default_factory=list)
+    #: each value's text before the choice to inline it or declare a variable
+    pending: dict[UOp, str] = field(default_factory=dict)
+    #: inlined expressions that read memory (see `inlinable`)
+    reads_memory: set[UOp] = field(default_factory=set)
+    vector_names: dict[VectorAccess, str] = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    #: what a target's entries remember for the rest of the walk (Metal: the tensor cores whose scratch exists)
+    seen: set[object] = field(default_factory=set)
+
+    @staticmethod
+    def start(r: CStyleRenderer, name: str, program: list[UOp]) -> CKernel:
+        depth_of, users = loop_depths_and_users(program)
+        vectors = find_vector_accesses(program, r.vector_widths, r.vector_dtypes, depth_of)
+        address_math = _address_math(program) if r.address_var_type else set()
+        position = {u: i for i, u in enumerate(program)} if vectors else {}
+        return CKernel(r, name, program, r.plan(program), depth_of, users, vectors, address_math, position)
+
+    def fresh(self, prefix: str) -> str:
+        n = self.counters[prefix]
+        self.counters[prefix] += 1
+        return f"{prefix}{n}"
+
+    def pad(self, u: UOp) -> str:
+        return "  " * self.depth_of[u]
+
+    def line(self, u: UOp, text: str) -> None:
+        """A line at u's nesting depth."""
+        self.body.append(self.pad(u) + text)
+
+    def open_loop(self, u: UOp, header: str) -> None:
+        """RANGE u's opening line; its END's entry gets the loop's lines back (`loop_lines`)."""
+        self.loop_starts.append(len(self.body))
+        self.line(u, header)
+
+    def loop_lines(self) -> list[str]:
+        """The lines of the innermost open loop (its header and body), taken out of the body."""
+        start = self.loop_starts.pop()
+        lines = self.body[start:]
+        del self.body[start:]
+        return lines
+
+    def emit(self, u: UOp, expr: str, prefix: str) -> None:
+        """Value u is `expr`: inlined into its user where it can be, else a variable declared here."""
+        self.pending[u] = expr
+        if self.inlinable(u):
+            self.names[u] = expr
+            return
+        self.names[u] = self.fresh(prefix)
+        vtype = self.r.value_type(u.dtype)
+        if u in self.address_math and self.r.address_var_type is not None:
+            vtype = self.r.address_var_type
+        self.line(u, self.r.render_declaration(self.names[u], vtype, expr))
+
+    def inlinable(self, u: UOp) -> bool:
+        us = self.users[u]
+        if not ((u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST, Ops.LOAD)) and len(us) == 1
+                and self.depth_of[us[0]] == self.depth_of[u] and us[0].op is not Ops.DEFINE_ACC
+                and not self.r.repeats_operands(us[0]) and len(self.pending[u]) <= MAX_INLINE_CHARS):
+            return False
+        # C evaluates only the taken arm of `c ? a : b`, so a load inside an arm is a load the compiler must guard by
+        # a branch (it cannot prove the address valid either way); such expressions get a variable before the
+        # WHERE, which then becomes a branch-free select
+        loads = u.op is Ops.LOAD or any(s in self.reads_memory for s in u.src)
+        if loads and us[0].op is Ops.WHERE and u is not us[0].src[0]:
+            return False
+        if u.op is Ops.LOAD and any(s is not u and _gated_load(s) for s in us[0].src):
+            # next to a gated load (a branch in C): read first, so that the load does not follow the branch's
+            # merge, which kept clang 19 from vectorising a padded copy of a sum (CHANGELOG)
+            return False
+        if loads:
+            self.reads_memory.add(u)
+        return True
+
+
+# ---- the table's entries: (renderer, kernel, uop) -> None; each names its UOp or writes its lines ----
+#: an entry of `CStyleRenderer.render_rules`; a target's entry may take its own renderer class as `r`
+RenderRule = Callable[..., None]
+
+
+def _value(r: CStyleRenderer, k: CKernel, u: UOp) -> None:
+    """A value: its text from `code_for_op` (ALU results also rounded back to their dtype: `render_alu`)."""
+    op = u.op
+    sources = u.src[0].src if op is Ops.LOAD else u.src  # a LOAD's operands are its INDEX's
+    operands = [u.arg] if op is Ops.CONST else [k.names[s] for s in sources]
+    expr = r.render_alu(op, u.dtype, operands, u.src) if op in GroupOp.ALU else \
+        r.code_for_op[op](r, u.dtype, u.src, *operands)
+    if op is Ops.CONST:
+        k.names[u] = expr  # constants are always inlined
+    else:
+        k.emit(u, expr, VAR_PREFIX.get(op, "alu"))
+
+
+def _vector_index(k: CKernel, access: VectorAccess) -> str:
+    return "+".join([k.names[t] for t in access.terms] + [str(access.offset)])
+
+
+def _load_lane(r: CStyleRenderer, k: CKernel, u: UOp) -> None:
+    """A LOAD: its value's text (`code_for_op`), or its lane of a vector access whose first lane reads it all."""
+    if (access := k.vectors.get(u)) is None:
+        return _value(r, k, u)
+    if access not in k.vector_names:  # the first lane reads the whole vector
+        k.vector_names[access] = vname = k.fresh("vec")
+        load = r.render_vector_load(k.names[u.src[0].src[0]], _vector_index(k, access), access.width, u.dtype)
+        k.line(u, r.render_declaration(vname, r.vector_type(u.dtype, access.width), load))
+        for lane, m in enumerate(access.members):
+            k.names[m] = r.render_vector_lane(vname, lane)
+    return None
+
+
+def _store(r: CStyleRenderer, k: CKernel, u: UOp) -> None:
+    idx = u.src[0]
+    if idx.src[0].op is Ops.PARAM:
+        k.stored.add(idx.src[0].arg.slot)
+    if (access := k.vectors.get(u)) is not None:
+        if u is max(access.members, key=k.position.__getitem__):  # every value exists by the last
+            values = [k.names[m.src[1]] for m in access.members]
+            k.line(u, r.render_vector_store(k.names[idx.src[0]], _vector_index(k, access), values, idx.dtype))
+        return
+    store = r.render_local_store if idx.src[0].op is Ops.DEFINE_LOCAL else r.render_store
+    text = store(k.names[idx.src[0]], k.names[idx.src[1]], k.names[u.src[1]], idx.dtype)
+    # a third source gates the store (only lane 0 of a GROUP writes the result)
+    k.line(u, f"if ({k.names[u.src[2]]}) {{ {text} }}" if len(u.src) > 2 else text)
+
+
+def _param(r: CStyleRenderer, k: CKernel, u: UOp) -> None:
+    k.params[u.arg.slot] = u
+    k.names[u] = f"data{u.arg.slot}"
+
+
+def _range(r: CStyleRenderer, k: CKernel, u: UOp) -> None:
+    """A loop over [0, bound) with a counter of the RANGE's dtype (int32, or int64 for a bound past int32's range)."""
+    k.names[u] = name = k.fresh("ridx")
+    k.open_loop(u, f"for ({r.value_type(u.dtype)} {name} = 0; {name} < {k.names[u.src[0]]}; {name}++) {{")
+
+
+def _end(r: CStyleRenderer, k: CKernel, u: UOp) -> None:
+    k.body.extend([*k.loop_lines(), k.pad(u) + "}"])
+
+
+def _global_id(r: CStyleRenderer, name: str, dim: int, dtype: DType) -> str:
+    """This work-item's global id in launch dimension `dim`, spelled as OpenCL C does."""
+    t = r.value_type(dtype)
+    return f"{t} {name} = ({t})get_global_id({dim});"
+
+
+def _define_acc(r: CStyleRenderer, k: CKernel, u: UOp) -> None:
+    k.names[u] = k.fresh("acc")
+    k.line(u, r.render_declaration(k.names[u], r.value_type(u.dtype), k.names[u.src[0]], True))
+
+
+def _no_local_memory(r: CStyleRenderer, k: CKernel, u: UOp) -> None:
+    raise NotImplementedError(f"{type(r).__name__} has no local memory and no work-group barrier (set local_mem_max "
+                              "and give DEFINE_LOCAL and BARRIER entries in render_rules)")
+
+
+def _no_tensor_cores(r: CStyleRenderer, k: CKernel, u: UOp) -> None:
+    raise NotImplementedError(f"{type(r).__name__} lists no tensor cores to render")
+
+
+def wmma_operands(k: CKernel, u: UOp) -> tuple[str, list[str], list[str], list[str]]:
+    """For a WMMA entry: the lane's name, its elements of A and B, and the variables (declared here) to which the
+    entry's lines assign this lane's elements of the product (tensor core `u.arg`, with zero as C)."""
+    tc: TensorCore = u.arg
+    k.names[u] = k.fresh("wmma")
+    values = [k.names[s] for s in u.src[1:]]
+    outputs = [f"{k.names[u]}_{i}" for i in range(tc.elements[2])]
+    k.line(u, f"{k.r.value_type(u.dtype)} {', '.join(outputs)};")
+    return k.names[u.src[0]], values[:tc.elements[0]], values[tc.elements[0]:], outputs
+
+
+def _set_name(text: Callable[[CStyleRenderer, CKernel, UOp], str]) -> RenderRule:
+    """An entry that only names its UOp (the text its users read)."""
+    return lambda r, k, u: k.names.__setitem__(u, text(r, k, u))
+
+
 
 
 def _gated_load(u: UOp) -> bool:
@@ -616,4 +568,55 @@ def _address_math(program: list[UOp]) -> set[UOp]:
     return set(post_order(indices, skip=lambda u: u.op not in GroupOp.ALU or u.dtype != dtypes.int32))
 
 
-RenderFn = Callable[..., str]
+
+# ---- entries a target builds its own from ----
+def local_array(qualifier: str) -> RenderRule:
+    """A DEFINE_LOCAL entry: the work-group's scratch array, `qualifier T tempN[size];` at the kernel's top."""
+    def rule(r: CStyleRenderer, k: CKernel, u: UOp) -> None:
+        k.names[u] = name = k.fresh("temp")
+        k.local_decls.append(f"{qualifier} {r.value_type(u.dtype)} {name}[{u.arg.size}];")
+    return rule
+
+
+def line(text: str) -> RenderRule:
+    """An entry that writes one fixed line (a barrier)."""
+    return lambda r, k, u: k.line(u, text)
+
+
+def work_item_id(text: Callable[..., str]) -> RenderRule:
+    """A SPECIAL entry from `text(renderer, name, launch dimension, dtype)`, the line that declares the id."""
+    def rule(r: CStyleRenderer, k: CKernel, u: UOp) -> None:
+        k.names[u] = u.arg.name
+        k.line(u, text(r, u.arg.name, u.arg.dim, u.dtype))
+    return rule
+
+
+def tensor_core(lines: Callable[..., list[str]]) -> RenderRule:
+    """A WMMA entry from `lines(renderer, tensor core, lane, a, b, out)`: the lines that run the tensor core on this
+    lane's elements of A and B (with zero as C) and assign its elements of the product to the variables `out`."""
+    def rule(r: CStyleRenderer, k: CKernel, u: UOp) -> None:
+        lane, a, b, out = wmma_operands(k, u)
+        k.body.extend(k.pad(u) + text for text in lines(r, u.arg, lane, a, b, out))
+    return rule
+
+
+#: how the walk renders each op that is not a plain value (those are `code_for_op`'s). A target extends it with
+#: `render_rules = {**CStyleRenderer.render_rules, Ops.X: ...}`
+C_RENDER_RULES: dict[Ops, RenderRule] = {
+    Ops.PARAM: _param,
+    Ops.DEFINE_VAR: _set_name(lambda r, k, u: r.render_var_ref(u.arg.name)),
+    Ops.RANGE: _range, Ops.END: _end,
+    Ops.SPECIAL: work_item_id(_global_id),
+    # work-item guards (`tinygrad.codegen.work_items`): a block that runs where the id is within its bound
+    Ops.IF: lambda r, k, u: k.line(u, f"if ({k.names[u.src[0]]}) {{"),
+    Ops.ENDIF: lambda r, k, u: k.line(u, "}"),
+    Ops.INDEX: _set_name(lambda r, k, u: ""),  # rendered by its LOAD or STORE
+    Ops.LOAD: _load_lane, Ops.STORE: _store,
+    # a work-group's shared scratch array (GROUP reductions) and its barrier: targets with `local_mem_max`
+    Ops.DEFINE_LOCAL: _no_local_memory, Ops.BARRIER: _no_local_memory,
+    Ops.DEFINE_ACC: _define_acc,
+    Ops.ASSIGN: lambda r, k, u: k.line(u, f"{k.names[u.src[0]]} = {k.names[u.src[1]]};"),
+    Ops.WMMA: _no_tensor_cores,  # tensor cores (the TC opt; `tinygrad.renderer.tensor_core`)
+    Ops.GEP: _set_name(lambda r, k, u: f"{k.names[u.src[0]]}_{u.arg}"),
+}
+CStyleRenderer.render_rules = C_RENDER_RULES

@@ -8,8 +8,9 @@ tests, emulation) and on index UOps (the TC optimisation substitutes it into a k
 `tinygrad.codegen.opt.tensor_cores`).
 
 The renderer of a target lists the tensor cores it can use (`Renderer.tensor_cores`) and writes the instruction
-itself (`render_wmma`), given each lane's fragment values. The layouts below are the vendors' documented ones:
-PTX ISA "Matrix Fragments for mma.m16n8k16", AMD's RDNA3 WMMA (wave32) and CDNA3 MFMA 16x16x16 (wave64).
+itself (a C-style renderer: the `Ops.WMMA` entry of `render_rules`), given each lane's fragment values. The
+layouts below are the vendors' documented ones: PTX ISA "Matrix Fragments for mma.m16n8k16", AMD's RDNA3 WMMA
+(wave32) and CDNA3 MFMA 16x16x16 (wave64).
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ file as uint8. `disk:shm:NAME` is a POSIX shared-memory object (`/dev/shm/NAME`)
 
 The device holds bytes and runs no kernels. Views of a DISK tensor (slices, reshapes, same-size bitcasts) that cover
 one contiguous byte range are buffers too, another window on the same mapping (`region`); what reads a DISK
-tensor elsewhere copies only the ranges it reads (engine/disk_views.py). Writes go into the file in place: that is
-what the device is for, so a DISK write is not the temporary-file-and-rename this project uses for files it writes
-on its own account.
+tensor elsewhere copies only the ranges it reads (both in engine/disk_views.py). Writes go into the file in place:
+that is what the device is for, so a DISK write is not the temporary-file-and-rename this project uses for files it
+writes on its own account.
 """
 
 from __future__ import annotations
@@ -17,10 +17,13 @@ from __future__ import annotations
 import mmap
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from tinygrad.device import Allocator, Buffer, DeviceKnobs, Runner
-from tinygrad.dtype import DType
-from tinygrad.uop.ops import UOp
+from tinygrad.device.contract import Allocator, DeviceKnobs, Runner
+
+if TYPE_CHECKING:
+    from tinygrad.dtype import DType
+    from tinygrad.uop.ops import UOp
 
 NAME = "DISK"
 
@@ -119,14 +122,3 @@ class DiskDevice:
     def knobs(self) -> DeviceKnobs:
         raise RuntimeError(f"{self.name} runs no kernels, so it has no tuning knobs")
 
-
-def region(buf: Buffer, offset: int, size: int, dtype: DType) -> Buffer:
-    """A buffer of `size` `dtype` elements at byte `offset` of the DISK buffer `buf`: the same mapping, no copy."""
-    parent: DiskRegion = buf.ensure_allocated()._opaque
-    nbytes = size * dtype.itemsize
-    if offset < 0 or offset + nbytes > parent.nbytes:
-        raise ValueError(f"bytes {offset}..{offset + nbytes} lie outside {buf} ({parent.nbytes} bytes)")
-    out = Buffer(buf.device, size, dtype)
-    out._opaque = DiskRegion(parent.mapping, parent.offset + offset, nbytes, parent.path, parent.writable)
-    out._allocator = buf._allocator
-    return out

@@ -14,12 +14,12 @@ A DISK device runs no kernels, so a graph over a DISK buffer is resolved here be
 from __future__ import annotations
 
 from tinygrad.device import Buffer
-from tinygrad.device.disk import DiskRegion, is_disk, region
+from tinygrad.device.disk import DiskRegion, is_disk
 from tinygrad.dtype import DType
 from tinygrad.engine.realize import copy_between
-from tinygrad.engine.schedule_item import buffer_node, buffer_view
+from tinygrad.engine.schedule_item import buffer_view
 from tinygrad.helpers import prod
-from tinygrad.uop.ops import Ops, UOp
+from tinygrad.uop.ops import Ops, UOp, buffer_node
 
 #: a region: (the DISK buffer, its first byte, the view's shape, its dtype)
 Region = tuple[Buffer, int, tuple[int, ...], DType]
@@ -56,6 +56,18 @@ def _regions(root: UOp) -> dict[UOp, Region]:
         elif u.op is Ops.BITCAST and u.dtype.itemsize == dtype.itemsize:
             found[u] = (buf, offset, shape, u.dtype)
     return found
+
+
+def region(buf: Buffer, offset: int, size: int, dtype: DType) -> Buffer:
+    """A buffer of `size` `dtype` elements at byte `offset` of the DISK buffer `buf`: the same mapping, no copy."""
+    parent: DiskRegion = buf.ensure_allocated()._opaque
+    nbytes = size * dtype.itemsize
+    if offset < 0 or offset + nbytes > parent.nbytes:
+        raise ValueError(f"bytes {offset}..{offset + nbytes} lie outside {buf} ({parent.nbytes} bytes)")
+    out = Buffer(buf.device, size, dtype)
+    out._opaque = DiskRegion(parent.mapping, parent.offset + offset, nbytes, parent.path, parent.writable)
+    out._allocator = buf._allocator
+    return out
 
 
 def _region_buffer(r: Region) -> Buffer:

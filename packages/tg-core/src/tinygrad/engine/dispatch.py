@@ -32,7 +32,7 @@ from tinygrad.uop.ops import GroupOp, Ops, UOp, _arg_key, _make_uop, new_node, p
 #: scheduler's notion of constants (a graph with no buffer or copy under it, which it never reads from a buffer it
 #: was realized into): a source this path keyed by its realized buffer while the scheduler computed it in the kernel
 #: would make a kernel with that value built in, and the next graph with an equal key would get the old value.
-_CONSTANT_OPS = frozenset({Ops.CONST, Ops.ARANGE, Ops.REDUCE_AXIS, Ops.DETACH, Ops.CONTIGUOUS}) | \
+_CONSTANT_OPS = frozenset({Ops.CONST, Ops.ARANGE, Ops.REDUCE_AXIS, Ops.DETACH, Ops.CONTIGUOUS, Ops.LAYOUT}) | \
     GroupOp.Elementwise | GroupOp.Movement
 #: what puts a source on a device: the scheduler reads such a graph from the buffer it was realized into
 _DEVICE_OPS = frozenset({Ops.BUFFER, Ops.COPY, Ops.MULTI})

@@ -111,9 +111,9 @@ class TinyJit(Generic[R]):
     def __reduce__(self) -> tuple:
         """pickle: the captures (kernels, the memory they start from, launch order), without the function; see
         docs/jit.md. Load only files you trust: unpickling runs code."""
-        from tinygrad.engine.jit_pickle import reduce_jit
+        from tinygrad.engine.jit_pickle import pickled_jit  # loaded by the first pickle, not by `import tinygrad`
 
-        return reduce_jit(self)
+        return _jit_from_pickle, pickled_jit(self)
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         # as a method decorator: bind the instance like a function would
@@ -209,6 +209,19 @@ class TinyJit(Generic[R]):
     @property
     def _name(self) -> str:
         return getattr(self.fn if self.fn is not None else self, "__qualname__", repr(self.fn))
+
+
+def _jit_from_pickle(name: str, prune: bool, captures: list[tuple[tuple, tuple, Capture]],
+                     current: int | None) -> TinyJit:
+    """TinyJit.__reduce__'s inverse: a jit that only replays, from the fields jit_pickle.pickled_jit took."""
+    jit: TinyJit = TinyJit.__new__(TinyJit)
+    jit.fn, jit.prune, jit.optimize = None, prune, False  # type: ignore[assignment]
+    jit.__qualname__ = jit.__name__ = name  # type: ignore[attr-defined]  # functools.update_wrapper's, for _name
+    jit.reset()
+    jit._captures = {(key, pattern): cap for key, pattern, cap in captures}
+    jit._current = captures[current][2] if current is not None else None
+    jit.cnt = 2 if captures else 0
+    return jit
 
 
 def _inputs(tensors: list[Tensor], variables: dict[str, int]) -> tuple[list[Buffer], tuple[tuple[int, ...], ...],

@@ -26,6 +26,7 @@ from tinygrad.engine import jit_state, profile
 from tinygrad.engine import realize as engine_realize
 from tinygrad.engine.jit_args import Arguments
 from tinygrad.engine.jit_io import (
+    OutputSlot,
     StateSlot,
     axis_of,
     buffers_of,
@@ -127,9 +128,9 @@ class Capture:
     freed: bool = False  # free_intermediates() dropped the memory between launches: the next replay reallocates it
 
     def __reduce__(self) -> tuple:
-        from tinygrad.engine.jit_pickle import reduce_capture
+        from tinygrad.engine.jit_pickle import pickled_capture  # loaded by the first pickle, not by `import tinygrad`
 
-        return reduce_capture(self)
+        return _capture_from_pickle, pickled_capture(self)
 
     # ---- capture ----
     def finish(self, fn: Callable[..., Any], records: list[tuple[ScheduleItem, Runner | None]], inputs: list[Buffer],
@@ -449,3 +450,34 @@ def _run_together(launches: list[Callable[[], Any]]) -> tuple[list[Callable[[], 
             runs.append(run)
         i = j
     return runs, placed
+
+
+def _capture_from_pickle(name: str, signature: Any, key: Arguments, inputs: int, entries: list[Any],
+                         launches: list[tuple], outputs: Any, var_vals: dict[str, int], replay_ops: int,
+                         replay_mem: int) -> Capture:
+    """Capture.__reduce__'s inverse: a capture from the fields jit_pickle.pickled_capture took."""
+    from tinygrad.engine.jit_pickle import PickledSlot, loaded_buffers, map_outputs
+
+    buffer = loaded_buffers(entries)
+    cap = Capture(name, signature, key)
+    for ast, refs, device, vals, outs, runner, input_slots, takes_vars in launches:
+        item = ScheduleItem(ast, [buffer(ref) for ref in refs], device, var_vals=vals, outs=outs)
+        cap.recorded.append(Recorded(item, runner, [tuple(s) for s in input_slots], takes_vars))
+    cap.var_vals = var_vals
+    cap.replay_ops, cap.replay_mem = replay_ops, replay_mem
+
+    def slot(s: PickledSlot) -> OutputSlot:
+        return OutputSlot(tuple(None if ref is None else buffer(ref) for ref in s.buffers), s.input_indices, s.shape,
+                          s.dtype, s.device, s.requires_grad, s.axis, s.overwritten)
+
+    cap.outputs = map_outputs(outputs, slot, PickledSlot)
+    cap.readers_of = {i: [] for i in range(inputs)}
+    for i, r in enumerate(cap.recorded):
+        given = {pos for pos, _ in r.input_slots}
+        cap.written.update(id(b.storage) for pos, b in enumerate(r.item.bufs[:r.item.outs]) if pos not in given)
+        for s in dict.fromkeys(s for _, s in r.input_slots):
+            cap.readers_of[s].append(i)
+    cap.dynamic = [i for i, r in enumerate(cap.recorded) if r.input_slots or r.takes_vars]
+    cap.launches = [_prepare(r, r.item.bufs, r.item.var_vals) for r in cap.recorded]
+    cap.runs, cap.placed = _run_together(cap.launches)
+    return cap

@@ -12,11 +12,10 @@ from tinygrad.engine import realize as engine_realize
 from tinygrad.engine.jit_in_place import write_in_place
 from tinygrad.engine.jit_state import JitError, RunningJit
 from tinygrad.engine.schedule import ScheduleItem, buffer_view, copy_kernel_ast, realized_views
-from tinygrad.engine.schedule_item import buffer_node
 from tinygrad.helpers import PROFILE, GlobalCounters
 from tinygrad.multi import realized_buffers, view_of_buffers
 from tinygrad.tensor import Tensor
-from tinygrad.uop.ops import Ops, UOp, unbind
+from tinygrad.uop.ops import Ops, UOp, buffer_node, unbind
 
 # ---- model state ----
 

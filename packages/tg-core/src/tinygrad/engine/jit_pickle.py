@@ -7,9 +7,11 @@ before it writes them (model weights, state the function assigns, results of lau
 outputs it returns without writing them, with their bytes, out of band under protocol 5 with a `buffer_callback`;
 inputs, outputs and scratch as their sizes.
 The function itself does not go in: a loaded jit replays calls like the captured ones and refuses any other.
+This module takes a capture or a jit apart (`pickled_capture`, `pickled_jit`); the loaders that build one again sit
+beside the classes they build (jit_capture.py, jit.py), which import this module when they pickle or load.
 
 A compiled program loads only where the same compiler with the same cache key would have made it
-(tinygrad.codegen.compiled: ProgramMismatchError); nothing is compiled on load.
+(tinygrad.runtime.runner: ProgramMismatchError); nothing is compiled on load.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 from tinygrad.device import Buffer
 from tinygrad.engine.jit_args import Arguments
 from tinygrad.engine.jit_io import OutputSlot
-from tinygrad.engine.schedule import ScheduleItem
 from tinygrad.uop.ops import Ops
 
 if TYPE_CHECKING:
@@ -151,14 +152,14 @@ def held_outputs(cap: Capture) -> set[int]:
         held.update(id(b.storage) for b in s.buffers if b is not None and id(b.storage) not in written)
         return s
 
-    _map_outputs(cap.outputs, visit, OutputSlot)
+    map_outputs(cap.outputs, visit, OutputSlot)
     return held
 
 
 # ---- outputs ----
 
 @dataclass(frozen=True)
-class _PickledSlot:
+class PickledSlot:
     buffers: tuple[Ref | None, ...]
     input_indices: tuple[int | None, ...]
     shape: tuple[Any, ...]
@@ -169,19 +170,20 @@ class _PickledSlot:
     overwritten: bool
 
 
-def _map_outputs(template: Any, slot: Callable[[Any], Any], kind: type) -> Any:
+def map_outputs(template: Any, slot: Callable[[Any], Any], kind: type) -> Any:
     if type(template) is kind:
         return slot(template)
     if isinstance(template, (tuple, list)):
-        return type(template)(_map_outputs(o, slot, kind) for o in template)
+        return type(template)(map_outputs(o, slot, kind) for o in template)
     if isinstance(template, dict):
-        return {k: _map_outputs(v, slot, kind) for k, v in template.items()}
+        return {k: map_outputs(v, slot, kind) for k, v in template.items()}
     return template
 
 
 # ---- captures ----
 
-def reduce_capture(cap: Capture) -> tuple:
+def pickled_capture(cap: Capture) -> tuple:
+    """What a capture pickles as: the arguments of its loader (jit_capture's `_capture_from_pickle`)."""
     for i, r in enumerate(cap.recorded):
         if r.runner is not None and getattr(type(r.runner), "__reduce__", None) is object.__reduce__:
             raise pickle.PicklingError(f"TinyJit function {cap.name}: launch {i} runs a {type(r.runner).__name__} "
@@ -191,69 +193,26 @@ def reduce_capture(cap: Capture) -> tuple:
     launches = [(r.item.ast, [table.ref(b) for b in r.item.bufs], r.item.device, dict(r.item.var_vals), r.item.outs,
                  r.runner, list(r.input_slots), r.takes_vars) for r in cap.recorded]
 
-    def slot(s: OutputSlot) -> _PickledSlot:
-        return _PickledSlot(tuple(None if b is None else table.ref(b) for b in s.buffers), s.input_indices, s.shape,
-                            s.dtype, s.device, s.requires_grad, s.axis, s.overwritten)
+    def slot(s: OutputSlot) -> PickledSlot:
+        return PickledSlot(tuple(None if b is None else table.ref(b) for b in s.buffers), s.input_indices, s.shape,
+                           s.dtype, s.device, s.requires_grad, s.axis, s.overwritten)
 
-    outputs = _map_outputs(cap.outputs, slot, OutputSlot)
+    outputs = map_outputs(cap.outputs, slot, OutputSlot)
     key = Arguments(key=list(portable_key(cap.key.key)), where=list(cap.key.where))
-    return _capture_from_pickle, (cap.name, cap.signature, key, len(cap.readers_of), table.entries, launches,
-                                  outputs, dict(cap.var_vals), cap.replay_ops, cap.replay_mem)
-
-
-def _capture_from_pickle(name: str, signature: Any, key: Arguments, inputs: int, entries: list[Any],
-                         launches: list[tuple], outputs: Any, var_vals: dict[str, int], replay_ops: int,
-                         replay_mem: int) -> Capture:
-    from tinygrad.engine.jit_capture import Capture, Recorded, _prepare, _run_together
-
-    buffer = loaded_buffers(entries)
-    cap = Capture(name, signature, key)
-    for ast, refs, device, vals, outs, runner, input_slots, takes_vars in launches:
-        item = ScheduleItem(ast, [buffer(ref) for ref in refs], device, var_vals=vals, outs=outs)
-        cap.recorded.append(Recorded(item, runner, [tuple(s) for s in input_slots], takes_vars))
-    cap.var_vals = var_vals
-    cap.replay_ops, cap.replay_mem = replay_ops, replay_mem
-
-    def slot(s: _PickledSlot) -> OutputSlot:
-        return OutputSlot(tuple(None if ref is None else buffer(ref) for ref in s.buffers), s.input_indices, s.shape,
-                          s.dtype, s.device, s.requires_grad, s.axis, s.overwritten)
-
-    cap.outputs = _map_outputs(outputs, slot, _PickledSlot)
-    cap.readers_of = {i: [] for i in range(inputs)}
-    for i, r in enumerate(cap.recorded):
-        given = {pos for pos, _ in r.input_slots}
-        cap.written.update(id(b.storage) for pos, b in enumerate(r.item.bufs[:r.item.outs]) if pos not in given)
-        for s in dict.fromkeys(s for _, s in r.input_slots):
-            cap.readers_of[s].append(i)
-    cap.dynamic = [i for i, r in enumerate(cap.recorded) if r.input_slots or r.takes_vars]
-    cap.launches = [_prepare(r, r.item.bufs, r.item.var_vals) for r in cap.recorded]
-    cap.runs, cap.placed = _run_together(cap.launches)
-    return cap
+    return (cap.name, cap.signature, key, len(cap.readers_of), table.entries, launches, outputs, dict(cap.var_vals),
+            cap.replay_ops, cap.replay_mem)
 
 
 # ---- TinyJit ----
 
-def reduce_jit(jit: TinyJit) -> tuple:
+def pickled_jit(jit: TinyJit) -> tuple:
+    """What a TinyJit pickles as: the arguments of its loader (jit's `_jit_from_pickle`)."""
     if not jit._captures:
         raise pickle.PicklingError(f"TinyJit function {jit._name} has not captured anything yet (the capture is made "
                                    f"by its second call); a pickle of it would hold no kernels. Call it twice first")
     captures = [(portable_key(key[0]), key[1], cap) for key, cap in jit._captures.items()]
     current = next((i for i, (_, _, cap) in enumerate(captures) if cap is jit._current), None)
-    return _jit_from_pickle, (jit._name, jit.prune, captures, current)
+    return jit._name, jit.prune, captures, current
 
 
-def _jit_from_pickle(name: str, prune: bool, captures: list[tuple[tuple, tuple, Capture]],
-                     current: int | None) -> TinyJit:
-    from tinygrad.engine.jit import TinyJit
-
-    jit: TinyJit = TinyJit.__new__(TinyJit)
-    jit.fn, jit.prune, jit.optimize = None, prune, False  # type: ignore[assignment]
-    jit.__qualname__ = jit.__name__ = name  # type: ignore[attr-defined]  # functools.update_wrapper's, for _name
-    jit.reset()
-    jit._captures = {(key, pattern): cap for key, pattern, cap in captures}
-    jit._current = captures[current][2] if current is not None else None
-    jit.cnt = 2 if captures else 0
-    return jit
-
-
-__all__ = ["Unmatched", "portable_key", "reduce_capture", "reduce_jit"]
+__all__ = ["Unmatched", "pickled_capture", "pickled_jit", "portable_key"]

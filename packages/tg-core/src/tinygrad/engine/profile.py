@@ -20,6 +20,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+import tinygrad.helpers as helpers
 from tinygrad.helpers import atomic_write
 
 if TYPE_CHECKING:
@@ -91,6 +92,9 @@ def record_marker(name: str, color: str) -> None:
         pid, tid = _lane("HOST", "markers")
         _events.append({"name": name, "cat": "marker", "ph": "i", "s": "g", "pid": pid, "tid": tid,
                         "ts": round((time.perf_counter() - _start) * 1e6, 3), "args": {"color": color}})
+
+
+helpers._marker_sink = record_marker
 
 
 def trace() -> dict[str, Any]:

@@ -32,12 +32,14 @@ from typing import NamedTuple
 from tinygrad.device import Buffer, shared_buffers
 from tinygrad.dtype import DType
 from tinygrad.engine import jit_state
+from tinygrad.engine.layout import layout_settings, lower_layouts
 from tinygrad.engine.memory import plan_memory
 from tinygrad.engine.schedule_cache import SCHEDULE_CACHE, Template, graph_key, schedule_cache
 from tinygrad.engine.schedule_item import ScheduleItem, buffer_view
-from tinygrad.engine.split_reduce import reduce_identity_value, split_large_reductions, split_settings
+from tinygrad.engine.split_reduce import split_large_reductions, split_settings
 from tinygrad.helpers import VIZ
 from tinygrad.uop.ops import GroupOp, Ops, UOp, UOpMeta, post_order, sint, sym_prod, unbind
+from tinygrad.uop.reduce_identity import reduce_identity_value
 
 
 class RealizedViews:
@@ -386,7 +388,7 @@ def _create_schedule(outputs: list[UOp], devices: list[str]) -> tuple[list[Sched
         walked = graph_key(outputs, devices)
         assert walked is not None, "graph_key gives up only at realized nodes when asked to"
     key, topo, inputs = walked
-    key = (key, split_settings())  # the graph passes' settings change the schedule of the same graph
+    key = (key, split_settings(), layout_settings(devices, topo, inputs))  # the graph passes' settings too
     if (template := schedule_cache.get(key)) is not None:
         return _named_back(template.instantiate(topo, inputs), renamed)
     items, views, out_views = _schedule_graph(outputs, devices)
@@ -397,7 +399,9 @@ def _create_schedule(outputs: list[UOp], devices: list[str]) -> tuple[list[Sched
 def _schedule_graph(given: list[UOp], devices: list[str]) -> tuple[list[ScheduleItem], dict[UOp, UOp], list[UOp]]:
     # graph passes first; `stands_for` maps the nodes they rebuilt back to the given graph, which is what the
     # caller (and the schedule cache) knows: realized views, and each kernel's outputs, are reported in its terms
-    outputs, stands_for = split_large_reductions(given)
+    laid_out, layout_for = lower_layouts(given, lambda sink: _assign_devices(sink, given, devices))
+    outputs, split_for = split_large_reductions(laid_out)
+    stands_for = _composed(layout_for, split_for)
     sink = UOp(Ops.SINK, src=tuple(outputs))
     points = _find_realize_points(sink, outputs)
     device_of = _assign_devices(sink, outputs, devices)
@@ -447,6 +451,15 @@ def _schedule_graph(given: list[UOp], devices: list[str]) -> tuple[list[Schedule
     views = {old: buffer_view(buffers_of[node], node.shape) for node in visible
              if (old := stands_for.get(node, node)) is not None}
     return items, views, [views.get(o, o) for o in given]
+
+
+def _composed(first: dict[UOp, UOp | None], then: dict[UOp, UOp | None]) -> dict[UOp, UOp | None]:
+    """What each node stands for after two passes, given what each pass's nodes stand for in its input."""
+    if not first:
+        return then
+    out = dict(first)
+    out.update({node: None if mid is None else first.get(mid, mid) for node, mid in then.items()})
+    return out
 
 
 def _given_nodes(nodes: list[UOp], stands_for: dict[UOp, UOp | None]) -> list[UOp]:

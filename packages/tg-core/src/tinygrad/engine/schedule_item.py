@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
 
 from tinygrad.device import Buffer
-from tinygrad.uop.ops import Ops, UOp, new_node
+from tinygrad.uop.ops import Ops, UOp, buffer_node
 
 
 @dataclass(eq=False, slots=True)
@@ -26,19 +25,6 @@ class ScheduleItem:
         kind = "copy" if self.is_copy else "kernel"
         return f"<ScheduleItem {kind} on {self.device}: {[repr(b) for b in self.bufs]}>"
 
-
-
-def buffer_node(buf: Buffer) -> UOp:
-    """The graph's one BUFFER node for `buf`. Made here only, and found through the buffer (a weak reference) rather
-    than the hash-consing table: every eager op makes one for its new output, and a table entry, with the callback
-    that removes it, costs about as much again as the node."""
-    ref = buf._node
-    if ref is not None and (node := ref()) is not None:
-        return node
-    node = new_node(Ops.BUFFER, buf.dtype, (), buf)
-    node._shape = (buf.size,)  # known here; the next op reads it
-    buf._node = weakref.ref(node)
-    return node
 
 
 def buffer_view(buf: Buffer, shape: tuple[int, ...]) -> UOp:

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import math
 
-from tinygrad.dtype import DType, dtypes
+from tinygrad.dtype import dtypes
 from tinygrad.helpers import ContextVar, prod
 from tinygrad.uop.ops import Ops, UOp, inverse_permutation
+from tinygrad.uop.reduce_identity import reduce_identity_value
 from tinygrad.uop.rewrite import PatternMatcher, UPat
 
 #: set SPLIT_REDUCE=0 to run every reduction in one kernel, as written
@@ -213,15 +214,6 @@ def _inner_steps(size: int, first: int, last: int, preferred: float) -> int:
     else:
         steps = list(range(first, last + 1))
     return min(steps, key=lambda d: (-size % d, abs(d - preferred)))
-
-
-def reduce_identity_value(op: Ops, dtype: DType) -> float | int | bool:
-    """What a reduction of no elements gives, and what padding it never changes."""
-    if op is Ops.ADD:
-        return 0
-    if op is Ops.MUL:
-        return 1
-    return dtype.min  # MAX: -inf for floats that have it, the lowest value otherwise
 
 
 def _pad_with_identity(x: UOp, axis: int, amount: int, op: Ops) -> UOp:

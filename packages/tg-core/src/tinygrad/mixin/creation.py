@@ -15,25 +15,19 @@ from __future__ import annotations
 import ctypes
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Self, cast
 
 import numpy as np
 
-from tinygrad.device import Buffer, Device, dtype_error, wraps_external
 from tinygrad.dlpack import import_dlpack
 from tinygrad.dtype import DType, DTypeLike, dtypes, is_emulated_float, to_dtype, to_numpy
-from tinygrad.engine import jit_state
-from tinygrad.engine.schedule import buffer_view
 from tinygrad.errors import DTypeError
 from tinygrad.helpers import TRAINING, prod
-from tinygrad.mixin.common import Scalar, ShapeArg, TensorBase, shape_args
+from tinygrad.mixin.common import Scalar, ShapeArg, TensorBase, TensorT, shape_args
 from tinygrad.mixin.rng import DeviceRNG, bits64, normal_bits, stream_bytes, threefry2x32, uniform_bits, words_for
-from tinygrad.multi import DeviceLike, canonical_device, canonical_devices, device_names, multi_node, sharding
+from tinygrad.multi import canonical_device, canonical_devices, sharding
 from tinygrad.uop.ops import Ops, UOp, sint, sym_prod
-
-if TYPE_CHECKING:
-    from tinygrad.tensor import Tensor
-
+from tinygrad.uop.placement import DeviceLike, device_names, multi_node
 
 #: randperm sorts longer draws on the host outside a TinyJit capture (the device's argsort is quadratic)
 HOST_SORT_MIN = 2048
@@ -43,8 +37,8 @@ class CreationMixin(TensorBase):
     __slots__ = ()
 
     @classmethod
-    def empty(cls: type[Tensor], *shape: Any, device: DeviceLike = None, dtype: DTypeLike | None = None,
-              **kwargs: Any) -> Tensor:
+    def empty(cls, *shape: Any, device: DeviceLike = None, dtype: DTypeLike | None = None,
+              **kwargs: Any) -> Self:
         """An uninitialised tensor of `shape` (as `zeros(2, 3)` or `zeros((2, 3))`): memory is allocated, its
         contents are not defined. `dtype` defaults to `dtypes.default_float`. A size may be a Variable, bound or
         not: the memory is sized for its largest value (`max_shape`), and an unbound one must be bound before the
@@ -61,16 +55,16 @@ class CreationMixin(TensorBase):
             devs = canonical_devices(device)
             return cls(multi_node([cls.empty(*shape, device=d, dtype=dtype).uop for d in devs], None), device=devs,
                        **kwargs)
-        dev = Device.canonicalize(device)
+        dev = cls._runtime.canonical_device(device)
         if all(isinstance(s, int) for s in sh):
-            return cls(buffer_view(Buffer(dev, prod(sh), d), sh), device=dev, **kwargs)
+            return cls(cls._runtime.new_memory(dev, d, sh), device=dev, **kwargs)
         # a symbolic shape: memory for the Variables' largest values, seen through the bound size
-        flat = buffer_view(Buffer(dev, prod(_max_size(s) for s in sh), d), (prod(_max_size(s) for s in sh),))
+        flat = cls._runtime.new_memory(dev, d, (prod(_max_size(s) for s in sh),))
         return cls(flat.shrink(((0, sym_prod(sh)),)).reshape(sh), device=dev, **kwargs)
 
     @classmethod
-    def full(cls: type[Tensor], shape: ShapeArg, fill_value: Scalar, device: DeviceLike = None,
-             dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
+    def full(cls, shape: ShapeArg, fill_value: Scalar, device: DeviceLike = None,
+             dtype: DTypeLike | None = None, **kwargs: Any) -> Self:
         """A tensor of `shape` filled with `fill_value`, lazily (a broadcast constant, no memory until realized).
         The dtype is `dtype`, else the Python value's (int32, `default_float` or bool).
 
@@ -86,7 +80,7 @@ class CreationMixin(TensorBase):
         return cls(c.reshape((1,) * len(sh)).expand(sh), device=device, **kwargs)
 
     @classmethod
-    def zeros(cls: type[Tensor], *shape: Any, **kwargs: Any) -> Tensor:
+    def zeros(cls, *shape: Any, **kwargs: Any) -> Self:
         """A tensor of zeros of `shape` (`zeros(2, 3)` or `zeros((2, 3))`), float32 unless `dtype=` says otherwise.
 
         Examples:
@@ -98,7 +92,7 @@ class CreationMixin(TensorBase):
         return cls.full(shape_args(shape, symbolic=True), 0.0, **{"dtype": dtypes.default_float, **kwargs})
 
     @classmethod
-    def ones(cls: type[Tensor], *shape: Any, **kwargs: Any) -> Tensor:
+    def ones(cls, *shape: Any, **kwargs: Any) -> Self:
         """A tensor of ones of `shape`, float32 unless `dtype=` says otherwise.
 
         Examples:
@@ -107,7 +101,7 @@ class CreationMixin(TensorBase):
         """
         return cls.full(shape_args(shape, symbolic=True), 1.0, **{"dtype": dtypes.default_float, **kwargs})
 
-    def full_like(self: Tensor, fill_value: Scalar, **kwargs: Any) -> Tensor:
+    def full_like(self, fill_value: Scalar, **kwargs: Any) -> Self:
         """A tensor of self's shape, dtype and device filled with `fill_value` (keywords override the dtype or
         device).
 
@@ -117,7 +111,7 @@ class CreationMixin(TensorBase):
         """
         return type(self).full(self.shape, fill_value, **{"dtype": self.dtype, "device": self.device, **kwargs})
 
-    def zeros_like(self: Tensor, **kwargs: Any) -> Tensor:
+    def zeros_like(self, **kwargs: Any) -> Self:
         """Zeros of self's shape, dtype and device.
 
         Examples:
@@ -126,7 +120,7 @@ class CreationMixin(TensorBase):
         """
         return self.full_like(0, **kwargs)
 
-    def ones_like(self: Tensor, **kwargs: Any) -> Tensor:
+    def ones_like(self, **kwargs: Any) -> Self:
         """Ones of self's shape, dtype and device (`dtype=` overrides).
 
         Examples:
@@ -138,8 +132,8 @@ class CreationMixin(TensorBase):
         return self.full_like(1, **kwargs)
 
     @classmethod
-    def arange(cls: type[Tensor], start: Scalar, stop: Scalar | None = None, step: Scalar = 1,
-               device: DeviceLike = None, dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
+    def arange(cls, start: Scalar, stop: Scalar | None = None, step: Scalar = 1,
+               device: DeviceLike = None, dtype: DTypeLike | None = None, **kwargs: Any) -> Self:
         """Values from `start` up to (not including) `stop` in steps of `step`; `arange(n)` is 0..n-1. The dtype
         follows the arguments (int32 for ints, int64 for ints past int32's range, `default_float` if any is a float)
         unless `dtype=` is given; values outside a given integer dtype raise OverflowError (tinygrad; PyTorch wraps).
@@ -172,8 +166,8 @@ class CreationMixin(TensorBase):
 
 
     @classmethod
-    def _symbolic_arange(cls: type[Tensor], start: Any, stop: Any, step: Any, device: DeviceLike,
-                         dtype: DTypeLike | None, **kwargs: Any) -> Tensor:
+    def _symbolic_arange(cls, start: Any, stop: Any, step: Any, device: DeviceLike,
+                         dtype: DTypeLike | None, **kwargs: Any) -> Self:
         """arange up to a bound Variable (`Tensor.arange(n.bind(10))`): the values for the Variable's largest value,
         shrunk to the bound length, so one kernel serves every value. tinygrad allows a symbolic stop only."""
         if isinstance(start, UOp) or isinstance(step, UOp):
@@ -191,8 +185,8 @@ class CreationMixin(TensorBase):
         return whole.shrink(((0, length),))
 
     @classmethod
-    def linspace(cls: type[Tensor], start: Scalar | Tensor, stop: Scalar | Tensor, steps: int,
-                 device: DeviceLike = None, dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
+    def linspace(cls, start: Scalar | Self, stop: Scalar | Self, steps: int,
+                 device: DeviceLike = None, dtype: DTypeLike | None = None, **kwargs: Any) -> Self:
         """`steps` evenly spaced values from start to stop, both included (integer dtypes truncate, as PyTorch).
         `steps` may be a bound Variable: the spacing is then computed from its value at run time.
 
@@ -215,7 +209,7 @@ class CreationMixin(TensorBase):
         if isinstance(start, TensorBase) or isinstance(stop, TensorBase):
             # an endpoint that is a (0-d) tensor, as tinygrad accepts: the values are computed from it in a
             # kernel, with the same two-ended spacing as below, instead of reading it back to the host
-            like = start if isinstance(start, TensorBase) else cast("Tensor", stop)
+            like = start if isinstance(start, TensorBase) else cast(TensorBase, stop)
             dev = device if device is not None else like.device
             at = cls.arange(steps, device=dev, dtype=dtypes.float32)
             lo, hi = (x.to(dev) if isinstance(x, TensorBase) else x for x in (start, stop))
@@ -229,8 +223,8 @@ class CreationMixin(TensorBase):
         return cls(values if is_emulated_float(d) else values.astype(to_numpy(d)), device=device, dtype=d, **kwargs)
 
     @classmethod
-    def eye(cls: type[Tensor], n: int, m: int | None = None, device: DeviceLike = None,
-            dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
+    def eye(cls, n: int, m: int | None = None, device: DeviceLike = None,
+            dtype: DTypeLike | None = None, **kwargs: Any) -> Self:
         """The n x m (default n x n) identity matrix, built lazily from a padded constant (no host upload).
 
         Examples:
@@ -253,7 +247,7 @@ class CreationMixin(TensorBase):
         diag = ones.reshape(k * (m + 1)).shrink(((0, k * m),)).reshape(k, m).pad(((0, n - k), (0, 0)))
         return cls(diag.cast(d).uop, device=device, **kwargs)
 
-    def empty_like(self: Tensor, **kwargs: Any) -> Tensor:
+    def empty_like(self, **kwargs: Any) -> Self:
         """An uninitialised tensor of self's shape, dtype and device.
 
         Examples:
@@ -262,7 +256,7 @@ class CreationMixin(TensorBase):
         """
         return type(self).empty(self.shape, **{"dtype": self.dtype, "device": self.device, **kwargs})
 
-    def const_like(self: Tensor, b: Scalar) -> Tensor:
+    def const_like(self, b: Scalar) -> Self:
         """A tensor of self's shape, dtype and device filled with `b`.
 
         Examples:
@@ -272,8 +266,8 @@ class CreationMixin(TensorBase):
         return self.full_like(b)
 
     @classmethod
-    def from_blob(cls: type[Tensor], ptr: Any, shape: ShapeArg, device: str | None = None,
-                  dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
+    def from_blob(cls, ptr: Any, shape: ShapeArg, device: str | None = None,
+                  dtype: DTypeLike | None = None, **kwargs: Any) -> Self:
         """A tensor over `prod(shape)` elements of `dtype` (float32 by default) in row-major order at `ptr` (an int
         address or a ctypes pointer/array), without a copy, as tinygrad's: the tensor reads and writes that memory,
         and the memory must stay valid for the tensor's life (a ctypes object passed as `ptr` is kept alive with it;
@@ -302,26 +296,17 @@ class CreationMixin(TensorBase):
                 raise TypeError(f"from_blob needs an int address or a ctypes pointer, got {type(ptr).__name__}") \
                     from None
             keepalive, ptr = ptr, address
-        dev = Device.canonicalize(device)
-        if not Device[dev].supports_dtype(d):
-            raise dtype_error(d, dev)
-        size = prod(sh)
-        nbytes = size * d.itemsize
+        dev = cls._runtime.canonical_device(device)
+        cls._runtime.require_dtype(dev, d)
+        nbytes = prod(sh) * d.itemsize
         if not nbytes:  # nothing to read: any pointer will do
-            return cls(buffer_view(Buffer(dev, size, d), sh), device=dev, **kwargs)
+            return cls(cls._runtime.new_memory(dev, d, sh), device=dev, **kwargs)
         if not ptr:
             raise ValueError(f"from_blob got a null pointer for {nbytes} bytes of shape {sh}")
-        if wraps_external(dev):
-            if int(ptr) % d.itemsize:
-                raise ValueError(f"from_blob's address {int(ptr):#x} is not aligned to the {d.itemsize}-byte elements "
-                                 f"of {d.name}; copy the data to aligned memory (numpy arrays are) first")
-            buf = Buffer.external(dev, size, d, int(ptr), keepalive=keepalive)
-        else:
-            buf = Buffer(dev, size, d).copyin(memoryview((ctypes.c_char * nbytes).from_address(int(ptr))).cast("B"))
-        return cls(buffer_view(buf, sh), device=dev, **kwargs)
+        return cls(cls._runtime.host_memory(dev, d, sh, int(ptr), keepalive), device=dev, **kwargs)
 
     @classmethod
-    def from_dlpack(cls: type[Tensor], x: Any, device: str | None = None, copy: bool | None = None) -> Tensor:
+    def from_dlpack(cls, x: Any, device: str | None = None, copy: bool | None = None) -> Self:
         """A tensor sharing the memory of `x`, any object with `__dlpack__` (a numpy array, a PyTorch CPU tensor,
         ...) or a DLPack capsule (which it consumes: a capsule is used once), without a copy: writes on either side
         are seen by the other. `x` (and the memory) stays alive while the tensor, or anything over its memory, lives.
@@ -348,7 +333,7 @@ class CreationMixin(TensorBase):
     # ---- random ----
 
     @classmethod
-    def manual_seed(cls: type[Tensor], seed: int = 0) -> None:
+    def manual_seed(cls, seed: int = 0) -> None:
         """Seed the random number generator (tinygrad 0.14's Threefry stream, mixin/rng.py): after the same seed, the
         same draws give the same values as tinygrad's (rand bit for bit; randn within an ulp or so of log, cos and
         sqrt). Each device draws its own stream, keyed by its place in the order in which devices first draw after
@@ -366,8 +351,8 @@ class CreationMixin(TensorBase):
         DeviceRNG.manual_seed(seed)
 
     @classmethod
-    def random_bits(cls: type[Tensor], *shape: Any, device: DeviceLike = None, dtype: DTypeLike = dtypes.uint32,
-                    **kwargs: Any) -> Tensor:
+    def random_bits(cls, *shape: Any, device: DeviceLike = None, dtype: DTypeLike = dtypes.uint32,
+                    **kwargs: Any) -> Self:
         """Raw generator output: every bit of every element uniformly random, in any integer dtype (uint32 by
         default). The elements take the bytes of the word stream in order (a uint8 takes a quarter of a word, a
         uint64 two words, the low one first), so they are the stream's words bitcast to `dtype`.
@@ -391,7 +376,7 @@ class CreationMixin(TensorBase):
         out = raw if d == raw.dtype else raw.bitcast(d)
         return cls(out.reshape(sh).uop, device=dev, **kwargs)
 
-    def threefry(self: Tensor, seed: Tensor | int) -> Tensor:
+    def threefry(self, seed: Self | int) -> Self:
         """tinygrad's Threefry-2x32 primitive (20 rounds), elementwise: each uint64 of self is a counter (its low word
         first) and `seed` (a uint64 tensor, broadcast, or an int) the key; the result packs the two output words
         into a uint64 the same way. It is the generator the random functions draw from (mixin/rng.py).
@@ -410,8 +395,8 @@ class CreationMixin(TensorBase):
         return (y1.cast(dtypes.uint64) << 32) | y0.cast(dtypes.uint64)
 
     @classmethod
-    def rand(cls: type[Tensor], *shape: Any, device: DeviceLike = None, dtype: DTypeLike | None = None,
-             contiguous: bool = True, **kwargs: Any) -> Tensor:
+    def rand(cls, *shape: Any, device: DeviceLike = None, dtype: DTypeLike | None = None,
+             contiguous: bool = True, **kwargs: Any) -> Self:
         """Uniform values in [0, 1) of `shape`, float32 unless `dtype=` gives another float dtype. As in tinygrad the
         values are written to a buffer of their own when something reads them (`contiguous=False` leaves them to
         be computed inside their readers), and a float of m mantissa bits takes m random bits (float32: multiples
@@ -430,8 +415,8 @@ class CreationMixin(TensorBase):
         return cls((_own_buffer(out) if contiguous else out).uop, device=dev, **kwargs)
 
     @classmethod
-    def randn(cls: type[Tensor], *shape: Any, device: DeviceLike = None, dtype: DTypeLike | None = None,
-              **kwargs: Any) -> Tensor:
+    def randn(cls, *shape: Any, device: DeviceLike = None, dtype: DTypeLike | None = None,
+              **kwargs: Any) -> Self:
         """Standard normal values of `shape`, `dtype` (float32 by default; any other dtype is drawn in float32 and
         cast, as in tinygrad): Box-Muller on one float32 uniform draw of twice the size.
 
@@ -446,7 +431,7 @@ class CreationMixin(TensorBase):
         dev = canonical_device(device)  # several devices: drawn on the first, replicated
         return cls(normal_bits(cls, prod(sh), dev).reshape(sh).cast(want).uop, device=dev, **kwargs)
 
-    def _drawn_like(self: Tensor, draw: Callable[[tuple[int, ...], str | tuple[str, ...]], Tensor]) -> Tensor:
+    def _drawn_like(self, draw: Callable[[tuple[int, ...], str | tuple[str, ...]], Self]) -> Self:
         """A draw of self's shape and placement: on a tensor sharded along an axis each device draws its own shard
         from its own stream (tinygrad's rule), otherwise one draw on self's device (the first of several)."""
         if isinstance(self.device, tuple):
@@ -457,7 +442,7 @@ class CreationMixin(TensorBase):
                 return type(self)(multi_node([draw(part, d).uop for d in devs], axis), device=devs)
         return draw(self.shape, self.device)
 
-    def rand_like(self: Tensor, **kwargs: Any) -> Tensor:
+    def rand_like(self, **kwargs: Any) -> Self:
         """Uniform values in [0, 1) of self's shape and device; self's dtype, which must be a float (or `dtype=`). A
         tensor sharded along an axis gets a draw per shard, each on its own device.
 
@@ -474,7 +459,7 @@ class CreationMixin(TensorBase):
         out = self._drawn_like(lambda sh, dev: type(self).rand(sh, dtype=d, device=dev, contiguous=contiguous))
         return type(self)(out.uop, device=out.device, **kwargs) if kwargs else out
 
-    def randn_like(self: Tensor, **kwargs: Any) -> Tensor:
+    def randn_like(self, **kwargs: Any) -> Self:
         """Standard normal values of self's shape and device, in self's dtype (or `dtype=`); a dtype that is not a
         float is drawn in float32 and cast, as in tinygrad. A tensor sharded along an axis gets a draw per shard.
 
@@ -490,15 +475,15 @@ class CreationMixin(TensorBase):
         out = self._drawn_like(lambda sh, dev: type(self).randn(sh, dtype=d, device=dev))
         return type(self)(out.uop, device=out.device, **kwargs) if kwargs else out
 
-    def _like_dtype(self: Tensor, kwargs: dict[str, Any], name: str) -> DType:
+    def _like_dtype(self, kwargs: dict[str, Any], name: str) -> DType:
         d = to_dtype(kwargs.pop("dtype")) if kwargs.get("dtype") is not None else self.dtype
         if not d.is_float:
             raise DTypeError(f"{name} draws floats; the tensor is {d}, pass a floating dtype with dtype=")
         return d
 
     @classmethod
-    def _scaled_rand(cls: type[Tensor], shape: tuple[Any, ...], low: float, high: float, dtype: DTypeLike | None,
-                     kwargs: dict[str, Any]) -> Tensor:
+    def _scaled_rand(cls, shape: tuple[Any, ...], low: float, high: float, dtype: DTypeLike | None,
+                     kwargs: dict[str, Any]) -> Self:
         """tinygrad's uniform arithmetic, unrealized: `((high - low) * rand).cast(dtype) + low`, rand in the default
         float whatever `dtype` is (so the values are tinygrad's, and an integer dtype truncates)."""
         if not low < high:
@@ -507,8 +492,8 @@ class CreationMixin(TensorBase):
         return ((high - low) * cls.rand(*shape, **kwargs)).cast(d) + low
 
     @classmethod
-    def uniform(cls: type[Tensor], *shape: Any, low: float = 0.0, high: float = 1.0, dtype: DTypeLike | None = None,
-                **kwargs: Any) -> Tensor:
+    def uniform(cls, *shape: Any, low: float = 0.0, high: float = 1.0, dtype: DTypeLike | None = None,
+                **kwargs: Any) -> Self:
         """Uniform values in [low, high) (`low < high`): `(high - low) * rand + low`, computed in float32 and cast to
         `dtype` before adding `low`, as tinygrad. The result is a realized leaf (requires_grad applies to it).
 
@@ -523,7 +508,7 @@ class CreationMixin(TensorBase):
         return out.requires_grad_(requires_grad)  # None (tinygrad's default), True or False
 
     @classmethod
-    def normal(cls: type[Tensor], *shape: Any, mean: float = 0.0, std: float = 1.0, **kwargs: Any) -> Tensor:
+    def normal(cls, *shape: Any, mean: float = 0.0, std: float = 1.0, **kwargs: Any) -> Self:
         """Normal values with the given `mean` and `std` (`std` must be >= 0): `std * randn + mean`; the result is a
         realized leaf, so `requires_grad=` applies to it.
 
@@ -540,8 +525,8 @@ class CreationMixin(TensorBase):
         return out.requires_grad_(requires_grad)  # None (tinygrad's default), True or False
 
     @classmethod
-    def randint(cls: type[Tensor], *shape: Any, low: int = 0, high: int = 10, dtype: DTypeLike = dtypes.int32,
-                device: DeviceLike = None, **kwargs: Any) -> Tensor:
+    def randint(cls, *shape: Any, low: int = 0, high: int = 10, dtype: DTypeLike = dtypes.int32,
+                device: DeviceLike = None, **kwargs: Any) -> Self:
         """Integers from [low, high): tinygrad's `low + trunc((high - low) * rand)`, the product in float32, so a
         range wider than 2**23 is covered in steps (the values are tinygrad's). The default dtype is int32
         (tinygrad's; PyTorch's is int64); a float dtype gets the integers as floats.
@@ -570,7 +555,7 @@ class CreationMixin(TensorBase):
         if d.itemsize < 8 and dtypes.int32.min <= low and high - 1 <= dtypes.int32.max:
             values = (offset.cast(dtypes.uint32) + (low % (1 << 32))).bitcast(dtypes.int32)
         else:
-            if not all(Device[x].supports_dtype(dtypes.uint64) for x in device_names(dev)):
+            if not all(cls._runtime.supports_dtype(x, dtypes.uint64) for x in device_names(dev)):
                 raise ValueError(f"randint range [{low}, {high}) needs 64-bit integers, which device {dev} lacks; "
                                  f"use a range within int32")
             values = (offset.cast(dtypes.uint64) + (low % (1 << 64))).bitcast(dtypes.int64)
@@ -579,8 +564,8 @@ class CreationMixin(TensorBase):
         return cls(values.cast(d).uop, device=dev, **kwargs)
 
     @classmethod
-    def randperm(cls: type[Tensor], n: int, device: DeviceLike = None, dtype: DTypeLike = dtypes.int32,
-                 **kwargs: Any) -> Tensor:
+    def randperm(cls, n: int, device: DeviceLike = None, dtype: DTypeLike = dtypes.int32,
+                 **kwargs: Any) -> Self:
         """A random permutation of 0..n-1 (int32 by default, tinygrad's; PyTorch's is int64): the order that sorts
         `rand(n)` (tinygrad's), ties in index order. Inside a TinyJit capture the sort runs on the device (O(n**2)
         work, so a replay draws a new permutation); outside one, a long draw is sorted on the host instead (the same
@@ -592,7 +577,7 @@ class CreationMixin(TensorBase):
             [8, 9, 4, 3, 6, 1, 7, 5, 2, 0]
         """
         _check_count(n, "randperm n")
-        capturing = jit_state.tracing_functions or (jit_state.running and jit_state.running[-1].capturing)
+        capturing = cls._runtime.capturing()
         draw = cls.rand(n, device=device)
         if n > HOST_SORT_MIN and not capturing and not isinstance(draw.device, tuple):
             order = np.argsort(draw.numpy(), kind="stable").astype(np.int64)
@@ -601,7 +586,7 @@ class CreationMixin(TensorBase):
         return cls(perm.uop, device=perm.device, **kwargs) if kwargs else perm
 
     @classmethod
-    def scaled_uniform(cls: type[Tensor], *shape: Any, **kwargs: Any) -> Tensor:
+    def scaled_uniform(cls, *shape: Any, **kwargs: Any) -> Self:
         """Uniform in [-1, 1) scaled by 1/sqrt(numel) (tinygrad's arithmetic: the scale multiplies the uniform
         values); the result is a leaf, as `uniform`'s.
 
@@ -617,7 +602,7 @@ class CreationMixin(TensorBase):
         return out.requires_grad_(requires_grad)
 
     @classmethod
-    def glorot_uniform(cls: type[Tensor], *shape: Any, **kwargs: Any) -> Tensor:
+    def glorot_uniform(cls, *shape: Any, **kwargs: Any) -> Self:
         """Xavier/Glorot uniform: bound (6 / (fan_out + fan_in)) ** 0.5 with fan_out = shape[0].
 
         Examples:
@@ -634,7 +619,7 @@ class CreationMixin(TensorBase):
         return cls.uniform(*shape, low=-bound, high=bound, **kwargs)
 
     @classmethod
-    def kaiming_uniform(cls: type[Tensor], *shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
+    def kaiming_uniform(cls, *shape: Any, a: float = 0.01, **kwargs: Any) -> Self:
         """He uniform for a leaky ReLU of slope `a`: bound (6 / (1 + a^2) / fan_in) ** 0.5, fan_in = prod(shape[1:]).
 
         Examples:
@@ -648,7 +633,7 @@ class CreationMixin(TensorBase):
         return cls.uniform(*shape, low=-bound, high=bound, **kwargs)
 
     @classmethod
-    def kaiming_normal(cls: type[Tensor], *shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
+    def kaiming_normal(cls, *shape: Any, a: float = 0.01, **kwargs: Any) -> Self:
         """He normal for a leaky ReLU of slope `a`: std (2 / (1 + a^2) / fan_in) ** 0.5, fan_in = prod(shape[1:]).
 
         Examples:
@@ -660,7 +645,7 @@ class CreationMixin(TensorBase):
         std = (2 / (1 + a ** 2) / fan_in) ** 0.5 if fan_in else 1.0
         return cls.normal(*shape, mean=0.0, std=std, **kwargs)
 
-    def multinomial(self: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
+    def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Self:
         """Indices drawn from the categories of each row of `self` (1-D or 2-D non-negative weights, not
         necessarily normalized). Without replacement an index appears at most once per row. Returns int32
         (tinygrad's choice; PyTorch returns int64). tinygrad's draws: with replacement (or one sample) a float32
@@ -687,7 +672,7 @@ class CreationMixin(TensorBase):
                                f"categories")
         cats = self.shape[-1]
         w = self.reshape(-1, cats)
-        if not (jit_state.tracing_functions or (jit_state.running and jit_state.running[-1].capturing)):
+        if not type(self)._runtime.capturing():
             _check_multinomial_weights(w.float().numpy(), num_samples, replacement)  # a replay could not check
         rows = w.shape[0]
         if replacement or num_samples == 1:
@@ -702,7 +687,7 @@ class CreationMixin(TensorBase):
             idx = (w.rand_like(dtype=dtypes.float32).log2() / w.float()).topk(num_samples, dim=1)[1]
         return idx.cast(dtypes.int32).reshape(self.shape[:-1] + (num_samples,))
 
-    def dropout(self: Tensor, p: float = 0.5) -> Tensor:
+    def dropout(self, p: float = 0.5) -> Self:
         """In training mode (`Tensor.training`, or `Context(TRAINING=1)`), zero each element with probability p and
         divide the rest by 1 - p; otherwise the identity. The mask is tinygrad's: `rand_like(self) >= p` in the
         default float (a draw per shard on a sharded tensor), written to a buffer of its own.
@@ -727,7 +712,7 @@ class CreationMixin(TensorBase):
         keep = _own_buffer(self.rand_like(dtype=dtypes.default_float, contiguous=False) >= p)
         return keep.where(self, 0) / (1.0 - p)
 
-def _own_buffer(t: Tensor) -> Tensor:
+def _own_buffer(t: TensorT) -> TensorT:
     """`t` marked to be written to a buffer of its own when a reader runs, and remembered there (a tagged CONTIGUOUS,
     as a clone's): later readers, and the tensor itself, read that buffer, as tinygrad's contiguous random values."""
     return type(t)(UOp(Ops.CONTIGUOUS, t.dtype, (t.uop,), ("random",)), device=t.device)

@@ -4,19 +4,14 @@ fmod (exact residuals, integer powers). Unary math and the activation functions 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Self
 
-from tinygrad.device import Device
 from tinygrad.dtype import dtypes
 from tinygrad.errors import ArgumentError, DTypeError
 from tinygrad.gradient import define_gradient
-from tinygrad.mixin.common import Scalar, TensorBase, broadcast_shape, scalar_like, sign_bit
-from tinygrad.multi import device_names
+from tinygrad.mixin.common import Scalar, TensorBase, TensorT, broadcast_shape, scalar_like, sign_bit
 from tinygrad.uop.ops import Ops, UOp
-
-if TYPE_CHECKING:
-    from tinygrad.tensor import Tensor
-
+from tinygrad.uop.placement import device_names
 
 #: `Ops.ADD` is an attribute lookup through the enum's metaclass, several times a global's cost on Python 3.11
 _ADD, _MUL = Ops.ADD, Ops.MUL
@@ -26,7 +21,7 @@ class ElementwiseMixin(TensorBase):
     __slots__ = ()
 
     # arithmetic
-    def add(self: Tensor, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
+    def add(self, x: Self | Scalar, reverse: bool = False) -> Self:
         """`self + x`, elementwise with broadcasting and PyTorch's type promotion; `reverse` computes `x + self`.
         A Python number takes the tensor's dtype unless it is of a higher category (a float next to ints).
 
@@ -38,7 +33,7 @@ class ElementwiseMixin(TensorBase):
         """
         return self._binop(Ops.ADD, x, reverse)
 
-    def sub(self: Tensor, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
+    def sub(self, x: Self | Scalar, reverse: bool = False) -> Self:
         """`self - x` elementwise, broadcasting; `reverse` computes `x - self`. Bool tensors cannot be subtracted.
 
         Examples:
@@ -52,7 +47,7 @@ class ElementwiseMixin(TensorBase):
             raise DTypeError("subtraction of bool tensors is not supported; use logical_xor or cast to an integer")
         return a._derive(a.uop.alu(Ops.SUB, b.uop), b)
 
-    def mul(self: Tensor, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
+    def mul(self, x: Self | Scalar, reverse: bool = False) -> Self:
         """`self * x` elementwise, broadcasting; `reverse` computes `x * self`. Integer products wrap on overflow.
 
         Examples:
@@ -63,7 +58,7 @@ class ElementwiseMixin(TensorBase):
         """
         return self._binop(Ops.MUL, x, reverse)
 
-    def div(self: Tensor, x: Tensor | Scalar, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
+    def div(self, x: Self | Scalar, reverse: bool = False, rounding_mode: str | None = None) -> Self:
         """True division `self / x` (integers give floats, as in PyTorch); `reverse` computes `x / self`.
         `rounding_mode="floor"` is `floordiv`, `"trunc"` rounds the quotient toward zero (integers stay integers).
 
@@ -86,7 +81,7 @@ class ElementwiseMixin(TensorBase):
         a, b = a._float(), b._float()
         return a._derive(a.uop.alu(Ops.FDIV, b.uop), b)
 
-    def floordiv(self: Tensor, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
+    def floordiv(self, x: Self | Scalar, reverse: bool = False) -> Self:
         """Python's and PyTorch's floor division; an integer divided by zero gives 0 (PyTorch raises).
         Floats follow PyTorch's definition (a - fmod(a, b)) / b, so that 5.0 // 0.1 is 49 and inf // 3 is NaN
         (a zero result may come out as 0.0 where PyTorch gives -0.0).
@@ -111,7 +106,7 @@ class ElementwiseMixin(TensorBase):
         needs_fix = (r != 0) & ((a < 0) != (b < 0))
         return needs_fix.where(q - 1, q)
 
-    def mod(self: Tensor, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
+    def mod(self, x: Self | Scalar, reverse: bool = False) -> Self:
         """Python's and PyTorch's remainder: the result takes the sign of the divisor (a zero result keeps the
         dividend's sign, where PyTorch gives the divisor's). Floats are exact within fmod's range.
 
@@ -130,7 +125,7 @@ class ElementwiseMixin(TensorBase):
             return r
         return ((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)
 
-    def fmod(self: Tensor, x: Tensor | Scalar) -> Tensor:
+    def fmod(self, x: Self | Scalar) -> Self:
         """C's fmod (PyTorch's torch.fmod): the remainder of truncated division, with the sign of the dividend.
         Floats are exact (as C's) while |a / b| < 2**29 (float32 and smaller, worked in float64 where the device
         has it; else 2**12) or 2**26 (float64). An integer divided by zero gives 0 (PyTorch raises).
@@ -148,7 +143,7 @@ class ElementwiseMixin(TensorBase):
             return _fmod_float(a, b)
         return a._derive(a.uop.alu(Ops.MOD, b.uop), b)
 
-    def pow(self: Tensor, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
+    def pow(self, x: Self | Scalar, reverse: bool = False) -> Self:
         """Power as PyTorch: integer tensors give integers (wrapping on overflow; a negative exponent gives 0
         unless the base is 1 or -1), bool ** bool is logical, floats follow C's pow at 0, 1, inf and NaN.
         `reverse` computes `x ** self`.
@@ -182,7 +177,7 @@ class ElementwiseMixin(TensorBase):
             return _pow_with_gradient(a.float(), b.float(), scalar_exp).cast(a.dtype)
         return _pow_with_gradient(a, b, scalar_exp)
 
-    def maximum(self: Tensor, x: Tensor | Scalar) -> Tensor:
+    def maximum(self, x: Self | Scalar) -> Self:
         """The larger of self and `x` at each position, broadcasting (NaN wins, as PyTorch). Where both are equal
         the gradient is split evenly between them.
 
@@ -194,7 +189,7 @@ class ElementwiseMixin(TensorBase):
         """
         return self._binop(Ops.MAX, x)
 
-    def minimum(self: Tensor, x: Tensor | Scalar) -> Tensor:
+    def minimum(self, x: Self | Scalar) -> Self:
         """The smaller of self and `x` at each position, broadcasting; the gradient splits at ties as `maximum`'s.
 
         Examples:
@@ -208,7 +203,7 @@ class ElementwiseMixin(TensorBase):
             return (a < b).where(a, b)
         return -((-a).maximum(-b))  # ties split the gradient like maximum's, as PyTorch's minimum
 
-    def where(self: Tensor, x: Tensor | Scalar, y: Tensor | Scalar) -> Tensor:
+    def where(self, x: Self | Scalar, y: Self | Scalar) -> Self:
         """`x` where self is true (nonzero), else `y`. A Python number next to a tensor takes the tensor's dtype
         unless it is of a higher category (a float next to an int tensor), as in PyTorch.
 
@@ -230,7 +225,7 @@ class ElementwiseMixin(TensorBase):
         c, xt, yt = cond._broadcast_to(shape), xt._broadcast_to(shape), yt._broadcast_to(shape)
         return c._derive(c.uop.alu(Ops.WHERE, xt.uop, yt.uop), xt, yt)
 
-    def lerp(self: Tensor, end: Tensor | Scalar, weight: Tensor | Scalar) -> Tensor:
+    def lerp(self, end: Self | Scalar, weight: Self | Scalar) -> Self:
         """self + weight * (end - self), evaluated from the nearer end so that weight 1 gives exactly `end`.
 
         Examples:
@@ -243,7 +238,7 @@ class ElementwiseMixin(TensorBase):
             return (weight.abs() < 0.5).where(start + weight * diff, end - diff * (1 - weight))
         return start + diff * weight if abs(weight) < 0.5 else end - diff * (1 - weight)
 
-    def copysign(self: Tensor, other: Tensor | Scalar) -> Tensor:
+    def copysign(self, other: Self | Scalar) -> Self:
         """|self| with the sign (bit) of `other`, -0.0 included; the result is float. The gradient is 0 where
         self is 0, and other gets none (as PyTorch).
 
@@ -257,7 +252,7 @@ class ElementwiseMixin(TensorBase):
         mag = (neg != sign_bit(a)).where(-a, a)
         return (a == 0).where(neg.where(scalar_like(a, -0.0), scalar_like(a, 0.0)), mag)
 
-    def logaddexp(self: Tensor, other: Tensor | Scalar) -> Tensor:
+    def logaddexp(self, other: Self | Scalar) -> Self:
         """log(exp(self) + exp(other)) without overflow: max + log1p(exp(-|self - other|)).
 
         Examples:
@@ -270,18 +265,18 @@ class ElementwiseMixin(TensorBase):
         return a.maximum(b) + (-d.abs()).exp().log1p()
 
     # comparisons
-    def __lt__(self: Tensor, x: Tensor | Scalar) -> Tensor: return self._cmp(Ops.CMPLT, x)  # type: ignore[override]
-    def __gt__(self: Tensor, x: Tensor | Scalar) -> Tensor: return self._cmp(Ops.CMPLT, x, reverse=True)  # type: ignore[override]
-    def __le__(self: Tensor, x: Tensor | Scalar) -> Tensor: return self._cmp_or_equal(x, reverse=True)  # type: ignore[override]
-    def __ge__(self: Tensor, x: Tensor | Scalar) -> Tensor: return self._cmp_or_equal(x, reverse=False)  # type: ignore[override]
-    def __eq__(self: Tensor, x: object) -> Tensor: return self._cmp(Ops.CMPEQ, x)  # type: ignore[override, arg-type]
-    def __ne__(self: Tensor, x: object) -> Tensor: return self._cmp(Ops.CMPNE, x)  # type: ignore[override, arg-type]
+    def __lt__(self, x: Self | Scalar) -> Self: return self._cmp(Ops.CMPLT, x)  # type: ignore[override]
+    def __gt__(self, x: Self | Scalar) -> Self: return self._cmp(Ops.CMPLT, x, reverse=True)  # type: ignore[override]
+    def __le__(self, x: Self | Scalar) -> Self: return self._cmp_or_equal(x, reverse=True)  # type: ignore[override]
+    def __ge__(self, x: Self | Scalar) -> Self: return self._cmp_or_equal(x, reverse=False)  # type: ignore[override]
+    def __eq__(self, x: object) -> Self: return self._cmp(Ops.CMPEQ, x)  # type: ignore[override, arg-type]
+    def __ne__(self, x: object) -> Self: return self._cmp(Ops.CMPNE, x)  # type: ignore[override, arg-type]
 
-    def _cmp(self: Tensor, op: Ops, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
+    def _cmp(self, op: Ops, x: Self | Scalar, reverse: bool = False) -> Self:
         a, b = self._broadcasted(x, reverse)
         return type(self)(a.uop.alu(op, b.uop), device=self.device)
 
-    def _cmp_or_equal(self: Tensor, x: Tensor | Scalar, reverse: bool) -> Tensor:
+    def _cmp_or_equal(self, x: Self | Scalar, reverse: bool) -> Self:
         # self >= x (reverse: self <= x). For floats "not <" would call NaN comparisons true
         a, b = self._broadcasted(x)
         lo, hi = (b, a) if reverse else (a, b)  # lo >= hi, i.e. not lo < hi
@@ -289,7 +284,7 @@ class ElementwiseMixin(TensorBase):
             return hi._cmp(Ops.CMPLT, lo) | (a == b)
         return lo._cmp(Ops.CMPLT, hi).logical_not()
 
-    def eq(self: Tensor, x: Tensor | Scalar) -> Tensor:
+    def eq(self, x: Self | Scalar) -> Self:
         """`self == x` elementwise, as a bool tensor (the `==` operator; `Tensor.__eq__` never compares identity).
 
         Examples:
@@ -298,7 +293,7 @@ class ElementwiseMixin(TensorBase):
         """
         return self == x
 
-    def ne(self: Tensor, x: Tensor | Scalar) -> Tensor:
+    def ne(self, x: Self | Scalar) -> Self:
         """`self != x` elementwise, as a bool tensor; NaN differs from everything, itself included.
 
         Examples:
@@ -307,7 +302,7 @@ class ElementwiseMixin(TensorBase):
         """
         return self != x
 
-    def logical_not(self: Tensor) -> Tensor:
+    def logical_not(self) -> Self:
         """True where the element is zero (or False), as a bool tensor.
 
         Examples:
@@ -319,7 +314,7 @@ class ElementwiseMixin(TensorBase):
         return type(self)(self.bool().uop.alu(Ops.CMPNE, UOp.const(dtypes.bool, True).reshape(
             (1,) * self.ndim).expand(self.shape)), device=self.device)
 
-    def isnan(self: Tensor) -> Tensor:
+    def isnan(self) -> Self:
         """True where the element is NaN (never for integers and bool).
 
         Examples:
@@ -328,7 +323,7 @@ class ElementwiseMixin(TensorBase):
         """
         return self != self if self.dtype.is_float else self.full_like(False, dtype=dtypes.bool)
 
-    def isinf(self: Tensor, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+    def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Self:
         """True where the element is +inf (if `detect_positive`) or -inf (if `detect_negative`).
 
         Examples:
@@ -344,7 +339,7 @@ class ElementwiseMixin(TensorBase):
                 out = out | (self == -math.inf)
         return out
 
-    def isfinite(self: Tensor) -> Tensor:
+    def isfinite(self) -> Self:
         """True where the element is neither infinite nor NaN (always for integers and bool).
 
         Examples:
@@ -355,8 +350,8 @@ class ElementwiseMixin(TensorBase):
             return self.full_like(True, dtype=dtypes.bool)
         return (self < math.inf) & (self > -math.inf)  # false for NaN too
 
-    def isclose(self: Tensor, other: Tensor | Scalar, rtol: float = 1e-05, atol: float = 1e-08,
-                equal_nan: bool = False) -> Tensor:
+    def isclose(self, other: Self | Scalar, rtol: float = 1e-05, atol: float = 1e-08,
+                equal_nan: bool = False) -> Self:
         """|self - other| <= atol + rtol * |other|, elementwise; equal values (infinities too) are close, NaN
         only with equal_nan. Integers compare in float32 as in PyTorch. Unlike PyTorch, mixed dtypes are
         promoted instead of refused.
@@ -379,7 +374,7 @@ class ElementwiseMixin(TensorBase):
             close = close | (a.isnan() & b.isnan())
         return close
 
-    def allclose(self: Tensor, other: Tensor | Scalar, rtol: float = 1e-05, atol: float = 1e-08,
+    def allclose(self, other: Self | Scalar, rtol: float = 1e-05, atol: float = 1e-08,
                  equal_nan: bool = False) -> bool:
         """Whether every element is `isclose` to `other`, as a Python bool (this reads the result back).
 
@@ -391,7 +386,7 @@ class ElementwiseMixin(TensorBase):
         """
         return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
 
-    def is_floating_point(self: Tensor) -> bool:
+    def is_floating_point(self) -> bool:
         """Whether the dtype is a floating-point type (a Python bool).
 
         Examples:
@@ -401,13 +396,13 @@ class ElementwiseMixin(TensorBase):
         return self.dtype.is_float
 
     # bitwise
-    def _bitop(self: Tensor, op: Ops, x: Tensor | Scalar, reverse: bool = False) -> Tensor:
+    def _bitop(self, op: Ops, x: Self | Scalar, reverse: bool = False) -> Self:
         a, b = self._broadcasted(x, reverse)
         if a.dtype.is_float:
             raise DTypeError(f"bitwise {op.name} needs integer or bool tensors, got {a.dtype}")
         return type(self)(a.uop.alu(op, b.uop), device=self.device)
 
-    def bitwise_and(self: Tensor, x: Tensor | Scalar) -> Tensor:
+    def bitwise_and(self, x: Self | Scalar) -> Self:
         """`self & x` for integer and bool tensors (the `&` operator); floats raise DTypeError.
 
         Examples:
@@ -418,7 +413,7 @@ class ElementwiseMixin(TensorBase):
         """
         return self._bitop(Ops.AND, x)
 
-    def bitwise_or(self: Tensor, x: Tensor | Scalar) -> Tensor:
+    def bitwise_or(self, x: Self | Scalar) -> Self:
         """`self | x` for integer and bool tensors (the `|` operator).
 
         Examples:
@@ -427,7 +422,7 @@ class ElementwiseMixin(TensorBase):
         """
         return self._bitop(Ops.OR, x)
 
-    def bitwise_xor(self: Tensor, x: Tensor | Scalar) -> Tensor:
+    def bitwise_xor(self, x: Self | Scalar) -> Self:
         """`self ^ x` for integer and bool tensors (the `^` operator).
 
         Examples:
@@ -436,7 +431,7 @@ class ElementwiseMixin(TensorBase):
         """
         return self._bitop(Ops.XOR, x)
 
-    def lshift(self: Tensor, x: Tensor | int) -> Tensor:
+    def lshift(self, x: Self | int) -> Self:
         """Shift left; as PyTorch, a shift by the bit width or more (or by a negative amount) gives 0.
 
         Examples:
@@ -447,7 +442,7 @@ class ElementwiseMixin(TensorBase):
         """
         return self._bitop(Ops.SHL, x)
 
-    def rshift(self: Tensor, x: Tensor | int) -> Tensor:
+    def rshift(self, x: Self | int) -> Self:
         """Arithmetic shift right for signed, logical for unsigned; a shift by the bit width or more (or by a
         negative amount) gives the sign fill (0 or -1), as PyTorch.
 
@@ -457,7 +452,7 @@ class ElementwiseMixin(TensorBase):
         """
         return self._bitop(Ops.SHR, x)
 
-    def bitwise_not(self: Tensor) -> Tensor:
+    def bitwise_not(self) -> Self:
         """`~self`: every bit flipped for integers (`-x - 1` for signed ones), logical not for bool.
 
         Examples:
@@ -473,37 +468,37 @@ class ElementwiseMixin(TensorBase):
         return self ^ (int(self.dtype.max) if self.dtype.is_unsigned else -1)
 
     # operators (`+` and `*` call what add and mul do directly: one call less on every eager op)
-    def __add__(self: Tensor, x: Tensor | Scalar) -> Tensor: return self._binop(_ADD, x)
-    def __radd__(self: Tensor, x: Scalar) -> Tensor: return self._binop(_ADD, x, True)
-    def __sub__(self: Tensor, x: Tensor | Scalar) -> Tensor: return self.sub(x)
-    def __rsub__(self: Tensor, x: Scalar) -> Tensor: return self.sub(x, reverse=True)
-    def __mul__(self: Tensor, x: Tensor | Scalar) -> Tensor: return self._binop(_MUL, x)
-    def __rmul__(self: Tensor, x: Scalar) -> Tensor: return self._binop(_MUL, x, True)
-    def __truediv__(self: Tensor, x: Tensor | Scalar) -> Tensor: return self.div(x)
-    def __rtruediv__(self: Tensor, x: Scalar) -> Tensor: return self.div(x, reverse=True)
-    def __floordiv__(self: Tensor, x: Tensor | Scalar) -> Tensor: return self.floordiv(x)
-    def __rfloordiv__(self: Tensor, x: Scalar) -> Tensor: return self.floordiv(x, reverse=True)
-    def __mod__(self: Tensor, x: Tensor | Scalar) -> Tensor: return self.mod(x)
-    def __rmod__(self: Tensor, x: Scalar) -> Tensor: return self.mod(x, reverse=True)
-    def __pow__(self: Tensor, x: Tensor | Scalar) -> Tensor: return self.pow(x)
-    def __rpow__(self: Tensor, x: Scalar) -> Tensor: return self.pow(x, reverse=True)
-    def __neg__(self: Tensor) -> Tensor: return self.neg()
-    def __matmul__(self: Tensor, x: Tensor) -> Tensor: return self.matmul(x)
-    def __rmatmul__(self: Tensor, x: Tensor) -> Tensor: return x.matmul(self)
-    def __and__(self: Tensor, x: Tensor | Scalar) -> Tensor: return self.bitwise_and(x)
-    def __or__(self: Tensor, x: Tensor | Scalar) -> Tensor: return self.bitwise_or(x)
-    def __xor__(self: Tensor, x: Tensor | Scalar) -> Tensor: return self.bitwise_xor(x)
-    def __rand__(self: Tensor, x: Scalar) -> Tensor: return self.bitwise_and(x)
-    def __ror__(self: Tensor, x: Scalar) -> Tensor: return self.bitwise_or(x)
-    def __rxor__(self: Tensor, x: Scalar) -> Tensor: return self.bitwise_xor(x)
-    def __lshift__(self: Tensor, x: Tensor | int) -> Tensor: return self.lshift(x)
-    def __rshift__(self: Tensor, x: Tensor | int) -> Tensor: return self.rshift(x)
-    def __invert__(self: Tensor) -> Tensor: return self.bitwise_not()
+    def __add__(self, x: Self | Scalar) -> Self: return self._binop(_ADD, x)
+    def __radd__(self, x: Scalar) -> Self: return self._binop(_ADD, x, True)
+    def __sub__(self, x: Self | Scalar) -> Self: return self.sub(x)
+    def __rsub__(self, x: Scalar) -> Self: return self.sub(x, reverse=True)
+    def __mul__(self, x: Self | Scalar) -> Self: return self._binop(_MUL, x)
+    def __rmul__(self, x: Scalar) -> Self: return self._binop(_MUL, x, True)
+    def __truediv__(self, x: Self | Scalar) -> Self: return self.div(x)
+    def __rtruediv__(self, x: Scalar) -> Self: return self.div(x, reverse=True)
+    def __floordiv__(self, x: Self | Scalar) -> Self: return self.floordiv(x)
+    def __rfloordiv__(self, x: Scalar) -> Self: return self.floordiv(x, reverse=True)
+    def __mod__(self, x: Self | Scalar) -> Self: return self.mod(x)
+    def __rmod__(self, x: Scalar) -> Self: return self.mod(x, reverse=True)
+    def __pow__(self, x: Self | Scalar) -> Self: return self.pow(x)
+    def __rpow__(self, x: Scalar) -> Self: return self.pow(x, reverse=True)
+    def __neg__(self) -> Self: return self.neg()
+    def __matmul__(self, x: Self) -> Self: return self.matmul(x)
+    def __rmatmul__(self, x: Self) -> Self: return x.matmul(self)
+    def __and__(self, x: Self | Scalar) -> Self: return self.bitwise_and(x)
+    def __or__(self, x: Self | Scalar) -> Self: return self.bitwise_or(x)
+    def __xor__(self, x: Self | Scalar) -> Self: return self.bitwise_xor(x)
+    def __rand__(self, x: Scalar) -> Self: return self.bitwise_and(x)
+    def __ror__(self, x: Scalar) -> Self: return self.bitwise_or(x)
+    def __rxor__(self, x: Scalar) -> Self: return self.bitwise_xor(x)
+    def __lshift__(self, x: Self | int) -> Self: return self.lshift(x)
+    def __rshift__(self, x: Self | int) -> Self: return self.rshift(x)
+    def __invert__(self) -> Self: return self.bitwise_not()
 
-    def __iadd__(self: Tensor, x: Tensor | Scalar) -> Tensor: return self.assign(self + x)
-    def __isub__(self: Tensor, x: Tensor | Scalar) -> Tensor: return self.assign(self - x)
-    def __imul__(self: Tensor, x: Tensor | Scalar) -> Tensor: return self.assign(self * x)
-    def __itruediv__(self: Tensor, x: Tensor | Scalar) -> Tensor: return self.assign(self / x)
+    def __iadd__(self, x: Self | Scalar) -> Self: return self.assign(self + x)
+    def __isub__(self, x: Self | Scalar) -> Self: return self.assign(self - x)
+    def __imul__(self, x: Self | Scalar) -> Self: return self.assign(self * x)
+    def __itruediv__(self, x: Self | Scalar) -> Self: return self.assign(self / x)
 
 
 # ---- helpers of the composite functions ----
@@ -511,14 +506,15 @@ class ElementwiseMixin(TensorBase):
 
 # ---- the numerics of pow and fmod ----
 
-def _fmod_float(a: Tensor, b: Tensor) -> Tensor:
+def _fmod_float(a: TensorT, b: TensorT) -> TensorT:
     """fmod on magnitudes, reflected back to a's sign (so that an exact multiple of -y gives -0.0, as C). The
     residual x - trunc(x / y) * y is exact while |x / y| < 2**29 for float32 (computed in float64) or 2**26 for
     float64 (2**12 for float32 on a device without float64); the rounded quotient can overshoot by one, which
     shows as a negative residual. Beyond that the result is within rounding of a - trunc(a / b) * b."""
     if a.dtype.itemsize == 2:
         return _fmod_float(a.float(), b.float()).cast(a.dtype)
-    wide = a.dtype == dtypes.float32 and all(Device[d].supports_dtype(dtypes.float64) for d in device_names(a.device))
+    wide = a.dtype == dtypes.float32 and \
+        all(type(a)._runtime.supports_dtype(d, dtypes.float64) for d in device_names(a.device))
     aw, bw = (a.cast(dtypes.float64), b.cast(dtypes.float64)) if wide else (a, b)
     a_neg = sign_bit(aw)
     x, y = a_neg.where(-aw, aw), (bw < 0).where(-bw, bw)
@@ -529,7 +525,7 @@ def _fmod_float(a: Tensor, b: Tensor) -> Tensor:
     return a_neg.where(-r, r).cast(a.dtype)
 
 
-def _exact_residual(x: Tensor, t: Tensor, y: Tensor) -> Tensor:
+def _exact_residual(x: TensorT, t: TensorT, y: TensorT) -> TensorT:
     """x - t * y without rounding error for a whole t below 2**26 (float64) / 2**12 (float32) and t * y near x:
     y = yh + yl with yh holding y's leading half of the significand (bits masked off, so no multiply-add
     contraction can undo the split), so that t * yh and t * yl are exact, x - t * yh is exact (Sterbenz), and
@@ -540,7 +536,7 @@ def _exact_residual(x: Tensor, t: Tensor, y: Tensor) -> Tensor:
     return (x - t * yh) - t * (y - yh)
 
 
-def _pow_with_gradient(base: Tensor, exp: Tensor, scalar_exp: float | None) -> Tensor:
+def _pow_with_gradient(base: TensorT, exp: TensorT, scalar_exp: float | None) -> TensorT:
     """`_float_pow` with the derivatives of pow itself, as PyTorch's: the chain rule through the formula's
     exp2/log2 and its special-case selects gives 0 where the true derivative is NaN (a negative base to a
     non-integer power) and NaN where it is finite (0 * inf at a zero or infinite base).
@@ -563,7 +559,7 @@ def _pow_with_gradient(base: Tensor, exp: Tensor, scalar_exp: float | None) -> T
     return out
 
 
-def _float_pow(base: Tensor, exp: Tensor) -> Tensor:
+def _float_pow(base: TensorT, exp: TensorT) -> TensorT:
     # |b|^e, with the sign fixed for negative bases raised to integer exponents. A zero base takes the log
     # of 1 and its value separately: log2(0) = -inf would make the gradient 0 * inf = NaN there
     is_zero = base == 0
@@ -581,10 +577,10 @@ def _float_pow(base: Tensor, exp: Tensor) -> Tensor:
     return one.where(1.0, neg_inf_base.where((exp > 0).where(math.inf, 0.0), signed))
 
 
-def _int_pow_const(a: Tensor, e: int) -> Tensor:
+def _int_pow_const(a: TensorT, e: int) -> TensorT:
     if e < 0:
         raise RuntimeError(f"integers to negative integer powers are not allowed (exponent {e}); cast to float first")
-    out: Tensor | None = None
+    out: TensorT | None = None
     base = a
     while e:
         if e & 1:
@@ -595,7 +591,7 @@ def _int_pow_const(a: Tensor, e: int) -> Tensor:
     return out if out is not None else a.const_like(1)
 
 
-def _int_pow(a: Tensor, b: Tensor) -> Tensor:
+def _int_pow(a: TensorT, b: TensorT) -> TensorT:
     """Square-and-multiply over every bit of the exponent, so that overflow wraps exactly as in PyTorch."""
     out, base, e = a.const_like(1), a, b
     for _ in range(b.dtype.bits - (0 if b.dtype.is_unsigned else 1)):

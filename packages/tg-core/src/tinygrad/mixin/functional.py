@@ -16,23 +16,19 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Self
 
 from tinygrad.dtype import dtypes
-from tinygrad.engine import jit_state
 from tinygrad.errors import ArgumentError, DTypeError, ShapeError
 from tinygrad.helpers import ContextVar
-from tinygrad.mixin.common import TensorBase
-
-if TYPE_CHECKING:
-    from tinygrad.tensor import Tensor
+from tinygrad.mixin.common import TensorBase, TensorT
 
 CHECK_INDICES = ContextVar("CHECK_INDICES", 1)
 
 REDUCTIONS = ("none", "mean", "sum")
 
 
-def _reduced(loss: Tensor, reduction: str) -> Tensor:
+def _reduced(loss: TensorT, reduction: str) -> TensorT:
     _check_reduction(reduction)
     return loss if reduction == "none" else loss.sum() if reduction == "sum" else loss.mean()
 
@@ -42,18 +38,18 @@ def _check_reduction(reduction: str) -> None:
         raise ValueError(f"reduction={reduction!r} is not valid; use one of {', '.join(map(repr, REDUCTIONS))}")
 
 
-def _check_targets(target: Tensor, num_classes: int, ignore_index: int | None, what: str,
-                   lazy: bool = False) -> Tensor | None:
+def _check_targets(target: TensorT, num_classes: int, ignore_index: int | None, what: str,
+                   lazy: bool = False) -> TensorT | None:
     """Raise (like PyTorch) when a target that is not `ignore_index` lies outside [0, num_classes). With `lazy`, a
     target that is not computed yet is not computed for the check: a lazy bool scalar, true when some target is
     out of range, is returned instead for the caller to fold into its result (a loss takes NaN), so that a
     program that builds its whole training before running it (tinygrad's one-shot style) runs nothing early."""
     # inside a TinyJit capture a host read could not be replayed: the check is skipped there, as with
     # CHECK_INDICES=0 (out-of-range targets then contribute 0)
-    if not CHECK_INDICES or target.numel() == 0 or any(j.capturing for j in jit_state.running):
+    if not CHECK_INDICES or target.numel() == 0 or type(target)._runtime.jit_capturing():
         return None
     t = target if ignore_index is None else (target == ignore_index).where(0, target)
-    if lazy and not _is_computed(target):
+    if lazy and not type(target)._runtime.is_computed(target.uop):
         return ((t < 0) | (t >= num_classes)).any()
     lo, hi = t.min(), t.max()
     lo.realize(hi)
@@ -66,21 +62,14 @@ def _check_targets(target: Tensor, num_classes: int, ignore_index: int | None, w
     return None
 
 
-def _is_computed(t: Tensor) -> bool:
-    """Whether t's value is in a buffer already (an upload, or a realized result), so reading it computes nothing."""
-    from tinygrad.engine.schedule import base_buffer, realized_views
-
-    return base_buffer(t.uop) is not None or t.uop in realized_views
-
-
-def _class_mask(target: Tensor, num_classes: int, axis: int, ndim: int) -> Tensor:
+def _class_mask(target: TensorT, num_classes: int, axis: int, ndim: int) -> TensorT:
     """Bool mask of shape `target` with a class axis of `num_classes` inserted at `axis` (of `ndim` in all):
     True where the class is the target."""
     classes = type(target).arange(num_classes, device=target.device).reshape((num_classes,) + (1,) * (ndim - axis - 1))
     return target.unsqueeze(axis) == classes
 
 
-def _softplus_neg(x: Tensor) -> Tensor:
+def _softplus_neg(x: TensorT) -> TensorT:
     """log(1 + exp(-x)) = -log(sigmoid(x)), without overflow; its gradient is -sigmoid(-x) everywhere, 0 included."""
     neg_abs = (x >= 0).where(-x, x)  # -|x|, with the slope at 0 taken from the x >= 0 side
     return (x < 0).where(-x, 0.0) + (1 + neg_abs.exp()).log()
@@ -90,7 +79,7 @@ class FunctionalMixin(TensorBase):
     __slots__ = ()
 
     # ---- layers ----
-    def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    def linear(self, weight: Self, bias: Self | None = None) -> Self:
         """x @ weight + bias, tinygrad's convention: `weight` is (in_features, out_features), the transpose of
         PyTorch's `F.linear` weight (so `x.linear(w.T, b)` is PyTorch's `F.linear(x, w, b)`). A 1-d weight scales
         elementwise.
@@ -103,7 +92,7 @@ class FunctionalMixin(TensorBase):
         out = self * weight if weight.ndim == 1 else self.matmul(weight)
         return out if bias is None else out + bias
 
-    def sequential(self: Tensor, ll: Sequence[Callable[[Tensor], Tensor]]) -> Tensor:
+    def sequential(self, ll: Sequence[Callable[[Self], Self]]) -> Self:
         """Apply each callable in turn: `x.sequential([f, g])` is `g(f(x))`.
 
         Examples:
@@ -112,7 +101,7 @@ class FunctionalMixin(TensorBase):
         """
         return functools.reduce(lambda x, f: f(x), ll, self)
 
-    def layernorm(self: Tensor, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Tensor:
+    def layernorm(self, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Self:
         """Normalise to mean 0 and variance 1 (biased) over `axis`; no affine part (see nn.LayerNorm).
 
         Examples:
@@ -122,8 +111,8 @@ class FunctionalMixin(TensorBase):
         centered = self - self.mean(axis, keepdim=True)
         return centered * ((centered * centered).mean(axis, keepdim=True) + eps).rsqrt()
 
-    def batchnorm(self: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor,
-                  axis: int | Sequence[int] = 1) -> Tensor:
+    def batchnorm(self, weight: Self | None, bias: Self | None, mean: Self, invstd: Self,
+                  axis: int | Sequence[int] = 1) -> Self:
         """(x - mean) * invstd * weight + bias, the statistics laid along `axis` (the channel axis) and broadcast
         over the others (or one value for all). `invstd` is 1/sqrt(var + eps). A weight or bias of None is left out.
 
@@ -135,7 +124,7 @@ class FunctionalMixin(TensorBase):
         axes = {self._axis(a) for a in (axis if isinstance(axis, (tuple, list)) else (axis,))}
         shape = tuple(s if i in axes else 1 for i, s in enumerate(self.shape))
 
-        def laid(t: Tensor, name: str) -> Tensor:
+        def laid(t: Self, name: str) -> Self:
             if t.numel() == 1:  # one value for every channel: broadcast it as it is
                 return t.reshape((1,) * self.ndim)
             if t.numel() != math.prod(shape):
@@ -148,7 +137,7 @@ class FunctionalMixin(TensorBase):
             out = out * laid(weight, "weight")
         return out if bias is None else out + laid(bias, "bias")
 
-    def one_hot(self: Tensor, num_classes: int | None = None) -> Tensor:
+    def one_hot(self, num_classes: int | None = None) -> Self:
         """One-hot encoding along a new last axis, in the default int dtype (int32) as tinygrad's (PyTorch's
         `F.one_hot` gives int64; cast it where that matters). Without `num_classes` it is inferred from the largest
         value, which reads it back to the host; a negative one raises ValueError, as tinygrad's (PyTorch reads -1 as
@@ -172,9 +161,9 @@ class FunctionalMixin(TensorBase):
         return _class_mask(self, num_classes, self.ndim, self.ndim + 1).cast(dtypes.default_int)
 
     # ---- attention ----
-    def scaled_dot_product_attention(self: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+    def scaled_dot_product_attention(self, key: Self, value: Self, attn_mask: Self | None = None,
                                      dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
-                                     enable_gqa: bool = False) -> Tensor:
+                                     enable_gqa: bool = False) -> Self:
         """softmax(q @ k^T * scale + mask) @ v, with q = self of shape (..., L, E), key (..., S, E), value
         (..., S, Ev). A bool `attn_mask` keeps the True positions; a float one is added. `is_causal` keeps the
         lower triangle (top-left aligned). A row with every position masked out gives 0, as PyTorch. Dropout
@@ -221,7 +210,7 @@ class FunctionalMixin(TensorBase):
         return weights.dropout(dropout_p).matmul(value)
 
     # ---- losses ----
-    def binary_crossentropy(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:
+    def binary_crossentropy(self, Y: Self, reduction: str = "mean") -> Self:
         """Binary cross-entropy of probabilities `self` against targets Y of the same shape; each log is clamped
         at -100 as in PyTorch, so a confident wrong answer costs 100, not inf.
 
@@ -236,8 +225,8 @@ class FunctionalMixin(TensorBase):
         log_p, log_not_p = (log_p < -100).where(-100.0, log_p), (log_not_p < -100).where(-100.0, log_not_p)
         return _reduced(-(Y * log_p + (1 - Y) * log_not_p), reduction)
 
-    def binary_crossentropy_logits(self: Tensor, Y: Tensor, reduction: str = "mean",
-                                   pos_weight: Tensor | None = None) -> Tensor:
+    def binary_crossentropy_logits(self, Y: Self, reduction: str = "mean",
+                                   pos_weight: Self | None = None) -> Self:
         """Binary cross-entropy of logits `self` (sigmoid included, computed stably) against targets Y of the
         same shape; `pos_weight` scales the positive term (broadcast over the last dimension).
 
@@ -253,8 +242,8 @@ class FunctionalMixin(TensorBase):
             pos = pos * pos_weight
         return _reduced(pos + (1 - Y) * _softplus_neg(-self), reduction)
 
-    def sparse_categorical_crossentropy(self: Tensor, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
-                                        reduction: str = "mean") -> Tensor:
+    def sparse_categorical_crossentropy(self, Y: Self, ignore_index: int = -1, label_smoothing: float = 0.0,
+                                        reduction: str = "mean") -> Self:
         """Cross-entropy of logits `self` (..., C) with the classes on the *last* axis against class indices Y
         (...); targets equal to `ignore_index` are left out, also from the mean.
 
@@ -274,8 +263,8 @@ class FunctionalMixin(TensorBase):
         return _index_loss(self.log_softmax(-1), Y, self.ndim - 1, None, ignore_index, label_smoothing, reduction,
                            "sparse_categorical_crossentropy")
 
-    def cross_entropy(self: Tensor, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0, *,
-                      weight: Tensor | None = None, ignore_index: int = -100) -> Tensor:
+    def cross_entropy(self, Y: Self, reduction: str = "mean", label_smoothing: float = 0.0, *,
+                      weight: Self | None = None, ignore_index: int = -100) -> Self:
         """PyTorch's `F.cross_entropy`: logits (C,), (N, C) or (N, C, d1, ...) with the classes on axis 1 (0 for a
         1-d input), against class indices (the input's shape without the class axis) or class probabilities
         (the input's shape). `weight` rescales each class; with class indices the mean is weighted by it.
@@ -309,8 +298,8 @@ class FunctionalMixin(TensorBase):
         return _index_loss(self.log_softmax(axis), Y, axis, weight, ignore_index, label_smoothing, reduction,
                            "cross_entropy")
 
-    def nll_loss(self: Tensor, Y: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
-                 reduction: str = "mean") -> Tensor:
+    def nll_loss(self, Y: Self, weight: Self | None = None, ignore_index: int = -100,
+                 reduction: str = "mean") -> Self:
         """PyTorch's `F.nll_loss`: -self[target] for log-probabilities (C,), (N, C) or (N, C, d1, ...) with the
         classes on axis 1 (0 for 1-d), weighted by `weight[target]`; the mean divides by the summed weights.
 
@@ -328,13 +317,13 @@ class FunctionalMixin(TensorBase):
         return _index_loss(self, Y, axis, weight, ignore_index, 0.0, reduction, "nll_loss")
 
 
-def _same_shape(x: Tensor, y: Tensor, what: str) -> None:
+def _same_shape(x: TensorT, y: TensorT, what: str) -> None:
     if x.shape != y.shape:
         raise ValueError(f"{what}: targets of shape {y.shape} differ from the input's shape {x.shape}; "
                          f"they must be the same")
 
 
-def _check_index_shape(x: Tensor, y: Tensor, axis: int, what: str) -> None:
+def _check_index_shape(x: TensorT, y: TensorT, axis: int, what: str) -> None:
     if not y.dtype.is_int:
         raise DTypeError(f"{what}: class-index targets must be integers, got {y.dtype}")
     want = x.shape[:axis] + x.shape[axis + 1:]
@@ -343,14 +332,14 @@ def _check_index_shape(x: Tensor, y: Tensor, axis: int, what: str) -> None:
                          f"targets need the input's shape without the class dimension {axis}, {want}")
 
 
-def _class_weight(weight: Tensor, num_classes: int, axis: int, ndim: int) -> Tensor:
+def _class_weight(weight: TensorT, num_classes: int, axis: int, ndim: int) -> TensorT:
     if weight.shape != (num_classes,):
         raise ValueError(f"the class weight must have shape ({num_classes},), one entry per class, got {weight.shape}")
     return weight.reshape((num_classes,) + (1,) * (ndim - axis - 1))
 
 
-def _index_loss(logp: Tensor, Y: Tensor, axis: int, weight: Tensor | None, ignore_index: int | None,
-                label_smoothing: float, reduction: str, what: str) -> Tensor:
+def _index_loss(logp: TensorT, Y: TensorT, axis: int, weight: TensorT | None, ignore_index: int | None,
+                label_smoothing: float, reduction: str, what: str) -> TensorT:
     """The class-index cross-entropy on log-probabilities, PyTorch's way: per element
     (1 - eps) * w[y] * -logp[y] + eps / C * sum_c w[c] * -logp[c], 0 where y == ignore_index; the mean divides
     by the summed w[y] over the kept elements."""
@@ -373,7 +362,7 @@ def _index_loss(logp: Tensor, Y: Tensor, axis: int, weight: Tensor | None, ignor
     return loss if out_of_range is None else out_of_range.where(math.nan, loss)
 
 
-def _repeat_heads(t: Tensor, heads: int) -> Tensor:
+def _repeat_heads(t: TensorT, heads: int) -> TensorT:
     """(..., H, S, E) -> (..., heads, S, E), each of the H heads repeated heads/H times in place."""
     h = t.shape[-3]
     if heads % h:

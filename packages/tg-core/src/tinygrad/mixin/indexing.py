@@ -26,19 +26,24 @@ position, the last write wins (PyTorch leaves it unspecified).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Generic, Self
 
 import numpy as np
 
-from tinygrad.device.disk import is_disk
 from tinygrad.dtype import dtypes, to_numpy
 from tinygrad.errors import ArgumentError, DTypeError, IndexTypeError, ShapeError
 from tinygrad.helpers import argsort, prod
-from tinygrad.mixin.common import Scalar, TensorBase, broadcast_shape, index_dtype, placed_mask, scalar_like, select
+from tinygrad.mixin.common import (
+    Scalar,
+    TensorBase,
+    TensorT,
+    broadcast_shape,
+    index_dtype,
+    placed_mask,
+    scalar_like,
+    select,
+)
 from tinygrad.uop.ops import Ops, UOp, resolve_size
-
-if TYPE_CHECKING:
-    from tinygrad.tensor import Tensor
 
 SCATTER_REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
 
@@ -47,7 +52,7 @@ class IndexingMixin(TensorBase):
     __slots__ = ()
     _requires_grad: bool | None  # Tensor's slot (see Tensor.requires_grad)
 
-    def __getitem__(self: Tensor, index: Any) -> Tensor:
+    def __getitem__(self, index: Any) -> Self:
         """NumPy/PyTorch indexing: ints, slices (any step), None, `...`, integer tensors, lists or arrays
         (advanced indexing; several broadcast together) and boolean masks (which realize, see the module notes).
         A slice may end at a bound Variable (`x[:n]` with `n = Variable("n", 1, 64).bind(10)`)."""
@@ -58,11 +63,11 @@ class IndexingMixin(TensorBase):
         picks = view.advanced()
         return _take(y, picks) if picks else y
 
-    def __setitem__(self: Tensor, index: Any, value: Tensor | Scalar | Sequence[Any]) -> None:
+    def __setitem__(self, index: Any, value: Self | Scalar | Sequence[Any]) -> None:
         if self.requires_grad and id(self) in type(self)._grad_tensors:
             raise RuntimeError("a leaf tensor that requires grad cannot be written in place (PyTorch refuses too); "
                                "write into a copy: y = x.clone(); y[...] = v")
-        if is_disk(self.device):  # a file is written through a view of it, never with a kernel
+        if type(self)._runtime.is_disk(self.device):  # a file is written through a view of it, never with a kernel
             if any(isinstance(i, type(self)) for i in (index if isinstance(index, tuple) else (index,))):
                 raise RuntimeError("advanced setitem (an index that is a Tensor) is not supported for DISK tensors: "
                                    "copy the tensor to a compute device, write there, and write it back")
@@ -87,7 +92,7 @@ class IndexingMixin(TensorBase):
         if new.requires_grad:  # a value with gradient history makes the target a part of the graph
             self._requires_grad = True
 
-    def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
+    def gather(self, dim: int, index: Self) -> Self:
         """`out[i][j] = self[index[i][j]][j]` for dim 0 (PyTorch's gather): index has self's number of dimensions
         and no larger sizes outside `dim`. An out-of-range index reads 0 (PyTorch raises).
 
@@ -105,7 +110,7 @@ class IndexingMixin(TensorBase):
         out = _pick_sum(_one_hot(idx, s), candidates, (idx.ndim,))
         return out.reshape(index.shape)
 
-    def scatter(self: Tensor, dim: int, index: Tensor, src: Tensor | Scalar, reduce: str | None = None) -> Tensor:
+    def scatter(self, dim: int, index: Self, src: Self | Scalar, reduce: str | None = None) -> Self:
         """A copy of self with `self[index[i][j]][j] = src[i][j]` for dim 0 (PyTorch's scatter); `src` may be a
         scalar. reduce="add" or "multiply" combine with the old value instead. Where an index repeats, the last write
         wins.
@@ -125,8 +130,8 @@ class IndexingMixin(TensorBase):
         how = {None: "assign", "add": "sum", "multiply": "prod"}[reduce]
         return _scatter(self, dim, index, src, how, include_self=True)
 
-    def scatter_reduce(self: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str,
-                       include_self: bool = True) -> Tensor:
+    def scatter_reduce(self, dim: int, index: Self, src: Self, reduce: str,
+                       include_self: bool = True) -> Self:
         """Scatter with a reduction ("sum", "prod", "mean", "amax", "amin") over everything sent to one place,
         including the old value unless include_self=False. Integer means round down, as in PyTorch.
 
@@ -144,7 +149,7 @@ class IndexingMixin(TensorBase):
             raise TypeError(f"scatter_reduce needs a tensor src, got {type(src).__name__}; use scatter for a scalar")
         return _scatter(self, dim, index, src, reduce, include_self)
 
-    def masked_fill(self: Tensor, mask: Tensor, value: Tensor | Scalar) -> Tensor:
+    def masked_fill(self, mask: Self, value: Self | Scalar) -> Self:
         """`value` where the boolean `mask` (broadcast to self's shape) is True.
 
         Examples:
@@ -160,7 +165,7 @@ class IndexingMixin(TensorBase):
             v = scalar_like(self, value)
         return select(mask, v, self)
 
-    def masked_select(self: Tensor, mask: Tensor, size: int | None = None, fill_value: Scalar = 0) -> Tensor:
+    def masked_select(self, mask: Self, size: int | None = None, fill_value: Scalar = 0) -> Self:
         """The elements where the boolean `mask` is True, as a 1-D tensor. Without `size`, the mask is realized
         to learn the length; with `size`, the result has exactly that length (cut, or filled with `fill_value`)
         and stays lazy, so it can run inside a TinyJit.
@@ -179,8 +184,8 @@ class IndexingMixin(TensorBase):
             return select(picks.any(1), taken, scalar_like(taken, fill_value))
         return self._broadcast_to(shape)[mask._broadcast_to(shape)]
 
-    def nonzero(self: Tensor, as_tuple: bool = False, size: int | None = None,
-                fill_value: Scalar = 0) -> Tensor | tuple[Tensor, ...]:
+    def nonzero(self, as_tuple: bool = False, size: int | None = None,
+                fill_value: Scalar = 0) -> Self | tuple[Self, ...]:
         """The coordinates of the nonzero elements, one row each (int32 as in tinygrad, int64 for a dimension too
         long for int32); with as_tuple, one 1-D tensor per dimension. Without `size`, the count decides the shape,
         so this realizes self and reads it on the host; with `size`, there are exactly `size` rows (cut, or filled
@@ -213,7 +218,7 @@ class IndexingMixin(TensorBase):
         return type(self)(coords, device=self.device)
 
 
-def _first_true_positions(flags: Tensor, size: int) -> Tensor:
+def _first_true_positions(flags: TensorT, size: int) -> TensorT:
     """(size, n) bool: row k is True at the position of the k-th True of the 1-D `flags` (all False when there are
     fewer than k+1): the fixed-size form of a data-dependent selection, computed on the device."""
     if not isinstance(size, int) or size < 0:
@@ -239,7 +244,7 @@ def _host_index(i: list | tuple | np.ndarray) -> np.ndarray:
     return arr
 
 
-def _parse(t: Tensor, index: Any) -> list[tuple[Any, ...]]:
+def _parse(t: TensorT, index: Any) -> list[tuple[Any, ...]]:
     """The index as (kind, ...) items, one per dimension of t it consumes (or adds), ellipsis expanded:
     ("int", i), ("slice", s), ("new",), ("tensor", Tensor | ndarray), ("mask", Tensor | ndarray), ("flag", bool)."""
     raw = list(index) if isinstance(index, tuple) else [index]
@@ -256,7 +261,6 @@ def _parse(t: Tensor, index: Any) -> list[tuple[Any, ...]]:
         elif isinstance(i, (int, np.integer)):
             items.append(("int", int(i)))
         elif isinstance(i, TensorBase):
-            i = cast("Tensor", i)
             if i.device != t.device:
                 raise IndexError(f"an index on {i.device} for a tensor on {t.device}; move it with .to()")
             if i.dtype.is_float:
@@ -288,17 +292,17 @@ def _parse(t: Tensor, index: Any) -> list[tuple[Any, ...]]:
     return items[:at] + fill + items[at + 1:]
 
 
-class _Pick:
+class _Pick(Generic[TensorT]):
     """One advanced index: integer positions (a tensor, negative values wrapped) into a dimension of `size`; `host`
     holds the same values when they came from the host."""
 
     __slots__ = ("host", "index", "size")
 
-    def __init__(self, index: Tensor, size: int, host: np.ndarray | None = None):
+    def __init__(self, index: TensorT, size: int, host: np.ndarray | None = None):
         self.index, self.size, self.host = index, size, host
 
 
-def _pick_from_host(tensor_type: type[Tensor], arr: np.ndarray, size: int, dim: int) -> _Pick:
+def _pick_from_host(tensor_type: type[TensorT], arr: np.ndarray, size: int, dim: int) -> _Pick[TensorT]:
     if arr.size and (arr.min() < -size or arr.max() >= size):
         bad = int(arr[(arr < -size) | (arr >= size)].reshape(-1)[0])
         raise IndexError(f"index {bad} is out of bounds for dimension {dim} with size {size}")
@@ -307,17 +311,17 @@ def _pick_from_host(tensor_type: type[Tensor], arr: np.ndarray, size: int, dim: 
     return _Pick(tensor_type(wrapped.astype(dt)), size, wrapped)
 
 
-def _pick_from_tensor(i: Tensor, size: int) -> _Pick:
+def _pick_from_tensor(i: TensorT, size: int) -> _Pick[TensorT]:
     if not i.dtype.is_unsigned:
         i = select(i < 0, i + size, i)
     return _Pick(i, size)
 
 
-class _View:
+class _View(Generic[TensorT]):
     """The basic part of an index as movement ops (shrink, flip, a strided reshape, a final reshape) and their
     inverse. Advanced items keep their dimension (or add one) in the view; they are applied afterwards."""
 
-    def __init__(self, t: Tensor, items: list[tuple[Any, ...]]):
+    def __init__(self, t: TensorT, items: list[tuple[Any, ...]]):
         self.tensor_type = type(t)
         self.in_shape = t.shape
         self.bounds: list[tuple[int, int]] = []
@@ -325,8 +329,8 @@ class _View:
         self.steps: list[int] = []
         self.counts: list[int] = []  # per dimension of t, its size after the step
         self.out_shape: list[int] = []
-        self.picks: list[tuple[int, _Pick]] = []  # (dimension of the view, advanced index)
-        self.masks: list[tuple[int, Tensor | np.ndarray]] = []  # (first dimension of the view it covers, mask)
+        self.picks: list[tuple[int, _Pick[TensorT]]] = []  # (dimension of the view, advanced index)
+        self.masks: list[tuple[int, TensorT | np.ndarray]] = []  # (first dimension of the view it covers, mask)
         d = 0
         for item in items:
             kind = item[0]
@@ -395,7 +399,7 @@ class _View:
             else:
                 self._keep(size, 0, 0, 1)
 
-    def apply(self, t: Tensor) -> Tensor:
+    def apply(self, t: TensorT) -> TensorT:
         x = t.shrink(tuple(self.bounds)) if self.bounds else t
         if self.flips:
             x = x.flip(self.flips)
@@ -406,7 +410,7 @@ class _View:
             x = x.shrink(tuple(p for c in self.counts for p in ((0, c), (0, 1)))).reshape(tuple(self.counts))
         return x.reshape(tuple(self.out_shape))
 
-    def place(self, v: Tensor) -> Tensor:
+    def place(self, v: TensorT) -> TensorT:
         """The inverse: v (of the view's shape) at the viewed positions of a tensor of t's shape, zeros (False)
         elsewhere."""
         x = v.reshape(tuple(self.counts))
@@ -420,7 +424,7 @@ class _View:
             x = x.flip(self.flips)
         return x.pad([(lo, n - hi) for (lo, hi), n in zip(self.bounds, self.in_shape)]) if self.bounds else x
 
-    def advanced(self) -> list[tuple[int, _Pick]]:
+    def advanced(self) -> list[tuple[int, _Pick[TensorT]]]:
         """All advanced indices in view order, boolean masks turned into the positions they select (this reads
         the masks on the host: how many elements they select decides the result's shape)."""
         picks = list(self.picks)
@@ -433,7 +437,7 @@ class _View:
                 picks.append((at + k, _pick_from_host(self.tensor_type, coords, arr.shape[k], at + k)))
         return sorted(picks, key=lambda p: p[0])
 
-    def masked_write(self, y: Tensor, v: Tensor) -> Tensor | None:
+    def masked_write(self, y: TensorT, v: TensorT) -> TensorT | None:
         """`y[mask] = v` as a where, when the mask is the only advanced index and v does not depend on how many
         elements it selects (v broadcasts to the dimensions after the mask). None where that does not apply."""
         if len(self.masks) != 1 or self.picks:
@@ -450,7 +454,7 @@ class _View:
 
 # ---- gathering and writing with advanced indices ----
 
-def _one_hot(idx: Tensor, size: int) -> Tensor:
+def _one_hot(idx: TensorT, size: int) -> TensorT:
     """(*idx.shape, size) bool: True where the last coordinate equals the index."""
     # lazy positions (an ARANGE node, not a host-made buffer): lowered, they are the reduce loop's own index, so
     # the compiler sees `idx == r` and turns the compare-and-sum into a direct load (codegen/gather_fold.py)
@@ -459,7 +463,7 @@ def _one_hot(idx: Tensor, size: int) -> Tensor:
     return idx.unsqueeze(-1) == positions
 
 
-def _pick_sum(mask: Tensor, values: Tensor, axes: tuple[int, ...]) -> Tensor:
+def _pick_sum(mask: TensorT, values: TensorT, axes: tuple[int, ...]) -> TensorT:
     """Reduce `values` where `mask` holds over `axes` (dropped), with at most one True per output element: a sum
     keeps every dtype's value exactly (an OR for bool), and a where (not a multiply) keeps NaN and inf out of the
     elements that are not picked."""
@@ -468,7 +472,8 @@ def _pick_sum(mask: Tensor, values: Tensor, axes: tuple[int, ...]) -> Tensor:
     return out.reshape(tuple(s for i, s in enumerate(out.shape) if i not in axes))
 
 
-def _layout(y: Tensor, picks: list[tuple[int, _Pick]]) -> tuple[list[int], list[int], tuple[int, ...], list[int]]:
+def _layout(y: TensorT, picks: list[tuple[int, _Pick[TensorT]]]
+            ) -> tuple[list[int], list[int], tuple[int, ...], list[int]]:
     """For advanced indices at view dimensions `pos`: the other dimensions, the broadcast index shape, and the
     order that takes (index dims, other dims) to the result: PyTorch keeps the index dims in place when the
     advanced indices are next to each other, else puts them first."""
@@ -486,10 +491,10 @@ def _layout(y: Tensor, picks: list[tuple[int, _Pick]]) -> tuple[list[int], list[
     return pos, rest, bshape, order
 
 
-def _picks_mask(picks: list[tuple[int, _Pick]], bshape: tuple[int, ...]) -> Tensor:
+def _picks_mask(picks: list[tuple[int, _Pick[TensorT]]], bshape: tuple[int, ...]) -> TensorT:
     """(*bshape, *sizes) bool: for every index position, the one element of the indexed dimensions it picks."""
     k, nb = len(picks), len(bshape)
-    mask: Tensor | None = None
+    mask: TensorT | None = None
     for j, (_, p) in enumerate(picks):
         hot = _one_hot(p.index._broadcast_to(bshape), p.size)  # (*bshape, size)
         hot = hot.reshape(bshape + tuple(p.size if m == j else 1 for m in range(k)))
@@ -498,7 +503,7 @@ def _picks_mask(picks: list[tuple[int, _Pick]], bshape: tuple[int, ...]) -> Tens
     return mask._broadcast_to(bshape + tuple(p.size for _, p in picks)) if nb + k else mask
 
 
-def _take(y: Tensor, picks: list[tuple[int, _Pick]]) -> Tensor:
+def _take(y: TensorT, picks: list[tuple[int, _Pick[TensorT]]]) -> TensorT:
     pos, rest, bshape, order = _layout(y, picks)
     nb, k, nr = len(bshape), len(pos), len(rest)
     sizes = tuple(y.shape[p] for p in pos)
@@ -507,7 +512,7 @@ def _take(y: Tensor, picks: list[tuple[int, _Pick]]) -> Tensor:
     return _pick_sum(mask, values, tuple(range(nb, nb + k))).permute(order)
 
 
-def _put(y: Tensor, picks: list[tuple[int, _Pick]], v: Tensor) -> Tensor:
+def _put(y: TensorT, picks: list[tuple[int, _Pick[TensorT]]], v: TensorT) -> TensorT:
     pos, rest, bshape, order = _layout(y, picks)
     nb, k, nr = len(bshape), len(pos), len(rest)
     sizes = tuple(y.shape[p] for p in pos)
@@ -532,7 +537,7 @@ def _put(y: Tensor, picks: list[tuple[int, _Pick]], v: Tensor) -> Tensor:
     return written.permute(argsort(pos + rest))
 
 
-def _unique(picks: list[tuple[int, _Pick]], bshape: tuple[int, ...]) -> bool:
+def _unique(picks: list[tuple[int, _Pick[TensorT]]], bshape: tuple[int, ...]) -> bool:
     """Whether the indices (all known on the host) name every element at most once."""
     hosts = [p.host for _, p in picks]
     if any(h is None for h in hosts):
@@ -541,7 +546,7 @@ def _unique(picks: list[tuple[int, _Pick]], bshape: tuple[int, ...]) -> bool:
     return int(np.unique(coords, axis=1).shape[1]) == coords.shape[1]
 
 
-def _broadcast_value(v: Tensor, shape: tuple[int, ...]) -> Tensor:
+def _broadcast_value(v: TensorT, shape: tuple[int, ...]) -> TensorT:
     try:
         if broadcast_shape(v.shape, shape) != shape:
             raise ValueError
@@ -551,7 +556,7 @@ def _broadcast_value(v: Tensor, shape: tuple[int, ...]) -> Tensor:
     return v._broadcast_to(shape)
 
 
-def _value_tensor(t: Tensor, value: Tensor | Scalar | Sequence[Any]) -> Tensor:
+def _value_tensor(t: TensorT, value: TensorT | Scalar | Sequence[Any]) -> TensorT:
     if isinstance(value, TensorBase):
         if value.device != t.device:
             raise RuntimeError(f"a value on {value.device} written into a tensor on {t.device}; move it with .to()")
@@ -563,7 +568,7 @@ def _value_tensor(t: Tensor, value: Tensor | Scalar | Sequence[Any]) -> Tensor:
 
 # ---- gather and scatter ----
 
-def _scatter_args(t: Tensor, dim: int, index: Tensor, src: Tensor | None, name: str) -> tuple[Tensor, Tensor, int]:
+def _scatter_args(t: TensorT, dim: int, index: TensorT, src: TensorT | None, name: str) -> tuple[TensorT, TensorT, int]:
     if not isinstance(index, TensorBase):
         raise TypeError(f"{name} index must be a Tensor, got {type(index).__name__}")
     if not index.dtype.is_int:
@@ -589,7 +594,7 @@ def _scatter_args(t: Tensor, dim: int, index: Tensor, src: Tensor | None, name: 
     return x, idx, d
 
 
-def _scatter(t: Tensor, dim: int, index: Tensor, src: Tensor | Scalar, how: str, include_self: bool) -> Tensor:
+def _scatter(t: TensorT, dim: int, index: TensorT, src: TensorT | Scalar, how: str, include_self: bool) -> TensorT:
     x, idx, d = _scatter_args(t, dim, index, src if isinstance(src, TensorBase) else None, "scatter")
     if isinstance(src, TensorBase) and src.device != t.device:
         raise RuntimeError(f"scatter src on {src.device} for a tensor on {t.device}; move it with .to()")
@@ -606,7 +611,7 @@ def _scatter(t: Tensor, dim: int, index: Tensor, src: Tensor | Scalar, how: str,
     part_shape = idx.shape[:d] + (s,) + idx.shape[d + 1:]
     part = x.shrink(tuple((0, n) for n in part_shape))
 
-    def over_contributors(u: Tensor, op: Ops) -> Tensor:
+    def over_contributors(u: TensorT, op: Ops) -> TensorT:
         """Reduce axis d and move the targets into its place: (*part_shape)."""
         r = u._derive(u.uop.reduce_axis(op, (d,)))
         r = r.reshape(idx.shape[:d] + idx.shape[d + 1:] + (s,))
@@ -641,7 +646,7 @@ def _scatter(t: Tensor, dim: int, index: Tensor, src: Tensor | Scalar, how: str,
             both = extreme.maximum(part)
         else:
             # a min as the max of order-reversed values: -x for floats, ~x for integers and bool (never overflows)
-            def flip(u: Tensor) -> Tensor:
+            def flip(u: TensorT) -> TensorT:
                 return -u if t.dtype.is_float else ~u
             extreme = flip(over_contributors(flip(picked), Ops.MAX))
             both = extreme.minimum(part)
@@ -653,7 +658,7 @@ def _scatter(t: Tensor, dim: int, index: Tensor, src: Tensor | Scalar, how: str,
     return new.reshape(t.shape)
 
 
-def _check_mask(t: Tensor, mask: Tensor, name: str, both_ways: bool = False) -> tuple[int, ...]:
+def _check_mask(t: TensorT, mask: TensorT, name: str, both_ways: bool = False) -> tuple[int, ...]:
     if not isinstance(mask, TensorBase) or not mask.dtype.is_bool:
         got = mask.dtype if isinstance(mask, TensorBase) else type(mask).__name__
         raise DTypeError(f"{name} needs a bool mask tensor, got {got}")
@@ -678,7 +683,7 @@ def _basic_index(index: Any) -> bool:
                                                                   and not isinstance(p, bool)) for p in parts)
 
 
-def _shrink_by_slices(x: Tensor, index: Any) -> Tensor:
+def _shrink_by_slices(x: TensorT, index: Any) -> TensorT:
     """Slices with Variable bounds, or any index of a tensor with symbolic dimensions: a plain shrink per dimension.
     Steps and other index kinds are not supported; ints pick from (and slices with int bounds may count from the end
     of) dimensions of int size only."""

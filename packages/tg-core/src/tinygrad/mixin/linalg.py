@@ -5,25 +5,33 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from math import prod
-from typing import TYPE_CHECKING, Any
+from typing import Any, Self
 
 import numpy as np
 
-from tinygrad.device import Device
-from tinygrad.dtype import DTypeLike, dtypes, least_upper_dtype, to_numpy
+from tinygrad.dtype import DTypeLike, least_upper_dtype, to_numpy
 from tinygrad.errors import ArgumentError, DTypeError, ShapeError
-from tinygrad.mixin.common import TensorBase, acc_dtype, broadcast_shape
-from tinygrad.multi import first_device
-
-if TYPE_CHECKING:
-    from tinygrad.tensor import Tensor
-
+from tinygrad.mixin.common import TensorBase, TensorT, acc_dtype, broadcast_shape
+from tinygrad.uop.layout import PanelPacked
+from tinygrad.uop.ops import Ops, UOp
 
 # ---------------------------------------------------------------------------------------------------------------------
 # einsum parsing
 
 
-def _einsum_terms(formula: str, operands: Sequence[Tensor]) -> tuple[list[list[Any]], list[Any]]:
+def _einsum_labels(term: str, where: str) -> tuple[list[Any], int]:
+    """The labels of one side's subscripts, '*' standing for '...', and the position of '*' (-1: none)."""
+    if term.count("...") > 1 or term.replace("...", "").count("."):
+        raise ArgumentError(f"einsum(): {where} subscripts {term!r} may hold '...' once and no other '.'")
+    labels: list[Any] = []
+    for c in term.replace("...", "*"):
+        if c != "*" and not (c.isascii() and c.isalpha()):
+            raise ArgumentError(f"einsum(): invalid subscript {c!r} in {where} {term!r}; use letters a-z, A-Z")
+        labels.append(c)
+    return labels, labels.index("*") if "*" in labels else -1
+
+
+def _einsum_terms(formula: str, operands: Sequence[TensorT]) -> tuple[list[list[Any]], list[Any]]:
     """Labels of each operand (letters, and ('...', j) for the j-th ellipsis dim counted from the right) and of
     the output."""
     f = "".join(formula.split())
@@ -34,17 +42,7 @@ def _einsum_terms(formula: str, operands: Sequence[Tensor]) -> tuple[list[list[A
     if len(terms) != len(operands):
         raise ArgumentError(f"einsum(): the formula {formula!r} has subscripts for {len(terms)} operand(s), but "
                             f"{len(operands)} were given")
-
-    def parse(term: str, where: str) -> tuple[list[Any], int]:
-        if term.count("...") > 1 or term.replace("...", "").count("."):
-            raise ArgumentError(f"einsum(): {where} subscripts {term!r} may hold '...' once and no other '.'")
-        labels: list[Any] = []
-        for c in term.replace("...", "*"):
-            if c != "*" and not (c.isascii() and c.isalpha()):
-                raise ArgumentError(f"einsum(): invalid subscript {c!r} in {where} {term!r}; use letters a-z, A-Z")
-            labels.append(c)
-        return labels, labels.index("*") if "*" in labels else -1
-
+    parse = _einsum_labels
     in_labels: list[list[Any]] = []
     n_ell = 0
     for k, (term, t) in enumerate(zip(terms, operands)):
@@ -78,7 +76,7 @@ def _einsum_terms(formula: str, operands: Sequence[Tensor]) -> tuple[list[list[A
     return in_labels, ell_labels + sorted(lb for lb, c in counts.items() if c == 1)
 
 
-def _diagonal(x: Tensor, labels: list[Any], k: int) -> tuple[Tensor, list[Any]]:
+def _diagonal(x: TensorT, labels: list[Any], k: int) -> tuple[TensorT, list[Any]]:
     """Collapse every label that an operand repeats onto its diagonal (x[i, i] for 'ii')."""
     while True:
         dup = next((lb for lb in labels if labels.count(lb) > 1), None)
@@ -98,33 +96,6 @@ def _diagonal(x: Tensor, labels: list[Any], k: int) -> tuple[Tensor, list[Any]]:
         labels = [labels[a] for a in keep] + [dup]
 
 
-def _panel_packed(y: Tensor, rows: Any) -> Tensor:
-    """y (..., k, m) unchanged in value, but read from a copy laid out as (..., m/PANEL, k, PANEL), where PANEL is
-    the widest register tile of the CPU heuristics: two of the device's SIMD registers of float32 (its knobs,
-    32 columns with AVX-512). Only a y of at least the device's L2 is packed: a smaller one stays in L2 whole. Nor
-    is a y that fewer than PANEL rows of the other operand read (`rows`; a decode step's one token): the copy is a
-    pass over y as long as the product itself, which then reads y once anyway.
-
-    A register-tiled matmul reads, per output tile, a strip of B: PANEL columns over all k rows. In row-major B
-    those rows lie a whole row apart; with a power-of-two row length (1024 floats = 4 KiB) they all fall in
-    a few cache sets, so a strip never stays in L2 and every tile re-reads B from memory. In panel-major
-    order a strip is one contiguous block that caches and prefetchers keep (over twice the speed on one core,
-    see the CHANGELOG). BLAS libraries pack B the same way; the copy
-    is one pass over B, small beside the k times more work of the product."""
-    k, m = y.shape[-2:]
-    if not all(isinstance(s, int) for s in y.shape):
-        return y  # symbolic sizes: the layout would change with the variable's value
-    knobs = Device[first_device(y.device)].knobs
-    panel = 2 * knobs.simd_lanes(dtypes.float32)
-    if m % panel or m == panel or k < panel or y.numel() * y.dtype.itemsize < knobs.l2_cache_bytes or \
-            (isinstance(rows, int) and rows < panel):
-        return y
-    lead = y.shape[:-2]
-    n = len(lead)
-    panels = y.reshape(lead + (k, m // panel, panel)).permute(*range(n), n + 1, n, n + 2).contiguous()
-    return panels.permute(*range(n), n + 1, n, n + 2).reshape(lead + (k, m))
-
-
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -132,7 +103,7 @@ class LinalgMixin(TensorBase):
     __slots__ = ()
 
     # ---- products ----
-    def dot(self: Tensor, w: Tensor, dtype: DTypeLike | None = None) -> Tensor:
+    def dot(self, w: Self, dtype: DTypeLike | None = None) -> Self:
         """Matrix product (`self @ w`); `dtype` is the accumulation and result dtype.
 
         Examples:
@@ -141,7 +112,7 @@ class LinalgMixin(TensorBase):
         """
         return self.matmul(w, dtype=dtype)
 
-    def matmul(self: Tensor, x: Tensor, reverse: bool = False, dtype: DTypeLike | None = None) -> Tensor:
+    def matmul(self, x: Self, reverse: bool = False, dtype: DTypeLike | None = None) -> Self:
         """PyTorch's matmul (the `@` operator): 1-D operands are vectors, leading dims broadcast. `reverse`
         computes x @ self; `dtype` is the accumulation and result dtype (half floats accumulate in float32 by default).
 
@@ -169,13 +140,15 @@ class LinalgMixin(TensorBase):
         n, k, m = xa.shape[-2], xa.shape[-1], yb.shape[-1]
         acc, out_dtype = acc_dtype(least_upper_dtype(xa.dtype, yb.dtype), dtype)
         xe = xa.cast(acc).expand(batch + (n, k)).reshape(batch + (n, 1, k))
-        # packed in its own dtype: a half B stays half in the copy (half the bytes), and the product reads it through
-        # a cast, which is the sum of half products that tensor cores take (codegen/opt/tensor_cores.py)
+        # B may be read from a panel-packed copy, where the scheduler's layout pass finds that the target's knobs
+        # ask for one (engine/layout.py). The hint sits before the cast: a half B stays half in the copy (half the
+        # bytes), and the product reads it through a cast, the sum of half products that tensor cores take
         # rows of `a` that read each matrix of `b` (None: a symbolic size)
         sizes = (n, *batch, *yb.shape[:-2])
         rows = prod(sizes[:len(batch) + 1]) // max(1, prod(yb.shape[:-2])) \
             if all(isinstance(s, int) for s in sizes) else None
-        ye = _panel_packed(yb, rows).cast(acc).expand(batch + (k, m)).transpose(-1, -2).reshape(batch + (1, m, k))
+        hinted = yb._derive(UOp(Ops.LAYOUT, yb.dtype, (yb.uop,), PanelPacked(rows)))
+        ye = hinted.cast(acc).expand(batch + (k, m)).transpose(-1, -2).reshape(batch + (1, m, k))
         out = (xe * ye).sum(-1, dtype=acc).cast(out_dtype)  # integer products stay in their dtype, as in PyTorch
         if a.ndim == 1:
             out = out.squeeze(-2)
@@ -183,7 +156,7 @@ class LinalgMixin(TensorBase):
             out = out.squeeze(-1)
         return out
 
-    def image_dot(self: Tensor, w: Tensor, dtype: DTypeLike | None = None) -> Tensor:
+    def image_dot(self, w: Self, dtype: DTypeLike | None = None) -> Self:
         """`dot` with tinygrad's name for the variant that, on Qualcomm GPUs, keeps operands in image textures. Here
         it is exactly `dot` (same results on every device); the texture layout is a backend concern.
 
@@ -194,7 +167,7 @@ class LinalgMixin(TensorBase):
         return self.dot(w, dtype=dtype)
 
     @staticmethod
-    def einsum(formula: str, *operands: Tensor | Sequence[Tensor], dtype: DTypeLike | None = None) -> Tensor:
+    def einsum(formula: str, *operands: TensorT | Sequence[TensorT], dtype: DTypeLike | None = None) -> TensorT:
         """Einstein summation, as torch.einsum: repeated subscripts in one operand take a diagonal, '...' broadcasts,
         and without '->' the output is the subscripts used once, in alphabetical order, after the '...' dims.
 
@@ -205,13 +178,13 @@ class LinalgMixin(TensorBase):
             >>> Tensor.einsum("ii", a).item(), Tensor.einsum("ij->j", a).tolist()
             (5, [4, 6])
         """
-        ops: list[Tensor] = list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) \
+        ops: list[TensorT] = list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) \
             else list(operands)  # type: ignore[arg-type]
         if not ops or not all(isinstance(t, TensorBase) for t in ops):
             raise TypeError("einsum needs a formula and at least one Tensor operand")
         in_labels, out_labels = _einsum_terms(formula, ops)
         sizes: dict[Any, int] = {}
-        reduced: list[Tensor] = []
+        reduced: list[TensorT] = []
         label_lists: list[list[Any]] = []
         for k, (t, labels) in enumerate(zip(ops, in_labels)):
             t, labels = _diagonal(t, labels, k)
@@ -227,7 +200,7 @@ class LinalgMixin(TensorBase):
         order = list(out_labels) + summed
         full = tuple(sizes[lb] for lb in order)
         acc, out_dtype = acc_dtype(least_upper_dtype(*(t.dtype for t in ops)), dtype)
-        prod_t: Tensor | None = None
+        prod_t: TensorT | None = None
         for t, labels in zip(reduced, label_lists):
             present = sorted(range(len(labels)), key=lambda a: order.index(labels[a]))
             t = t.permute(present) if present else t
@@ -240,7 +213,7 @@ class LinalgMixin(TensorBase):
         return out.cast(out_dtype)
 
     # ---- optimisation ----
-    def newton_schulz(self: Tensor, steps: int, params: Sequence[float], eps: float = 1.0e-7) -> Tensor:
+    def newton_schulz(self, steps: int, params: Sequence[float], eps: float = 1.0e-7) -> Self:
         """Orthogonalise the last two dims by the Newton-Schulz iteration for odd polynomials (the Muon optimizer's
         step): scale to unit Frobenius norm, then `steps` times X <- sum_i params[i] * (X X^T)^i X. With params
         (1.5, -0.5) it converges to U V^T of the SVD; Muon's quintic is (3.4445, -4.7750, 2.0315).
@@ -267,13 +240,13 @@ class LinalgMixin(TensorBase):
             x = total
         return x
 
-    def _check_matrix(self: Tensor, what: str) -> None:
+    def _check_matrix(self, what: str) -> None:
         if self.ndim < 2:
             raise ValueError(f"{what} needs a matrix (or a batch of them), got shape {self.shape}")
         if not self.dtype.is_float:
             raise DTypeError(f"{what} needs a floating point tensor, got {self.dtype}")
 
-    def qr(self: Tensor) -> tuple[Tensor, Tensor]:
+    def qr(self) -> tuple[Self, Self]:
         """The reduced QR decomposition (PyTorch's `torch.linalg.qr` default): Q (..., m, k) with orthonormal
         columns and upper-triangular R (..., k, n), k = min(m, n), such that Q @ R equals the input.
 
@@ -309,7 +282,7 @@ class LinalgMixin(TensorBase):
         k = min(m, n)
         return q[..., :, :k], r[..., :k, :].triu()
 
-    def svd(self: Tensor, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+    def svd(self, full_matrices: bool = True) -> tuple[Self, Self, Self]:
         """U, S, Vh with input = U @ diag(S) @ Vh, singular values descending (PyTorch's `torch.linalg.svd`).
 
         Computed on the host with numpy's LAPACK binding and returned on this tensor's device; unlike the other

@@ -9,24 +9,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Self
 
 import numpy as np
 
 from tinygrad.dtype import DType, dtypes, least_upper_dtype
 from tinygrad.errors import ArgListError, ArgumentError, ConcatDimError, ConcatError, DTypeError, ModeError, ShapeError
 from tinygrad.helpers import prod
-from tinygrad.mixin.common import TensorBase, placed_mask, scalar_like, select, symbolic_size
+from tinygrad.mixin.common import TensorBase, TensorT, placed_mask, scalar_like, select, symbolic_size
 from tinygrad.uop.ops import UOp, resolve_size, sint, sym_div_exact, sym_prod
-
-if TYPE_CHECKING:
-    from tinygrad.tensor import Tensor
 
 
 class MovementMixin(TensorBase):
     __slots__ = ()
 
-    def _axis(self: Tensor, axis: int, ndim: int | None = None) -> int:
+    def _axis(self, axis: int, ndim: int | None = None) -> int:
         n = self.ndim if ndim is None else ndim
         if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
             raise TypeError(f"an axis must be an int, got {type(axis).__name__} {axis!r}")
@@ -34,7 +31,7 @@ class MovementMixin(TensorBase):
             raise IndexError(f"axis {axis} is out of range for a tensor with {n} dimensions (shape {self.shape})")
         return int(axis) % max(n, 1)
 
-    def reshape(self: Tensor, *dims: Any, shape: Any = None) -> Tensor:
+    def reshape(self, *dims: Any, shape: Any = None) -> Self:
         """The same elements in a new shape (`reshape(2, 3)`, `reshape((2, 3))` or `reshape(shape=(2, 3))`); one size
         may be -1 (inferred). A view: nothing is copied, and assigning to the result writes into self.
 
@@ -67,7 +64,7 @@ class MovementMixin(TensorBase):
                              f"({prod(new)} elements); the sizes must match")
         return self._moved(self.uop.reshape(new))
 
-    def permute(self: Tensor, *axes_in_order: Any, order: Any = None) -> Tensor:
+    def permute(self, *axes_in_order: Any, order: Any = None) -> Self:
         """The dimensions in the order `order` (`permute(1, 0)`, `permute((1, 0))` or `permute(order=(1, 0))`), as a
         view.
 
@@ -83,7 +80,7 @@ class MovementMixin(TensorBase):
             raise ShapeError(f"permute order {order} is not a permutation of the {self.ndim} axes of {self.shape}")
         return self._moved(self.uop.permute(axes))
 
-    def expand(self: Tensor, *dims: Any, shape: Any = None) -> Tensor:
+    def expand(self, *dims: Any, shape: Any = None) -> Self:
         """Broadcast size-1 dimensions to `shape` without copying (-1 keeps a size; new leading dimensions may be
         added); `expand(2, 3)`, `expand((2, 3))` or `expand(shape=(2, 3))`. Only size-1 dimensions can grow.
 
@@ -103,7 +100,7 @@ class MovementMixin(TensorBase):
                 raise ShapeError(f"cannot expand shape {self.shape} to {tuple(shape)}: only size-1 dims can grow")
         return self._moved(self.uop.reshape(padded).expand(new))
 
-    def view(self: Tensor, *shape: Any) -> Tensor:
+    def view(self, *shape: Any) -> Self:
         """An alias of reshape (movement ops never copy here, so every reshape is a view). `view(dtype)`
         reinterprets the bytes as PyTorch's does, for dtypes of one size.
 
@@ -117,8 +114,8 @@ class MovementMixin(TensorBase):
             return self.bitcast(shape[0])
         return self.reshape(*shape)
 
-    def pad(self: Tensor, padding: Sequence[tuple[int, int] | None] | Sequence[int], mode: str = "constant",
-            value: float = 0.0) -> Tensor:
+    def pad(self, padding: Sequence[tuple[int, int] | None] | Sequence[int], mode: str = "constant",
+            value: float = 0.0) -> Self:
         """Pad with `value` (mode "constant"), the mirror image without the edge ("reflect"), copies of the edge
         ("replicate") or the other end of the axis ("circular").
 
@@ -163,7 +160,7 @@ class MovementMixin(TensorBase):
             out = select(placed_mask(out, self.shape, tuple(pairs)), out, scalar_like(out, value))
         return out
 
-    def pad_to(self: Tensor, *shape: Any, value: float = 0) -> Tensor:
+    def pad_to(self, *shape: Any, value: float = 0) -> Self:
         """Pad at the end of each dimension up to `shape` (None keeps a dimension) with `value`.
 
         Examples:
@@ -178,7 +175,7 @@ class MovementMixin(TensorBase):
                 raise ValueError(f"pad_to{tuple(sizes)}: dimension {d} has size {s}, more than {n}; use shrink_to")
         return self.pad([(0, 0 if n is None else n - s) for s, n in zip(self.shape, sizes)], value=value)
 
-    def shrink_to(self: Tensor, *shape: Any) -> Tensor:
+    def shrink_to(self, *shape: Any) -> Self:
         """Keep the first `shape[d]` elements of each dimension d (None keeps a dimension).
 
         Examples:
@@ -191,7 +188,7 @@ class MovementMixin(TensorBase):
                 raise ValueError(f"shrink_to{tuple(sizes)}: dimension {d} has size {s}, less than {n}; use pad_to")
         return self.shrink(tuple(None if n is None else (0, n) for n in sizes))
 
-    def shrink(self: Tensor, bounds: Sequence[tuple[sint, sint] | None]) -> Tensor:
+    def shrink(self, bounds: Sequence[tuple[sint, sint] | None]) -> Self:
         """Keep [begin, end) of each dimension (None keeps it whole). A bound may be a bound Variable
         (`Variable("n", 1, 64).bind(10)`): the kernels then take n as an argument and serve every value of it.
 
@@ -210,7 +207,7 @@ class MovementMixin(TensorBase):
                 raise ShapeError(f"shrink bounds {bounds} are outside shape {self.shape}")
         return self._moved(self.uop.shrink(bs))
 
-    def flip(self: Tensor, *axes: Any, axis: Any = None) -> Tensor:
+    def flip(self, *axes: Any, axis: Any = None) -> Self:
         """Reverse the order of the elements along the given axes (`flip(0)`, `flip(0, 1)`, `flip((0, 1))` or
         `flip(axis=0)`), as a view.
 
@@ -227,7 +224,7 @@ class MovementMixin(TensorBase):
         flipped = set(axes_list)
         return self._moved(self.uop.flip(tuple(i in flipped for i in range(self.ndim))))
 
-    def transpose(self: Tensor, dim0: int = 1, dim1: int = 0) -> Tensor:
+    def transpose(self, dim0: int = 1, dim1: int = 0) -> Self:
         """Swap dimensions `dim0` and `dim1` (by default 1 and 0), as a view.
 
         Examples:
@@ -242,7 +239,7 @@ class MovementMixin(TensorBase):
         return self.permute(order)
 
     @property
-    def T(self: Tensor) -> Tensor:
+    def T(self) -> Self:
         """The tensor with its dimensions reversed (the transpose of a matrix), as a view.
 
         Examples:
@@ -251,7 +248,7 @@ class MovementMixin(TensorBase):
         """
         return self.permute(tuple(reversed(range(self.ndim))))
 
-    def flatten(self: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Self:
         """Merge dimensions `start_dim` to `end_dim` (all by default) into one; a 0-d tensor becomes 1-d.
 
         Examples:
@@ -265,7 +262,7 @@ class MovementMixin(TensorBase):
         s, e = self._axis(start_dim), self._axis(end_dim)
         return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
 
-    def squeeze(self: Tensor, dim: int | None = None) -> Tensor:
+    def squeeze(self, dim: int | None = None) -> Self:
         """Remove dimension `dim` if its size is 1 (else return self), or every size-1 dimension when dim is None.
 
         Examples:
@@ -279,7 +276,7 @@ class MovementMixin(TensorBase):
         d = self._axis(dim)  # a 0-d tensor takes dim 0 and -1, as in both libraries, and is returned as it is
         return self if self.ndim == 0 or self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
 
-    def unsqueeze(self: Tensor, dim: int) -> Tensor:
+    def unsqueeze(self, dim: int) -> Self:
         """Insert a dimension of size 1 at `dim` (negative counts from the end of the result).
 
         Examples:
@@ -292,7 +289,7 @@ class MovementMixin(TensorBase):
         return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
 
 
-    def unflatten(self: Tensor, dim: int, sizes: Sequence[int]) -> Tensor:
+    def unflatten(self, dim: int, sizes: Sequence[int]) -> Self:
         """Split dimension `dim` into `sizes` (one entry may be -1); the inverse of flatten.
 
         Examples:
@@ -308,7 +305,7 @@ class MovementMixin(TensorBase):
         return self.reshape(self.shape[:d] + sizes + self.shape[d + 1:])
 
     # ---- joining and splitting ----
-    def cat(self: Tensor, *args: Tensor, dim: int = 0) -> Tensor:
+    def cat(self, *args: Self, dim: int = 0) -> Self:
         """Concatenate along `dim`: `a.cat(b, c, dim=1)`, `Tensor.cat(a, b)` or `Tensor.cat([a, b])`. Mixed dtypes
         promote as in PyTorch; a 1-D empty tensor is skipped, as PyTorch does for legacy code.
 
@@ -333,7 +330,7 @@ class MovementMixin(TensorBase):
         if len(parts) == 1:
             return parts[0]
         total = sum(t.shape[d] for t in parts)
-        out: Tensor | None = None
+        out: Self | None = None
         offset = 0
         for t in parts:
             n = t.shape[d]
@@ -345,7 +342,7 @@ class MovementMixin(TensorBase):
         assert out is not None
         return out
 
-    def stack(self: Tensor, *args: Tensor, dim: int = 0) -> Tensor:
+    def stack(self, *args: Self, dim: int = 0) -> Self:
         """Join tensors of one shape along a new dimension `dim` (`a.stack(b)`, `Tensor.stack(a, b)` or
         `Tensor.stack([a, b])`).
 
@@ -363,7 +360,7 @@ class MovementMixin(TensorBase):
         d = tensors[0]._axis(dim, tensors[0].ndim + 1)
         return type(tensors[0]).cat(*[t.unsqueeze(d) for t in tensors], dim=d)  # self may be a list
 
-    def split(self: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+    def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Self, ...]:
         """Pieces of `sizes` elements along `dim` (an int: equal pieces, the last one smaller), as views.
 
         Examples:
@@ -393,7 +390,7 @@ class MovementMixin(TensorBase):
             start += length
         return tuple(out)
 
-    def chunk(self: Tensor, chunks: int, dim: int = 0) -> list[Tensor]:
+    def chunk(self, chunks: int, dim: int = 0) -> list[Self]:
         """At most `chunks` pieces of ceil(size / chunks) elements along `dim` (PyTorch's rule: possibly fewer).
 
         Examples:
@@ -409,7 +406,7 @@ class MovementMixin(TensorBase):
         return list(self.split(-(-n // int(chunks)), d))
 
     # ---- repeating ----
-    def repeat(self: Tensor, *repeats: Any) -> Tensor:
+    def repeat(self, *repeats: Any) -> Self:
         """Tile the tensor: `repeats[i]` copies along dimension i (extra leading entries add dimensions).
 
         Examples:
@@ -428,7 +425,7 @@ class MovementMixin(TensorBase):
         tiled = tuple(v for r, s in zip(reps, base) for v in (r, s))
         return self.reshape(spread).expand(tiled).reshape(tuple(r * s for r, s in zip(reps, base)))
 
-    def repeat_interleave(self: Tensor, repeats: int | Sequence[int] | Tensor, dim: int | None = None) -> Tensor:
+    def repeat_interleave(self, repeats: int | Sequence[int] | Self, dim: int | None = None) -> Self:
         """Repeat each element `repeats` times along `dim` (the flattened tensor when dim is None). Per-element
         counts (a list or a tensor) decide the output size, so a tensor of counts is realized to read them.
 
@@ -458,7 +455,7 @@ class MovementMixin(TensorBase):
         return x[(slice(None),) * d + (picks,)]
 
     # ---- windows, diagonals, rolls ----
-    def unfold(self: Tensor, dim: int, size: int, step: int) -> Tensor:
+    def unfold(self, dim: int, size: int, step: int) -> Self:
         """PyTorch's Tensor.unfold: every window of `size` elements along `dim`, starting every `step` elements.
         The windows become dimension `dim`; their elements a new last dimension.
 
@@ -486,7 +483,7 @@ class MovementMixin(TensorBase):
         order.insert(d, len(lead))
         return windows.permute(order + [len(lead) + 1])
 
-    def roll(self: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
+    def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Self:
         """Shift elements along `dims` by `shifts`, wrapping around (the flattened tensor when dims is None).
 
         Examples:
@@ -516,7 +513,7 @@ class MovementMixin(TensorBase):
             x = twice.shrink(tuple((n - s, 2 * n - s) if k == d else None for k in range(x.ndim)))
         return x
 
-    def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Self:
         """The diagonal of the (dim1, dim2) planes, `offset` above (positive) or below the main one, as a new
         last dimension.
 
@@ -538,7 +535,7 @@ class MovementMixin(TensorBase):
         flat = square.reshape(lead + (m * m,)).pad(nopad + ((0, m),)).reshape(lead + (m, m + 1))
         return flat.shrink(whole + ((0, m), (0, 1))).reshape(lead + (m,))
 
-    def diag(self: Tensor, diagonal: int = 0) -> Tensor:
+    def diag(self, diagonal: int = 0) -> Self:
         """PyTorch's diag: a 1-D tensor becomes a square matrix with it on diagonal `diagonal`; a matrix gives that
         diagonal as a 1-D tensor.
 
@@ -557,7 +554,7 @@ class MovementMixin(TensorBase):
         square = self.reshape(n, 1).pad(((0, 0), (0, n))).reshape(n * (n + 1)).shrink(((0, n * n),)).reshape(n, n)
         return square.pad(((0, k), (k, 0)) if diagonal >= 0 else ((k, 0), (0, k)))
 
-    def triu(self: Tensor, diagonal: int = 0) -> Tensor:
+    def triu(self, diagonal: int = 0) -> Self:
         """Zero everything below diagonal `diagonal` of the last two dimensions.
 
         Examples:
@@ -568,7 +565,7 @@ class MovementMixin(TensorBase):
         """
         return _triangle(self, diagonal, upper=True)
 
-    def tril(self: Tensor, diagonal: int = 0) -> Tensor:
+    def tril(self, diagonal: int = 0) -> Self:
         """Zero everything above diagonal `diagonal` of the last two dimensions.
 
         Examples:
@@ -577,7 +574,7 @@ class MovementMixin(TensorBase):
         """
         return _triangle(self, diagonal, upper=False)
 
-    def meshgrid(self: Tensor, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+    def meshgrid(self, *args: Self, indexing: str = "ij") -> tuple[Self, ...]:
         """Coordinate grids of 1-D tensors: `Tensor.meshgrid(x, y)`. indexing "ij" (matrix) gives shape
         (len(x), len(y)); "xy" (Cartesian) swaps the first two dimensions.
 
@@ -605,7 +602,7 @@ class MovementMixin(TensorBase):
             grids[0], grids[1] = grids[1], grids[0]
         return tuple(grids)
 
-    def rearrange(self: Tensor, formula: str, **sizes: int) -> Tensor:
+    def rearrange(self, formula: str, **sizes: int) -> Self:
         """einops-style rearrangement: `x.rearrange("b c (h w) -> b (c h) w", h=2)`. Names stand for axes,
         parentheses group axes into one dimension, `1` or `()` is a dimension of size 1 and `...` stands for the
         dimensions not named.
@@ -622,7 +619,7 @@ class MovementMixin(TensorBase):
 PAD_MODES = ("constant", "reflect", "replicate", "circular")
 
 
-def _pad_pairs(t: Tensor, padding: Sequence[tuple[int, int] | None] | Sequence[int]) -> list[tuple[int, int]]:
+def _pad_pairs(t: TensorT, padding: Sequence[tuple[int, int] | None] | Sequence[int]) -> list[tuple[int, int]]:
     pairs: list[tuple[int, int]]
     if padding and all(isinstance(p, (int, np.integer)) for p in padding):
         flat = [int(p) for p in padding]  # type: ignore[arg-type]
@@ -633,16 +630,16 @@ def _pad_pairs(t: Tensor, padding: Sequence[tuple[int, int] | None] | Sequence[i
         for i in range(len(flat) // 2):
             pairs[t.ndim - 1 - i] = (flat[2 * i], flat[2 * i + 1])
         return pairs
-    pairs = [(0, 0) if p is None else (_size(p[0]), _size(p[1])) for p in padding]  # type: ignore[index]
+    pairs = [(0, 0) if p is None else (_size(p[0]), _size(p[1])) for p in padding]  # type: ignore[index, misc]
     if len(pairs) != t.ndim:
         raise ShapeError(f"padding {padding} has {len(pairs)} entries for a tensor with {t.ndim} dimensions")
     return pairs
 
 
-def _pad_dim(x: Tensor, d: int, before: int, after: int, mode: str) -> Tensor:
+def _pad_dim(x: TensorT, d: int, before: int, after: int, mode: str) -> TensorT:
     n = x.shape[d]
 
-    def part(lo: int, hi: int) -> Tensor:
+    def part(lo: int, hi: int) -> TensorT:
         return x.shrink(tuple((lo, hi) if k == d else None for k in range(x.ndim)))
 
     if mode == "reflect":
@@ -663,13 +660,13 @@ def _pad_dim(x: Tensor, d: int, before: int, after: int, mode: str) -> Tensor:
     return type(x).cat(*[p for p in (left, x, right) if p.shape[d]] or [x], dim=d)
 
 
-def _tensor_list(first: Any, rest: Sequence[Any], name: str) -> list[Tensor]:
+def _tensor_list(first: Any, rest: Sequence[TensorT], name: str) -> list[TensorT]:
     # Tensor.cat([a, b]) calls the method with the list as `self`
     if isinstance(first, (list, tuple)) and rest:
         # Tensor.stack([a, b], c) is most likely a misplaced argument (PyTorch would read c as the dim)
         raise ArgListError(f"{name} takes its tensors either as one list or as separate arguments, got a list of "
                            f"{len(first)} and {len(rest)} more")
-    tensors: list[Tensor] = [*first, *rest] if isinstance(first, (list, tuple)) else [first, *rest]
+    tensors: list[TensorT] = [*first, *rest] if isinstance(first, (list, tuple)) else [first, *rest]
     if not tensors:
         raise ValueError(f"{name} needs at least one tensor")
     for i, t in enumerate(tensors):
@@ -689,7 +686,7 @@ def _int_args(args: tuple[Any, ...], name: str) -> tuple[int, ...]:
     return tuple(int(a) for a in args)
 
 
-def _sizes_or_none(t: Tensor, shape: tuple[Any, ...], name: str) -> tuple[int | None, ...]:
+def _sizes_or_none(t: TensorT, shape: tuple[Any, ...], name: str) -> tuple[int | None, ...]:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
     if len(shape) != t.ndim:
@@ -700,7 +697,7 @@ def _sizes_or_none(t: Tensor, shape: tuple[Any, ...], name: str) -> tuple[int | 
     return tuple(None if s is None else int(s) for s in shape)
 
 
-def _triangle(x: Tensor, diagonal: int, upper: bool) -> Tensor:
+def _triangle(x: TensorT, diagonal: int, upper: bool) -> TensorT:
     if x.ndim < 2:
         name = "triu" if upper else "tril"
         raise ValueError(f"{name} needs a tensor with at least 2 dimensions, got shape {x.shape}")
@@ -748,7 +745,7 @@ def _parse_side(side: str, formula: str) -> list[list[str]]:
     return groups
 
 
-def _rearrange(t: Tensor, formula: str, sizes: dict[str, int]) -> Tensor:
+def _rearrange(t: TensorT, formula: str, sizes: dict[str, int]) -> TensorT:
     if formula.count("->") != 1:
         raise ValueError(f"rearrange {formula!r}: needs exactly one '->'")
     left_text, right_text = formula.split("->")
@@ -811,7 +808,7 @@ def _negative(v: sint) -> bool:
     return isinstance(v, int) and v < 0
 
 
-def _symbolic_reshape(x: Tensor, shape: tuple[Any, ...]) -> Tensor:
+def _symbolic_reshape(x: TensorT, shape: tuple[Any, ...]) -> TensorT:
     """Reshapes that involve Variables: the element counts must be equal as expressions, i.e. for every value of the
     Variables (n*4 elements to (n, 2, 2)), since one kernel serves every value. One -1 is inferred when the other
     sizes divide the count exactly."""

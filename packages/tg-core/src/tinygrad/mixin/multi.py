@@ -6,27 +6,24 @@ graph is realized (tinygrad/multi.py)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Self
 
-from tinygrad.device.disk import is_disk
-from tinygrad.mixin.common import TensorBase
-from tinygrad.multi import canonical_devices, check_even, replicate_node, shard_like_node, shard_node
+from tinygrad.mixin.common import TensorBase, TensorT
+from tinygrad.multi import canonical_devices
 from tinygrad.uop.ops import UOp
-
-if TYPE_CHECKING:
-    from tinygrad.tensor import Tensor
+from tinygrad.uop.placement import check_even, replicate_node, shard_like_node, shard_node
 
 
-def _placed(x: Tensor, uop: UOp, devices: tuple[str, ...]) -> Tensor:
+def _placed(x: TensorT, uop: UOp, devices: tuple[str, ...]) -> TensorT:
     # as `to` does: the same value elsewhere, taking gradients as x does (no new leaf)
     out = type(x)(uop, device=devices)
     out._requires_grad = x._requires_grad
     return out
 
 
-def _on(x: Tensor, devices: tuple[str, ...]) -> UOp:
+def _on(x: TensorT, devices: tuple[str, ...]) -> UOp:
     """x's graph on `devices`: itself when it is there already, else replicated onto them."""
-    if is_disk(x.device):  # a file's bytes are read once, onto the first device, and go on from there
+    if type(x)._runtime.is_disk(x.device):  # a file's bytes are read once, onto the first device, and go on from there
         x = x.to(devices[0])
     return x.uop if x.device == devices else replicate_node(x.uop, devices)
 
@@ -34,7 +31,7 @@ def _on(x: Tensor, devices: tuple[str, ...]) -> UOp:
 class MultiDeviceMixin(TensorBase):
     __slots__ = ()
 
-    def shard(self: Tensor, devices: Sequence[str], axis: int | None = None) -> Tensor:
+    def shard(self, devices: Sequence[str], axis: int | None = None) -> Self:
         """This tensor split along `axis` over `devices`, each holding one equal part (axis None: each holds all of
         it). Ops on it run on every device; `.device` is the tuple of devices, `.shape` the whole shape. A tensor
         already on several devices is resharded (tinygrad refuses that).
@@ -53,7 +50,7 @@ class MultiDeviceMixin(TensorBase):
         check_even(self.shape, ax, len(devs))
         return _placed(self, shard_node(_on(self, devs), ax), devs)
 
-    def shard_(self: Tensor, devices: Sequence[str], axis: int | None = None) -> Tensor:
+    def shard_(self, devices: Sequence[str], axis: int | None = None) -> Self:
         """`shard` in place (a model's parameters: `for p in get_parameters(model): p.shard_(devices)`); returns
         self.
 
@@ -68,7 +65,7 @@ class MultiDeviceMixin(TensorBase):
         self.uop, self.device = moved.uop, moved.device
         return self
 
-    def shard_like(self: Tensor, y: Tensor) -> Tensor:
+    def shard_like(self, y: Self) -> Self:
         """This tensor placed as `y` is: on y's device, or over y's devices split along the same axis.
 
         Examples:
@@ -81,7 +78,7 @@ class MultiDeviceMixin(TensorBase):
             return self.to(y.device)
         return _placed(self, shard_like_node(_on(self, y.device), y.uop), y.device)
 
-    def _to_devices(self: Tensor, devices: Sequence[str]) -> Tensor:
+    def _to_devices(self, devices: Sequence[str]) -> Self:
         """`to` a tuple of devices: replicated on each, or self if it is on those devices already (sharded or not)."""
         devs = canonical_devices(devices)
         return self if self.device == devs else _placed(self, _on(self, devs), devs)

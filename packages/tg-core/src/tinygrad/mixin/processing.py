@@ -10,19 +10,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import Any, Self
 
 import numpy as np
 
-from tinygrad.device import Device
-from tinygrad.dtype import DType, DTypeLike, dtypes, least_upper_dtype
+from tinygrad.dtype import DTypeLike, dtypes, least_upper_dtype
 from tinygrad.errors import DTypeError, ShapeError
 from tinygrad.helpers import prod
-from tinygrad.mixin.common import TensorBase, acc_dtype, index_dtype
-from tinygrad.multi import first_device
-
-if TYPE_CHECKING:
-    from tinygrad.tensor import Tensor
+from tinygrad.mixin.common import TensorBase, TensorT, acc_dtype, index_dtype
+from tinygrad.uop.layout import BatchChunked, ConvOperand, WeightGradOperand
+from tinygrad.uop.ops import Ops, UOp
+from tinygrad.uop.windows import cut_windows, weight_gradient, window_lengths
 
 Pads = list[tuple[int, int]]
 
@@ -56,52 +55,25 @@ def _pads(padding: int | Sequence[int], n: int, name: str = "padding") -> Pads:
     raise ValueError(f"{name} {padding!r} needs 1, {n} or {2 * n} entries for {n} spatial dimensions")
 
 
-def _pad_spatial(x: Tensor, pads: Pads, value: float = 0.0) -> Tensor:
+def _pad_spatial(x: TensorT, pads: Pads, value: float = 0.0) -> TensorT:
     if all(p == (0, 0) for p in pads):
         return x
     return x.pad([None] * (x.ndim - len(pads)) + list(pads), value=value)
 
 
-def _fit(x: Tensor, lengths: Sequence[int]) -> Tensor:
+def _fit(x: TensorT, lengths: Sequence[int]) -> TensorT:
     """Crop or zero-extend the last len(lengths) dims at their end to the given lengths."""
     n = len(lengths)
     pads = [(0, want - have) for want, have in zip(lengths, x.shape[-n:])]
     return _pad_spatial(x, pads)  # a negative "after" crops
 
 
-def _windows(x: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
-             outs: tuple[int, ...]) -> Tensor:
+def _windows(x: TensorT, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
+             outs: tuple[int, ...]) -> TensorT:
     """Every sliding window of the last n dims as a view: (..., i1..in) -> (..., o1..on, k1..kn), with
     result[..., o, k] = x[..., o*stride + k*dilation] (per dimension). `outs` are the window counts; the input
-    must be long enough for them."""
-    n = len(kernel)
-    pre = x.shape[:-n]
-    npre = len(pre)
-    if all(k <= s for k, s in zip(kernel, stride)) and all(d == 1 for d in dilation):
-        # windows that do not overlap: split each dim into (o, s) and keep the first k of every step
-        x = _fit(x, [o * s for o, s in zip(outs, stride)])
-        x = x.reshape(pre + tuple(v for o, s in zip(outs, stride) for v in (o, s)))
-        x = x.shrink([None] * npre + [b for o, k in zip(outs, kernel) for b in ((0, o), (0, k))])
-    else:
-        # Overlapping (or dilated) windows repeat elements, which only an expand can do. Lay e copies of each
-        # row of length L end to end and read them back in rows of L + d: row k then starts k*d further into the
-        # data, so element (k, j) is x[j + k*d]. Keeping every s-th j of the first o*s gives x[o*s + k*d].
-        lens = [o * s + d * (k - 1) for o, s, k, d in zip(outs, stride, kernel, dilation)]
-        x = _fit(x, lens)
-        reps = [math.ceil(k * (ln + d) / ln) for k, ln, d in zip(kernel, lens, dilation)]
-        x = x.reshape(pre + tuple(v for ln in lens for v in (1, ln)))
-        x = x.expand(pre + tuple(v for e, ln in zip(reps, lens) for v in (e, ln)))
-        x = x.reshape(pre + tuple(e * ln for e, ln in zip(reps, lens)))
-        x = x.shrink([None] * npre + [(0, k * (ln + d)) for k, ln, d in zip(kernel, lens, dilation)])
-        x = x.reshape(pre + tuple(v for k, ln, d in zip(kernel, lens, dilation) for v in (k, ln + d)))
-        x = x.shrink([None] * npre + [b for k, o, s in zip(kernel, outs, stride) for b in ((0, k), (0, o * s))])
-        x = x.reshape(pre + tuple(v for k, o, s in zip(kernel, outs, stride) for v in (k, o, s)))
-        x = x.shrink([None] * npre + [b for k, o in zip(kernel, outs) for b in ((0, k), (0, o), (0, 1))])
-        x = x.reshape(pre + tuple(v for k, o in zip(kernel, outs) for v in (k, o)))
-        # (..., k1, o1, k2, o2, ...) -> (..., o1..on, k1..kn)
-        return x.permute(list(range(npre)) + [npre + 2 * i + 1 for i in range(n)] + [npre + 2 * i for i in range(n)])
-    # (..., o1, k1, o2, k2, ...) -> (..., o1..on, k1..kn)
-    return x.permute(list(range(npre)) + [npre + 2 * i for i in range(n)] + [npre + 2 * i + 1 for i in range(n)])
+    must be long enough for them (it is cropped or zero-extended at its end to what the windows read)."""
+    return cut_windows(_fit(x, window_lengths(kernel, stride, dilation, outs)), kernel, stride, dilation, outs)
 
 
 def _pool_geometry(name: str, spatial: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, ...],
@@ -126,7 +98,7 @@ def _pool_geometry(name: str, spatial: tuple[int, ...], kernel: tuple[int, ...],
     return tuple(outs), full
 
 
-def _pool_args(x: Tensor, name: str, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None,
+def _pool_args(x: TensorT, name: str, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None,
                dilation: int | Sequence[int], padding: int | Sequence[int]) -> tuple[Any, ...]:
     ks = _ints(kernel_size, 2 if isinstance(kernel_size, (int, np.integer)) else len(tuple(kernel_size)),
                "kernel_size")
@@ -191,7 +163,7 @@ def _interp_matrix(mode: str, i: int, o: int, scale: float | None, align_corners
     return w
 
 
-def _fixed_point_resample(moved: Tensor, w: np.ndarray) -> Tensor:
+def _fixed_point_resample(moved: TensorT, w: np.ndarray) -> TensorT:
     """Integers resampled along the last axis as PyTorch's uint8 kernel does, so that the result is the same to the
     last unit: the weights are rounded to integers with as many fraction bits as keep the largest one below 2**15,
     and each output is the sum rounded half up, clamped to the dtype's range."""
@@ -207,7 +179,7 @@ def _fixed_point_resample(moved: Tensor, w: np.ndarray) -> Tensor:
     return total.clip(moved.dtype.min, moved.dtype.max).cast(moved.dtype)
 
 
-def _resample_axis(x: Tensor, axis: int, mode: str, o: int, scale: float | None, align_corners: bool) -> Tensor:
+def _resample_axis(x: TensorT, axis: int, mode: str, o: int, scale: float | None, align_corners: bool) -> TensorT:
     i = x.shape[axis]
     w = _interp_matrix(mode, i, o, scale, align_corners)
     if o == i and np.array_equal(w, np.eye(i)):
@@ -233,9 +205,9 @@ class ProcessingMixin(TensorBase):
 
 
     # ---- convolution ----
-    def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
+    def conv2d(self, weight: Self, bias: Self | None = None, groups: int = 1,
                stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1,
-               padding: int | str | Sequence[int] = 0, dtype: DTypeLike | None = None) -> Tensor:
+               padding: int | str | Sequence[int] = 0, dtype: DTypeLike | None = None) -> Self:
         """Convolution (PyTorch's cross-correlation) over any number of spatial dims: the weight (cout, cin/groups,
         k1..kn) decides n, so 3-D and 5-D inputs give conv1d and conv3d. The input is (batch, cin, i1..in), or
         (cin, i1..in) unbatched. `padding`: an int, one int per dim, tinygrad's 2*n form in F.pad order (last dim
@@ -276,9 +248,9 @@ class ProcessingMixin(TensorBase):
             pads = [(max(b, 0), max(a, 0)) for b, a in pads]
         return _conv(x, weight, bias, groups, st, dil, pads, dtype, "conv2d", border_copy=True)
 
-    def image_conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
+    def image_conv2d(self, weight: Self, bias: Self | None = None, groups: int = 1,
                      stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1,
-                     padding: int | Sequence[int] = 0, dtype: DTypeLike | None = None) -> Tensor:
+                     padding: int | Sequence[int] = 0, dtype: DTypeLike | None = None) -> Self:
         """`conv2d` with tinygrad's name for the variant that, on Qualcomm GPUs, lays activations and weights out as
         image textures. Here it is exactly `conv2d` (same arguments, same results on every device).
 
@@ -288,9 +260,9 @@ class ProcessingMixin(TensorBase):
         """
         return self.conv2d(weight, bias, groups, stride, dilation, padding, dtype)
 
-    def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
+    def conv_transpose2d(self, weight: Self, bias: Self | None = None, groups: int = 1,
                          stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1,
-                         padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0) -> Tensor:
+                         padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0) -> Self:
         """Transposed convolution (the gradient of conv2d with respect to its input), over any number of spatial
         dims; weight is (cin, cout/groups, k1..kn). Output size per dim: (i-1)*stride - pad_before - pad_after +
         dilation*(k-1) + output_padding + 1.
@@ -339,9 +311,9 @@ class ProcessingMixin(TensorBase):
         return out.squeeze(0) if self.ndim == n + 1 else out
 
     # ---- pooling ----
-    def max_pool2d(self: Tensor, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
+    def max_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
                    dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, ceil_mode: bool = False,
-                   return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+                   return_indices: bool = False) -> Self | tuple[Self, Self]:
         """Max over windows of the last len(kernel_size) dims (an int kernel_size means 2 dims); stride defaults
         to kernel_size, padding is implicit -inf. With return_indices, also the position of each maximum in its
         input plane (flattened spatial dims, first maximum on ties), as PyTorch, for max_unpool2d: int32 as in
@@ -371,9 +343,9 @@ class ProcessingMixin(TensorBase):
         first = (win == out.reshape(out.shape + (1,) * n)).where(idx_win, plane).min(k_axes)
         return out, first
 
-    def max_unpool2d(self: Tensor, indices: Tensor, kernel_size: int | Sequence[int] = (2, 2),
+    def max_unpool2d(self, indices: Self, kernel_size: int | Sequence[int] = (2, 2),
                      stride: int | Sequence[int] | None = None, dilation: int | Sequence[int] = 1,
-                     padding: int | Sequence[int] = 0, output_size: Sequence[int] | None = None) -> Tensor:
+                     padding: int | Sequence[int] = 0, output_size: Sequence[int] | None = None) -> Self:
         """The inverse of max_pool2d: each value goes to the flat position `indices` gives it in its output plane,
         the rest is zero. The output size is (i-1)*stride - 2*padding + dilation*(k-1) + 1 per dim unless
         output_size (the full shape or its spatial dims) says otherwise.
@@ -420,9 +392,9 @@ class ProcessingMixin(TensorBase):
             define_gradient(out.uop, (self.uop,), rule, reads=(hit.uop,))
         return out
 
-    def avg_pool2d(self: Tensor, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
+    def avg_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
                    dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, ceil_mode: bool = False,
-                   count_include_pad: bool = True) -> Tensor:
+                   count_include_pad: bool = True) -> Self:
         """Mean over windows of the last len(kernel_size) dims. count_include_pad counts the zero padding in the
         divisor; positions that ceil_mode's last window reads past the padded input never count (PyTorch).
 
@@ -450,9 +422,9 @@ class ProcessingMixin(TensorBase):
         return total / divisor
 
     # ---- resampling ----
-    def interpolate(self: Tensor, size: int | Sequence[int] | None = None, mode: str = "linear",
+    def interpolate(self, size: int | Sequence[int] | None = None, mode: str = "linear",
                     align_corners: bool = False, scale_factor: float | Sequence[float] | None = None,
-                    recompute_scale_factor: bool | None = None) -> Tensor:
+                    recompute_scale_factor: bool | None = None) -> Self:
         """Resize the last len(size) dims (tinygrad: any number of leading dims) to `size`, or by `scale_factor`
         (PyTorch: a float scales all dims after the first two). Modes: nearest, nearest-exact, linear (also named
         bilinear/trilinear; any number of dims), bicubic/cubic (Keys, a=-0.75), with PyTorch's index rules.
@@ -474,26 +446,8 @@ class ProcessingMixin(TensorBase):
         if align_corners and kind.startswith("nearest"):
             raise ValueError("interpolate: align_corners can only be set with the interpolating modes linear, "
                              "bilinear, trilinear and bicubic")
-        if (size is None) == (scale_factor is None):
-            raise ValueError("interpolate: give exactly one of size and scale_factor")
-        if size is not None:
-            n = len(tuple(size)) if not isinstance(size, (int, np.integer)) else self.ndim - 2
-            if not 1 <= n <= self.ndim:
-                raise ValueError(f"interpolate: cannot resize {n} dims of a tensor of shape {self.shape}")
-            sizes = _ints(size, n, "size", minimum=1)
-            scales: tuple[float | None, ...] = (None,) * n
-        else:
-            one = isinstance(scale_factor, (int, float))
-            n = self.ndim - 2 if one else len(tuple(scale_factor))  # type: ignore[arg-type]
-            if not 1 <= n <= self.ndim:
-                raise ValueError(f"interpolate: cannot resize {n} dims of a tensor of shape {self.shape}")
-            factors = tuple(float(v) for v in ((scale_factor,) * n if one else scale_factor))  # type: ignore
-            if len(factors) != n or any(v <= 0 for v in factors):
-                raise ValueError(f"interpolate: scale_factor {scale_factor!r} must be positive, one per dim")
-            sizes = tuple(math.floor(i * v) for i, v in zip(self.shape[self.ndim - n:], factors))
-            if any(o < 1 for o in sizes):
-                raise ValueError(f"interpolate: scale_factor {scale_factor!r} gives the empty output size {sizes}")
-            scales = (None,) * n if recompute_scale_factor else factors
+        sizes, scales = _interp_sizes(self.shape, size, scale_factor, recompute_scale_factor)
+        n = len(sizes)
         # integers keep their dtype (PyTorch's uint8 resampling); each pass rounds, and as PyTorch's the last axis
         # goes first
         keep = kind.startswith("nearest") or self.dtype.is_int
@@ -505,6 +459,32 @@ class ProcessingMixin(TensorBase):
             x = _resample_axis(x, axis, kind, o, sc, align_corners)
         return x
 
+
+def _interp_sizes(shape: tuple[int, ...], size: int | Sequence[int] | None,
+                  scale_factor: float | Sequence[float] | None, recompute_scale_factor: bool | None
+                  ) -> tuple[tuple[int, ...], tuple[float | None, ...]]:
+    """interpolate's output size and the scale of each resized (trailing) dim of a tensor of `shape`."""
+    ndim = len(shape)
+    if (size is None) == (scale_factor is None):
+        raise ValueError("interpolate: give exactly one of size and scale_factor")
+    if size is not None:
+        n = len(tuple(size)) if not isinstance(size, (int, np.integer)) else ndim - 2
+        if not 1 <= n <= ndim:
+            raise ValueError(f"interpolate: cannot resize {n} dims of a tensor of shape {shape}")
+        return _ints(size, n, "size", minimum=1), (None,) * n
+    one = isinstance(scale_factor, (int, float))
+    n = ndim - 2 if one else len(tuple(scale_factor))  # type: ignore[arg-type]
+    if not 1 <= n <= ndim:
+        raise ValueError(f"interpolate: cannot resize {n} dims of a tensor of shape {shape}")
+    factors = tuple(float(v) for v in ((scale_factor,) * n if one else scale_factor))  # type: ignore
+    if len(factors) != n or any(v <= 0 for v in factors):
+        raise ValueError(f"interpolate: scale_factor {scale_factor!r} must be positive, one per dim")
+    sizes = tuple(math.floor(i * v) for i, v in zip(shape[ndim - n:], factors))
+    if any(o < 1 for o in sizes):
+        raise ValueError(f"interpolate: scale_factor {scale_factor!r} gives the empty output size {sizes}")
+    return sizes, (None,) * n if recompute_scale_factor else factors
+
+
 def _check_groups(name: str, groups: int, channels: int, what: str) -> None:
     if not isinstance(groups, (int, np.integer)) or isinstance(groups, bool) or groups < 1:
         raise ValueError(f"{name}: groups must be a positive int, got {groups!r}")
@@ -512,68 +492,13 @@ def _check_groups(name: str, groups: int, channels: int, what: str) -> None:
         raise ValueError(f"{name}: groups={groups} must divide the {channels} {what}")
 
 
-def _batch_chunk(bs: int, bytes_per_image: int, chunk_bytes: int) -> int:
-    """The images per partial sum of a weight gradient: the most whose inputs (images and output gradients) fit
-    chunk_bytes, a divisor of the batch; the whole batch when it fits (or when only single images would, which
-    gain nothing)."""
-    fitting = max(1, chunk_bytes // max(bytes_per_image, 1))
-    if fitting >= bs:
-        return bs
-    chunk = max(d for d in range(1, fitting + 1) if bs % d == 0)
-    return chunk if chunk > 1 else bs
+def _hinted(x: TensorT, hint: BatchChunked | ConvOperand | WeightGradOperand) -> TensorT:
+    """x marked as an operand that the scheduler's layout pass (engine/layout.py) may read from a copy in another
+    layout, as the target's knobs ask: the same graph on every device."""
+    return x._derive(UOp(Ops.LAYOUT, x.dtype, (x.uop,), hint))
 
 
-def _channels_last(x: Tensor) -> Tensor:
-    """x (bs, c, spatial...) as a view of the same shape over a copy whose channels are innermost in memory."""
-    n = x.ndim - 2
-    return x.permute((0,) + tuple(range(2, n + 2)) + (1,)).contiguous().permute((0, n + 1) + tuple(range(1, n + 1)))
-
-
-def _output_channels_last(w: Tensor) -> Tensor:
-    """A weight (cout, cin, k...) as a view of the same shape over a copy whose output channels are innermost."""
-    n = w.ndim
-    return w.permute(tuple(range(1, n)) + (0,)).contiguous().permute((n - 1,) + tuple(range(n - 1)))
-
-
-def _short_rows_conv(device: Any, acc: DType, bs: int, cout: int, outs: tuple[int, ...], padded: bool,
-                     window: bool) -> bool:
-    """Whether a convolution reads its weight with the output channels innermost (`_output_channels_last`), on a
-    device whose knobs ask for channels-last copies: when its output rows are shorter than half a SIMD register
-    (a 4x4 or 6x6 feature map), or than a whole one and padded, or (with a window wider than one: `window`, where
-    the device asks: `uneven_rows_channels_last`) than a whole one and leave part of its last half empty (10, 12
-    or 14 of 16 lanes), the usual SIMD direction along a row leaves lanes empty or tests the border in every lane.
-    With the channels contiguous in the weight, the kernel's tile is registers of output channels times several
-    images, each image's input value broadcast to the channels (faster on ResNet-style 4x4 and padded 8x8 layers
-    at batch 32, the MNIST example's 6x6 layer and, on the LLVM path, its 10-wide input gradient; not on a 1x1
-    convolution of 12-wide rows, which keeps its rows: CHANGELOG). The copy is one small kernel per call; it needs
-    whole registers of channels and a batch to tile."""
-    if not outs:
-        return False
-    knobs = Device[first_device(device)].knobs
-    lanes = knobs.simd_lanes(acc)
-    row = outs[-1]
-    uneven = knobs.uneven_rows_channels_last and window and row < lanes and row % (lanes // 2) != 0
-    short = row < lanes // 2 or (padded and row < lanes) or uneven
-    return bool(knobs.channels_last_min) and bs >= 4 and cout % (2 * lanes) == 0 and short
-
-
-#: a padded convolution's bordered copy of its input (`DeviceKnobs.conv_border_copy`) may hold at most this many times
-#: the elements of the convolution's output: a ResNet-style layer's copy holds 1-3 times as many, while an input
-#: broadcast by an expand (a few values viewed as gigabytes) would be made real by the copy
-BORDER_COPY_MAX_RATIO = 8
-
-
-def _copies_border(device: Any, padded_shape: tuple[Any, ...], out_shape: tuple[Any, ...], pads: Pads) -> bool:
-    """Whether a padded convolution reads a copy of its input with the border written out: where the device asks
-    (`conv_border_copy`) and the copy stays within `BORDER_COPY_MAX_RATIO` of the output."""
-    if not any(b or a for b, a in pads) or not Device[first_device(device)].knobs.conv_border_copy:
-        return False
-    if not all(isinstance(s, int) for s in (*padded_shape, *out_shape)):
-        return False  # a symbolic size: the copy's size is not known here
-    return prod(padded_shape) <= BORDER_COPY_MAX_RATIO * prod(out_shape)
-
-
-def _define_conv_gradient(out: Tensor, xp: Tensor, w: Tensor) -> None:
+def _define_conv_gradient(out: TensorT, xp: TensorT, w: TensorT) -> None:
     """Backpropagate through a stride-1 convolution `out` of the padded input `xp` (bs, cin, i...) with `w`
     (cout, cin, k...) by convolutions, as PyTorch does, instead of by the chain rule through the window view:
     that one scatters the input's gradient through an intermediate of every window (bs x cin x positions x
@@ -605,38 +530,22 @@ def _define_conv_gradient(out: Tensor, xp: Tensor, w: Tensor) -> None:
         full = _pad_spatial(g, border).contiguous()
         flipped = w.flip(tuple(range(2, n + 2))).transpose(0, 1)
         dx = _conv(full, flipped, None, 1, (1,) * n, (1,) * n, [(0, 0)] * n, None, "conv2d (gradient)")
-        # split-K over the batch: every output tile of the weight gradient reads all of its share of the inputs
-        # again, which for a whole batch (tens of MB) streams from memory. Partial sums over chunks of images
-        # whose inputs fit in half of the device's L2 (its knobs), then one small sum over the chunks
-        knobs = Device[first_device(device)].knobs
-        chunk = _batch_chunk(bs, (cin * math.prod(xp.shape[2:]) + cout * math.prod(outs)) * g.dtype.itemsize,
-                             knobs.l2_cache_bytes // 2)
-        batch = (bs // chunk, chunk) if chunk < bs else (1, bs)
-        if knobs.channels_last_min and cin >= knobs.channels_last_min:
-            # the weight gradient's outputs are (cout, cin, taps) and its reduction runs over the batch and the
-            # positions, along which the windows are contiguous. In the usual layout no output axis is, and the
-            # compiler finds no SIMD direction (slow on the MNIST example's second layer, CHANGELOG); a copy of the
-            # input with the channels innermost makes cin that direction, and the kernel a register-tiled
-            # matmul of g's broadcasts times vectors of channels
-            source, gw = _channels_last(xp), _channels_last(g)
-        elif knobs.channels_last_min and cout >= knobs.channels_last_min:
-            # few input channels (a first layer over grey or RGB images): the output channels are that direction,
-            # from a copy of g with its channels innermost, and the taps the register tile's other axis
-            source, gw = xp, _channels_last(g)
-        else:
-            source, gw = xp, g
-        # the batch is split before the windows are cut, where it is a plain outer dimension of both operands
-        taps = _windows(source.reshape(batch + source.shape[1:]), kernel, (1,) * n, (1,) * n, outs)
-        products = taps.reshape(batch + (1, cin) + outs + kernel) * gw.reshape(batch + (cout, 1) + outs + (1,) * n)
-        dw = products.sum((1,) + tuple(range(4, 4 + n)), dtype=g.dtype)
-        dw = dw.sum(0) if chunk < bs else dw.reshape(dw.shape[1:])
+        # the weight gradient's outputs are (cout, cin, taps) and its reduction runs over the batch and the
+        # positions, along which no output axis is contiguous: the layout pass may read the input and g from copies
+        # with their channels innermost, which gives the compiler a SIMD direction; and it may sum the batch in
+        # chunks whose inputs stay in the device's cache (engine/layout.py)
+        source = _hinted(xp, WeightGradOperand("input", cin, cout))
+        gw = _hinted(g, WeightGradOperand("grad", cin, cout))
+        per_image = (cin * math.prod(xp.shape[2:]) + cout * math.prod(outs)) * g.dtype.itemsize
+        dw = _hinted(make(weight_gradient(source.uop, gw.uop, kernel, outs, 1), device=device),
+                     BatchChunked(bs, per_image))
         return dx.uop, dw.uop
     define_gradient(out.uop, (xp.uop, w.uop), rule)
 
 
-def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, stride: tuple[int, ...],
+def _conv(x: TensorT, weight: TensorT, bias: TensorT | None, groups: int, stride: tuple[int, ...],
           dilation: tuple[int, ...], pads: Pads, dtype: DTypeLike | None, name: str,
-          border_copy: bool = False) -> Tensor:
+          border_copy: bool = False) -> TensorT:
     """The convolution of x by weight as windows times weights summed. `border_copy`: the padded input may be a copy
     with its border written out, where the device asks for one (`DeviceKnobs.conv_border_copy`); conv_transpose2d's
     input, spread out with zeros, is left as a view."""
@@ -664,18 +573,15 @@ def _conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, stride: t
     outs = tuple((p - d * (k - 1) - 1) // s + 1 for p, d, k, s in zip(padded, dilation, kernel, stride))
     acc, out_dtype = acc_dtype(least_upper_dtype(x.dtype, weight.dtype), dtype)
     xp, wa = _pad_spatial(x.cast(acc), pads), weight.cast(acc)
-    bordered = border_copy and _copies_border(x.device, xp.shape, (bs, cout) + outs, pads)
-    short = _short_rows_conv(x.device, acc, bs, cout, outs,
-                             padded=not bordered and any(b or a for b, a in pads[-1:]), window=kernel[-1] > 1)
-    if bordered and not short:
-        # the device's compiler prefers the border written out to tested in the inner loop (`conv_border_copy`)
-        xp = xp.contiguous()
-    win = _windows(xp, kernel, stride, dilation, outs).reshape((bs, groups, 1, cin_g) + outs + kernel)
-    read = _output_channels_last(wa) if groups == 1 and short else wa
-    w = read.reshape((1, groups, cout // groups, cin_g) + (1,) * n + kernel)
+    # the layout pass may read the padded input from a copy with its border written out, and the weight from a copy
+    # with its output channels innermost, as the target's knobs ask (engine/layout.py)
+    facts = ConvOperand("input", tuple(xp.shape), (bs, cout) + outs, tuple(pads), kernel[-1] > 1, groups, border_copy)
+    xh, wh = _hinted(xp, facts), _hinted(wa, replace(facts, role="weight"))
+    win = _windows(xh, kernel, stride, dilation, outs).reshape((bs, groups, 1, cin_g) + outs + kernel)
+    w = wh.reshape((1, groups, cout // groups, cin_g) + (1,) * n + kernel)
     out = (win * w).sum((3,) + tuple(range(4 + n, 4 + 2 * n)), dtype=acc).reshape((bs, cout) + outs)
     if groups == 1 and all(s == 1 for s in stride) and all(d == 1 for d in dilation) and acc.is_float:
-        _define_conv_gradient(out, xp, wa)
+        _define_conv_gradient(out, xh, wa)  # xh: the gradient reads the input as the forward pass does
     out = out.cast(out_dtype)
     if bias is not None:
         out = out + bias.reshape((1, cout) + (1,) * n)

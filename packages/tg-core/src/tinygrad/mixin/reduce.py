@@ -19,14 +19,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Self
 
 from tinygrad.dtype import DType, DTypeLike, dtypes, sum_acc_dtype, to_dtype
-from tinygrad.mixin.common import TensorBase, index_dtype
+from tinygrad.mixin.common import TensorBase, TensorT, index_dtype
 from tinygrad.uop.ops import Ops, UOp, sym_prod
-
-if TYPE_CHECKING:
-    from tinygrad.tensor import Tensor
 
 Axis = int | Sequence[int] | None
 
@@ -62,15 +59,15 @@ def _lowest(d: DType) -> float | int | bool:
     return d.min
 
 
-def _isnan(x: Tensor) -> Tensor:
+def _isnan(x: TensorT) -> TensorT:
     return x != x
 
 
-def _isinf(x: Tensor) -> Tensor:
+def _isinf(x: TensorT) -> TensorT:
     return (x == math.inf) | (x == -math.inf)
 
 
-def _reversed_order(x: Tensor) -> Tensor:
+def _reversed_order(x: TensorT) -> TensorT:
     """An order-reversing map that never overflows: -x for floats (NaN stays NaN), ~x for integers and bool."""
     return -x if x.dtype.is_float else ~x
 
@@ -79,22 +76,22 @@ class ReduceMixin(TensorBase):
     __slots__ = ()
 
     # ---- plain reductions ----
-    def _reduce_axes(self: Tensor, axis: Axis) -> tuple[int, ...]:
+    def _reduce_axes(self, axis: Axis) -> tuple[int, ...]:
         if axis is None:
             return tuple(range(self.ndim))
         axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)  # _axis rejects what is not an int
         checked = {self._axis(a) for a in axes}
         return tuple(sorted(checked)) if self.ndim else ()  # a 0-d tensor accepts dim 0 or -1 and has nothing to reduce
 
-    def _reduce(self: Tensor, op: Ops, axis: Axis, keepdim: bool) -> Tensor:
+    def _reduce(self, op: Ops, axis: Axis, keepdim: bool) -> Self:
         axes = self._reduce_axes(axis)
         out = self._derive(self.uop.reduce_axis(op, axes)) if axes else self
         if keepdim:
             return out
         return out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
-    def sum(self: Tensor, axis: Axis = None, keepdim: bool = False, dtype: DTypeLike | None = None,
-            dim: Axis = None) -> Tensor:
+    def sum(self, axis: Axis = None, keepdim: bool = False, dtype: DTypeLike | None = None,
+            dim: Axis = None) -> Self:
         """Sum in `dtype` if given; else bool and integers sum to int32 (unsigned: uint32; 64-bit ones in their own
         dtype, and narrower ones in 64 bits where so many are added that 32 bits could overflow), as in tinygrad, and
         floats to their own dtype, where floats
@@ -114,7 +111,7 @@ class ReduceMixin(TensorBase):
         s = self._accumulated_sum(_pick(axis, dim), keepdim)
         return s if s.dtype.is_int else s.cast(sum_acc_dtype(self.dtype))
 
-    def _accumulated_sum(self: Tensor, axis: Axis, keepdim: bool) -> Tensor:
+    def _accumulated_sum(self, axis: Axis, keepdim: bool) -> Self:
         """The sum in the dtype it accumulates in (`_accumulation_dtype`, `_integer_sum_dtype` for integers), before
         any rounding to the result's."""
         acc = _accumulation_dtype(self.dtype)
@@ -122,13 +119,13 @@ class ReduceMixin(TensorBase):
             acc = _integer_sum_dtype(self.dtype, self._reduced_count(axis))
         return self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
 
-    def _reduced_count(self: Tensor, axis: Axis) -> int:
+    def _reduced_count(self, axis: Axis) -> int:
         """How many elements each output of a reduction over `axis` adds up (a symbolic size at its largest)."""
         sizes = (self.shape[a] for a in self._reduce_axes(axis))
         return math.prod(s if isinstance(s, int) else int(s.vmax) for s in sizes)
 
-    def prod(self: Tensor, axis: Axis = None, keepdim: bool = False, dtype: DTypeLike | None = None,
-             dim: Axis = None) -> Tensor:
+    def prod(self, axis: Axis = None, keepdim: bool = False, dtype: DTypeLike | None = None,
+             dim: Axis = None) -> Self:
         """The product over `axis` (all by default); integers and bool multiply in `sum`'s dtype; `dtype`
         overrides.
 
@@ -141,7 +138,7 @@ class ReduceMixin(TensorBase):
         acc = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
         return self.cast(acc)._reduce(Ops.MUL, _pick(axis, dim), keepdim)
 
-    def max(self: Tensor, axis: Axis = None, keepdim: bool = False, dim: Axis = None) -> Tensor:
+    def max(self, axis: Axis = None, keepdim: bool = False, dim: Axis = None) -> Self:
         """The largest value over `axis` (all by default; PyTorch's `dim=` works too), NaN if there is one; over an
         empty dimension the identity, -inf or the dtype's smallest value (tinygrad; PyTorch raises). Returns values
         only (PyTorch's `max(dim)` also returns indices: use `argmax`); the gradient is shared among ties.
@@ -154,7 +151,7 @@ class ReduceMixin(TensorBase):
         axis = _pick(axis, dim)
         return self._reduce(Ops.MAX, axis, keepdim)
 
-    def min(self: Tensor, axis: Axis = None, keepdim: bool = False, dim: Axis = None) -> Tensor:
+    def min(self, axis: Axis = None, keepdim: bool = False, dim: Axis = None) -> Self:
         """The smallest value over `axis` (all by default), NaN if there is one, inf or the dtype's largest value
         over an empty dimension; values only (see `argmin`).
 
@@ -166,7 +163,7 @@ class ReduceMixin(TensorBase):
         axis = _pick(axis, dim)
         return _reversed_order(_reversed_order(self).max(axis, keepdim))
 
-    def mean(self: Tensor, axis: Axis = None, keepdim: bool = False, dim: Axis = None) -> Tensor:
+    def mean(self, axis: Axis = None, keepdim: bool = False, dim: Axis = None) -> Self:
         """The mean over `axis` (all by default), as a float; half floats accumulate in float32. The mean of an
         empty selection is NaN.
 
@@ -183,7 +180,7 @@ class ReduceMixin(TensorBase):
             return (s / type(self)(n, device=self.device).cast(s.dtype)).cast(x.dtype)
         return (s / n if n else s * math.nan).cast(x.dtype)
 
-    def any(self: Tensor, axis: Axis = None, keepdim: bool = False, dim: Axis = None) -> Tensor:
+    def any(self, axis: Axis = None, keepdim: bool = False, dim: Axis = None) -> Self:
         """Whether any element over `axis` (all by default) is true (nonzero), as a bool tensor.
 
         Examples:
@@ -194,7 +191,7 @@ class ReduceMixin(TensorBase):
         axis = _pick(axis, dim)
         return self.bool()._reduce(Ops.MAX, axis, keepdim) if self.numel() else self.bool().sum(axis, keepdim) != 0
 
-    def all(self: Tensor, axis: Axis = None, keepdim: bool = False, dim: Axis = None) -> Tensor:
+    def all(self, axis: Axis = None, keepdim: bool = False, dim: Axis = None) -> Self:
         """Whether every element over `axis` (all by default) is true (nonzero), as a bool tensor.
 
         Examples:
@@ -205,8 +202,8 @@ class ReduceMixin(TensorBase):
         return self.logical_not().any(_pick(axis, dim), keepdim).logical_not()
 
     # ---- statistics ----
-    def var(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1, *, dim: Axis = None,
-            unbiased: bool | None = None) -> Tensor:
+    def var(self, axis: Axis = None, keepdim: bool = False, correction: float = 1, *, dim: Axis = None,
+            unbiased: bool | None = None) -> Self:
         """Variance with Bessel's `correction` (PyTorch's; `unbiased=False` is `correction=0`). When the number of
         elements is not above the correction the result is inf or NaN, as in PyTorch.
 
@@ -226,8 +223,8 @@ class ReduceMixin(TensorBase):
             return squares / (type(self)(n, device=self.device).cast(squares.dtype) - correction).maximum(0)
         return squares / max(0, n - correction)
 
-    def std(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1, *, dim: Axis = None,
-            unbiased: bool | None = None) -> Tensor:
+    def std(self, axis: Axis = None, keepdim: bool = False, correction: float = 1, *, dim: Axis = None,
+            unbiased: bool | None = None) -> Self:
         """The standard deviation, `sqrt(var(...))`, with the same `correction` (Bessel's by default).
 
         Examples:
@@ -236,8 +233,8 @@ class ReduceMixin(TensorBase):
         """
         return self.var(axis, keepdim, correction, dim=dim, unbiased=unbiased).sqrt()
 
-    def var_mean(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1, *,
-                 dim: Axis = None, unbiased: bool | None = None) -> tuple[Tensor, Tensor]:
+    def var_mean(self, axis: Axis = None, keepdim: bool = False, correction: float = 1, *,
+                 dim: Axis = None, unbiased: bool | None = None) -> tuple[Self, Self]:
         """`(var, mean)` over the same axes, as PyTorch's `torch.var_mean`.
 
         Examples:
@@ -248,8 +245,8 @@ class ReduceMixin(TensorBase):
         axis = _pick(axis, dim)
         return self.var(axis, keepdim, correction, unbiased=unbiased), self.mean(axis, keepdim)
 
-    def std_mean(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1, *,
-                 dim: Axis = None, unbiased: bool | None = None) -> tuple[Tensor, Tensor]:
+    def std_mean(self, axis: Axis = None, keepdim: bool = False, correction: float = 1, *,
+                 dim: Axis = None, unbiased: bool | None = None) -> tuple[Self, Self]:
         """`(std, mean)` over the same axes, as PyTorch's `torch.std_mean`.
 
         Examples:
@@ -261,7 +258,7 @@ class ReduceMixin(TensorBase):
         return self.std(axis, keepdim, correction, unbiased=unbiased), self.mean(axis, keepdim)
 
     # ---- arg-extremes ----
-    def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None) -> Tensor:
+    def argmax(self, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None) -> Self:
         """The index of the largest value; the first one among ties, and NaN counts as largest (PyTorch). int32
         as in tinygrad (int64 along an axis too long for int32; PyTorch: always int64). Without `axis`, the index
         into the flattened tensor.
@@ -273,7 +270,7 @@ class ReduceMixin(TensorBase):
         """
         return self._arg_extreme(_pick(axis, dim), keepdim, "argmax")  # type: ignore[arg-type]
 
-    def argmin(self: Tensor, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None) -> Tensor:
+    def argmin(self, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None) -> Self:
         """The index (int32, as argmax) of the smallest value; the first one among ties, and NaN counts as
         smallest.
 
@@ -283,7 +280,7 @@ class ReduceMixin(TensorBase):
         """
         return _reversed_order(self)._arg_extreme(_pick(axis, dim), keepdim, "argmin")  # type: ignore[arg-type]
 
-    def _arg_extreme(self: Tensor, axis: int | None, keepdim: bool, name: str) -> Tensor:
+    def _arg_extreme(self, axis: int | None, keepdim: bool, name: str) -> Self:
         if axis is None:
             if self.numel() == 0:
                 raise IndexError(f"{name} of an empty tensor of shape {self.shape} has no answer; pass dim= to "
@@ -307,7 +304,7 @@ class ReduceMixin(TensorBase):
         return first.reshape(()) if self.ndim == 0 else first
 
     # ---- softmax family ----
-    def softmax(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None, *, dim: int | None = None) -> Tensor:
+    def softmax(self, axis: int = -1, dtype: DTypeLike | None = None, *, dim: int | None = None) -> Self:
         """exp(x) / sum(exp(x)) along `axis` (the last by default), computed stably (shifted by the max), as a
         float (`dtype` computes in that dtype).
 
@@ -321,7 +318,7 @@ class ReduceMixin(TensorBase):
         e = (x - x.max(ax, keepdim=True).detach()).exp()  # shifting by the max (no gradient: softmax ignores it)
         return (e / e.sum(ax, keepdim=True)).reshape(self.shape)
 
-    def log_softmax(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None, *, dim: int | None = None) -> Tensor:
+    def log_softmax(self, axis: int = -1, dtype: DTypeLike | None = None, *, dim: int | None = None) -> Self:
         """log(softmax(x)) along `axis` (the last by default), computed stably without taking the log of a
         softmax.
 
@@ -335,7 +332,7 @@ class ReduceMixin(TensorBase):
         shifted = x - x.max(ax, keepdim=True).detach()
         return (shifted - shifted.exp().sum(ax, keepdim=True).log()).reshape(self.shape)
 
-    def softmin(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None, *, dim: int | None = None) -> Tensor:
+    def softmin(self, axis: int = -1, dtype: DTypeLike | None = None, *, dim: int | None = None) -> Self:
         """softmax of -x along `axis`: the largest weight goes to the smallest value.
 
         Examples:
@@ -345,13 +342,13 @@ class ReduceMixin(TensorBase):
         x = self.cast(dtype) if dtype is not None else self._float()
         return (-x).softmax(_pick(axis, dim))  # type: ignore[arg-type]
 
-    def _along(self: Tensor, axis: int, dtype: DTypeLike | None = None) -> tuple[Tensor, int]:
+    def _along(self, axis: int, dtype: DTypeLike | None = None) -> tuple[Self, int]:
         """The tensor as floats (0-d made 1-d) and the checked axis."""
         ax = self._axis(axis)
         x = self.cast(dtype) if dtype is not None else self._float()
         return (x.reshape(1) if self.ndim == 0 else x), ax
 
-    def logsumexp(self: Tensor, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Tensor:
+    def logsumexp(self, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Self:
         """log(sum(exp(x))) without overflow; -inf over an empty dimension, as in PyTorch.
 
         Examples:
@@ -371,7 +368,7 @@ class ReduceMixin(TensorBase):
         return out if keepdim else out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
     # ---- cumulative scans ----
-    def cumsum(self: Tensor, axis: int = 0, dtype: DTypeLike | None = None, *, dim: int | None = None) -> Tensor:
+    def cumsum(self, axis: int = 0, dtype: DTypeLike | None = None, *, dim: int | None = None) -> Self:
         """Running sums along `axis` (0 by default; PyTorch's `dim=` works too). Integers and bool accumulate in
         int64, as `sum`; `dtype` overrides.
 
@@ -386,7 +383,7 @@ class ReduceMixin(TensorBase):
             _integer_sum_dtype(self.dtype, self._reduced_count(ax))
         return self.cast(acc)._scan_along(ax, _sum_window, type(self).add, 0)  # type: ignore[arg-type]
 
-    def cumprod(self: Tensor, axis: int = 0, dtype: DTypeLike | None = None, *, dim: int | None = None) -> Tensor:
+    def cumprod(self, axis: int = 0, dtype: DTypeLike | None = None, *, dim: int | None = None) -> Self:
         """Running products along `axis` (0 by default); integers multiply in `sum`'s dtype.
 
         Examples:
@@ -396,7 +393,7 @@ class ReduceMixin(TensorBase):
         acc = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
         return self.cast(acc)._scan_along(_pick(axis, dim), _prod_window, type(self).mul, 1)  # type: ignore[arg-type]
 
-    def logcumsumexp(self: Tensor, axis: int = 0, *, dim: int | None = None) -> Tensor:
+    def logcumsumexp(self, axis: int = 0, *, dim: int | None = None) -> Self:
         """Running log(sum(exp(x))) along `axis` (0 by default), computed without overflow.
 
         Examples:
@@ -406,7 +403,7 @@ class ReduceMixin(TensorBase):
         x = self._float()
         return x._scan_along(_pick(axis, dim), _logsumexp_window, _logaddexp, -math.inf)  # type: ignore[arg-type]
 
-    def cummax(self: Tensor, axis: int = 0, *, dim: int | None = None) -> tuple[Tensor, Tensor]:
+    def cummax(self, axis: int = 0, *, dim: int | None = None) -> tuple[Self, Self]:
         """Running maximum and the index where it was reached (int32 as in tinygrad, int64 for a huge axis):
         the latest index among ties, and NaN wins once seen, as PyTorch's `cummax` (which returns a (values,
         indices) namedtuple).
@@ -418,7 +415,7 @@ class ReduceMixin(TensorBase):
         """
         return self._cum_extreme(_pick(axis, dim), largest=True)  # type: ignore[arg-type]
 
-    def cummin(self: Tensor, axis: int = 0, *, dim: int | None = None) -> tuple[Tensor, Tensor]:
+    def cummin(self, axis: int = 0, *, dim: int | None = None) -> tuple[Self, Self]:
         """Running minimum and the index where it was reached (the latest among ties; NaN wins once seen), as
         `cummax`.
 
@@ -429,15 +426,15 @@ class ReduceMixin(TensorBase):
         """
         return self._cum_extreme(_pick(axis, dim), largest=False)  # type: ignore[arg-type]
 
-    def _scan_along(self: Tensor, axis: int, window: Callable[[Tensor], Tensor],
-                    combine: Callable[[Tensor, Tensor], Tensor], identity: float) -> Tensor:
+    def _scan_along(self, axis: int, window: Callable[[Self], Self],
+                    combine: Callable[[Self, Self], Self], identity: float) -> Self:
         ax = self._axis(axis)
         if self.ndim == 0:
             return _scan(self.reshape(1), window, combine, identity).reshape(())
         x = self.transpose(ax, -1)
         return _scan(x, window, combine, identity).transpose(ax, -1)
 
-    def _cum_extreme(self: Tensor, axis: int, largest: bool) -> tuple[Tensor, Tensor]:
+    def _cum_extreme(self, axis: int, largest: bool) -> tuple[Self, Self]:
         ax = self._axis(axis)
         x = self.reshape(1) if self.ndim == 0 else self.transpose(ax, -1)
         n = x.shape[-1]
@@ -459,7 +456,7 @@ class ReduceMixin(TensorBase):
         return values.transpose(ax, -1), idx.cast(index_dtype(n)).transpose(ax, -1)
 
     # ---- sorting ----
-    def sort(self: Tensor, dim: int = -1, descending: bool = False, *, stable: bool = True) -> tuple[Tensor, Tensor]:
+    def sort(self, dim: int = -1, descending: bool = False, *, stable: bool = True) -> tuple[Self, Self]:
         """Sorted values and the indices they came from (int32 as in tinygrad, int64 for a huge axis). The order
         is always stable (equal values keep their order, PyTorch's `stable=True`) and NaN sorts above everything.
         O(n^2) work, O(n) memory per row.
@@ -476,7 +473,7 @@ class ReduceMixin(TensorBase):
         perm = _rank_permutation(x, descending, x.shape[-1])
         return back(_take_last(x, perm)), back(perm.cast(index_dtype(x.shape[-1])))
 
-    def argsort(self: Tensor, dim: int = -1, descending: bool = False, *, stable: bool = True) -> Tensor:
+    def argsort(self, dim: int = -1, descending: bool = False, *, stable: bool = True) -> Self:
         """The indices that sort `dim` (the last by default), stably; `sort(...)[1]`.
 
         Examples:
@@ -487,8 +484,8 @@ class ReduceMixin(TensorBase):
         """
         return self.sort(dim, descending)[1]
 
-    def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True, *,
-             sorted: bool | None = None) -> tuple[Tensor, Tensor]:
+    def topk(self, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True, *,
+             sorted: bool | None = None) -> tuple[Self, Self]:
         """The k largest (or smallest) values along `dim` and their indices (int32 as sort), always in sorted order
         (`sorted_=False` / PyTorch's `sorted=False` allow any order, so sorted is correct too).
 
@@ -508,7 +505,7 @@ class ReduceMixin(TensorBase):
         perm = _rank_permutation(x, largest, k)
         return back(_take_last(x, perm)), back(perm.cast(index_dtype(n)))
 
-    def _last(self: Tensor, dim: int) -> tuple[Tensor, Callable[[Tensor], Tensor]]:
+    def _last(self, dim: int) -> tuple[Self, Callable[[Self], Self]]:
         """The tensor with `dim` moved last (0-d made 1-d), and the function that moves it back."""
         ax = self._axis(dim)
         if self.ndim == 0:
@@ -516,7 +513,7 @@ class ReduceMixin(TensorBase):
         return self.transpose(ax, -1), lambda t: t.transpose(ax, -1)
 
     # ---- norms ----
-    def normalize(self: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+    def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Self:
         """x / max(||x||_p, eps) along `dim` (PyTorch's `F.normalize`). p = 0 counts the nonzero elements (a norm
         without gradient, as PyTorch's), a negative p is (sum |x|^p)^(1/p). The gradient at a zero vector is
         finite, as in PyTorch.
@@ -559,7 +556,7 @@ class ReduceMixin(TensorBase):
 
 # ---- scan machinery ----
 
-def _windows(x: Tensor, identity: float) -> Tensor:
+def _windows(x: TensorT, identity: float) -> TensorT:
     """For x of shape (..., L): the view W of shape (..., L, L) with W[..., i, k] = x[..., i + k - (L - 1)], the
     identity where that index is negative. Row i holds x[..., :i + 1], so reducing over k gives an inclusive scan.
     Built by repeating the padded row (length 2L-1) L+1 times and re-reading it with a row stride of 2L: each row
@@ -572,8 +569,8 @@ def _windows(x: Tensor, identity: float) -> Tensor:
     return z.shrink(whole + ((0, n), (0, n)))
 
 
-def _scan(x: Tensor, window: Callable[[Tensor], Tensor], combine: Callable[[Tensor, Tensor], Tensor],
-          identity: float) -> Tensor:
+def _scan(x: TensorT, window: Callable[[TensorT], TensorT], combine: Callable[[TensorT, TensorT], TensorT],
+          identity: float) -> TensorT:
     """Inclusive scan along the last axis, blocked (see the module docstring)."""
     lead, n = x.shape[:-1], x.shape[-1]
     if not isinstance(n, int):  # a symbolic length: one window of its largest size, read at the bound value
@@ -595,29 +592,29 @@ def _scan(x: Tensor, window: Callable[[Tensor], Tensor], combine: Callable[[Tens
     return out.shrink(whole + ((0, n),))
 
 
-def _shift_right(x: Tensor, fill: float) -> Tensor:
+def _shift_right(x: TensorT, fill: float) -> TensorT:
     """x moved one place along the last axis, `fill` entering at the front."""
     lead = x.ndim - 1
     return x.pad(((0, 0),) * lead + ((1, 0),), value=fill).shrink((None,) * lead + ((0, x.shape[-1]),))
 
 
-def _sum_window(w: Tensor) -> Tensor:
+def _sum_window(w: TensorT) -> TensorT:
     return w.sum(-1, dtype=w.dtype)
 
 
-def _prod_window(w: Tensor) -> Tensor:
+def _prod_window(w: TensorT) -> TensorT:
     return w.prod(-1, dtype=w.dtype)
 
 
-def _max_window(w: Tensor) -> Tensor:
+def _max_window(w: TensorT) -> TensorT:
     return w.max(-1)
 
 
-def _logsumexp_window(w: Tensor) -> Tensor:
+def _logsumexp_window(w: TensorT) -> TensorT:
     return w.logsumexp(-1)
 
 
-def _logaddexp(a: Tensor, b: Tensor) -> Tensor:
+def _logaddexp(a: TensorT, b: TensorT) -> TensorT:
     m = a.maximum(b).detach()
     m = _isinf(m).where(0.0, m)
     return ((a - m).exp() + (b - m).exp()).log() + m
@@ -625,7 +622,7 @@ def _logaddexp(a: Tensor, b: Tensor) -> Tensor:
 
 # ---- gather and ranking ----
 
-def _take_last(x: Tensor, idx: Tensor) -> Tensor:
+def _take_last(x: TensorT, idx: TensorT) -> TensorT:
     """out[..., i] = x[..., idx[..., i]] for idx (any int dtype, values in range) of shape (..., m): a one-hot
     comparison that fuses into a reduction. Floats sum the one selected value (the gradient goes exactly there);
     other dtypes take the max over the selection, which keeps their dtype."""
@@ -636,18 +633,18 @@ def _take_last(x: Tensor, idx: Tensor) -> Tensor:
     return picked.where(x.unsqueeze(-2), _lowest(x.dtype)).max(-1)
 
 
-def _before(a: Tensor, b: Tensor, descending: bool) -> Tensor:
+def _before(a: TensorT, b: TensorT, descending: bool) -> TensorT:
     """Whether a sorts strictly before b; NaN is above every number."""
     lo, hi = (b, a) if descending else (a, b)
     out = lo < hi
     return out | (_isnan(hi) & ~_isnan(lo)) if a.dtype.is_float else out
 
 
-def _equal(a: Tensor, b: Tensor) -> Tensor:
+def _equal(a: TensorT, b: TensorT) -> TensorT:
     return (a == b) | (_isnan(a) & _isnan(b)) if a.dtype.is_float else a == b
 
 
-def _rank_permutation(x: Tensor, descending: bool, k: int) -> Tensor:
+def _rank_permutation(x: TensorT, descending: bool, k: int) -> TensorT:
     """For x of shape (..., n): the (int32) indices of its first k elements in stable sorted order."""
     n = x.shape[-1]
     xi, xj = x.detach().unsqueeze(-1), x.detach().unsqueeze(-2)  # element i against every element j

@@ -37,11 +37,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from tinygrad.dtype import DType, dtypes
+from tinygrad.mixin.common import TensorT
 from tinygrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
-    from tinygrad.multi import DeviceSpec
-    from tinygrad.tensor import Tensor
+    from tinygrad.uop.placement import DeviceSpec
 
 MASK32 = 0xFFFFFFFF
 #: the words of one draw are numbered with 32 bits: a larger draw is split into chunks of this many words
@@ -103,7 +103,7 @@ class DeviceRNG:
 
     #: tinygrad's default: the time of import in seconds, so runs that do not seed draw differently
     seed = int(time.time())
-    states: dict[str, Tensor] = {}
+    states: dict[str, Any] = {}  # device -> its state tensor
     #: devices in the order of their first draw since the seed: a device's key comes from its place here
     order: list[str] = []
     #: the place each existing state's key was made for at the last `manual_seed` (before the order was known)
@@ -125,7 +125,7 @@ class DeviceRNG:
             cls.pending[device] = 0
 
     @classmethod
-    def state(cls, tensor_type: type[Tensor], device: str) -> Tensor:
+    def state(cls, tensor_type: type[TensorT], device: str) -> TensorT:
         """The state tensor of `device`, keyed for the device's place in the order of first draws since the seed."""
         if device not in cls.order:
             number = len(cls.order)
@@ -142,7 +142,7 @@ class DeviceRNG:
         return cls.states[device]
 
     @classmethod
-    def bits(cls, tensor_type: type[Tensor], n: int, device: DeviceSpec) -> Tensor:
+    def bits(cls, tensor_type: type[TensorT], n: int, device: DeviceSpec) -> TensorT:
         """The next n words (uint32, lazy) of `device`'s stream, advancing its count by n."""
         if isinstance(device, tuple):  # drawn on the first device, so that every device holds the same values
             return cls.bits(tensor_type, n, device[0]).to(device)
@@ -171,12 +171,12 @@ class DeviceRNG:
         return chunks[0].cat(*chunks[1:]) if len(chunks) > 1 else chunks[0]
 
 
-def _fresh_state(tensor_type: type[Tensor], device: str, number: int, seed: int) -> Tensor:
+def _fresh_state(tensor_type: type[TensorT], device: str, number: int, seed: int) -> TensorT:
     # uploaded from the host: a buffer of its own, never a constant that equal states would share
     return tensor_type(np.array([device_key(number), seed & MASK32, 0, 0], dtype=np.uint32), device=device)
 
 
-def _chunk(tensor_type: type[Tensor], k0: Tensor, k1: Tensor, size: int, device: str) -> Tensor:
+def _chunk(tensor_type: type[TensorT], k0: TensorT, k1: TensorT, size: int, device: str) -> TensorT:
     """Words 0..size-1 of a chunk with the key (k0, k1): word j < h = ceil(size / 2) is Threefry's first output for
     the counter (j, j + h), word h + j its second. Each word computes its own pair (one Threefry per word, no
     concatenation of two halves that would compute both)."""
@@ -188,7 +188,7 @@ def _chunk(tensor_type: type[Tensor], k0: Tensor, k1: Tensor, size: int, device:
     return second.where(y1, y0)
 
 
-def _advance(state: Tensor, n: int) -> Tensor:
+def _advance(state: TensorT, n: int) -> TensorT:
     lo, hi = state[2:3], state[3:4]
     new_lo = lo + (n & MASK32)
     carry = (new_lo < lo).cast(dtypes.uint32)
@@ -202,7 +202,7 @@ def words_for(n: int, dtype: DType) -> int:
     return math.ceil(n * dtype.itemsize / 4)
 
 
-def stream_bytes(words: Tensor, n: int, size: int) -> Tensor:
+def stream_bytes(words: TensorT, n: int, size: int) -> TensorT:
     """The first n values of `size` bytes (1, 2, 4 or 8) in the byte stream of `words` (little-endian: the low part
     of a word first), as uint32 pieces: shape (n,) for sizes up to 4, (n, 2) (low word, high word) for 8."""
     if size == 4:
@@ -215,7 +215,7 @@ def stream_bytes(words: Tensor, n: int, size: int) -> Tensor:
     return pieces[0].stack(*pieces[1:], dim=1).reshape(words.shape[0] * per_word)[:n]
 
 
-def uniform_bits(tensor_type: type[Tensor], n: int, dtype: DType, device: DeviceSpec) -> Tensor:
+def uniform_bits(tensor_type: type[TensorT], n: int, dtype: DType, device: DeviceSpec) -> TensorT:
     """n values in [0, 1) of the float `dtype`, lazily: each is f / 2**m with f the top m bits (m: the explicit
     mantissa bits of `dtype`) of its bytes of the stream, tinygrad's `bitcast(f | bits of 1.0) - 1`."""
     mant = dtypes.finfo(dtype)[1]
@@ -232,7 +232,7 @@ def uniform_bits(tensor_type: type[Tensor], n: int, dtype: DType, device: Device
     return (fraction.cast(dtypes.float32) * 2.0 ** -mant).cast(dtype)
 
 
-def normal_bits(tensor_type: type[Tensor], n: int, device: DeviceSpec) -> Tensor:
+def normal_bits(tensor_type: type[TensorT], n: int, device: DeviceSpec) -> TensorT:
     """n standard normal float32 values: Box-Muller, cos(2 pi u) * sqrt(-2 log(1 - v)), on the first n and the next n
     float32 values of one draw of 2n (as tinygrad: its randn draws rand of shape (2, n) in float32)."""
     u = uniform_bits(tensor_type, 2 * n, dtypes.float32, device)
@@ -240,7 +240,7 @@ def normal_bits(tensor_type: type[Tensor], n: int, device: DeviceSpec) -> Tensor
     return (first * (2 * math.pi)).cos() * ((1 - second).log() * -2).sqrt()  # 1 - second is in (0, 1]
 
 
-def bits64(tensor_type: type[Tensor], n: int, device: DeviceSpec) -> Tensor:
+def bits64(tensor_type: type[TensorT], n: int, device: DeviceSpec) -> TensorT:
     """n uint64 values, each two words of the stream (the low word first)."""
     pairs = stream_bytes(DeviceRNG.bits(tensor_type, 2 * n, device), n, 8).cast(dtypes.uint64)
     return pairs[:, 0] | (pairs[:, 1] << 32)

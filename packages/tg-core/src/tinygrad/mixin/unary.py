@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Self
 
 from tinygrad.dtype import dtypes
 from tinygrad.errors import ArgumentError, DTypeError
-from tinygrad.mixin.common import Scalar, TensorBase, scalar_like, sign_bit
+from tinygrad.mixin.common import Scalar, TensorBase, TensorT, scalar_like, sign_bit
 from tinygrad.uop.ops import Ops
-
-if TYPE_CHECKING:
-    from tinygrad.tensor import Tensor
 
 LN2 = math.log(2)
 SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
@@ -30,7 +27,7 @@ class UnaryMixin(TensorBase):
     __slots__ = ()
 
     # unary math
-    def neg(self: Tensor) -> Tensor:
+    def neg(self) -> Self:
         """`-self` elementwise (integers wrap at their minimum); bool tensors raise DTypeError (use `logical_not`).
 
         Examples:
@@ -41,7 +38,7 @@ class UnaryMixin(TensorBase):
             raise DTypeError("negation of a bool tensor is not supported; use logical_not()")
         return self._unop(Ops.NEG)
 
-    def reciprocal(self: Tensor) -> Tensor:
+    def reciprocal(self) -> Self:
         """`1 / self` elementwise, as a float (integers are cast to `default_float` first).
 
         Examples:
@@ -50,7 +47,7 @@ class UnaryMixin(TensorBase):
         """
         return self._float()._unop(Ops.RECIPROCAL)
 
-    def sqrt(self: Tensor) -> Tensor:
+    def sqrt(self) -> Self:
         """The square root, as a float; NaN for negative values.
 
         Examples:
@@ -59,7 +56,7 @@ class UnaryMixin(TensorBase):
         """
         return self._float()._unop(Ops.SQRT)
 
-    def rsqrt(self: Tensor) -> Tensor:
+    def rsqrt(self) -> Self:
         """`1 / sqrt(self)`, as a float.
 
         Examples:
@@ -68,7 +65,7 @@ class UnaryMixin(TensorBase):
         """
         return _in_float32(self, lambda x: x.sqrt().reciprocal())
 
-    def exp2(self: Tensor) -> Tensor:
+    def exp2(self) -> Self:
         """`2 ** self`, as a float.
 
         Examples:
@@ -77,7 +74,7 @@ class UnaryMixin(TensorBase):
         """
         return self._float()._unop(Ops.EXP2)
 
-    def log2(self: Tensor) -> Tensor:
+    def log2(self) -> Self:
         """The base-2 logarithm, as a float (-inf at 0, NaN below).
 
         Examples:
@@ -86,7 +83,7 @@ class UnaryMixin(TensorBase):
         """
         return self._float()._unop(Ops.LOG2)
 
-    def exp(self: Tensor) -> Tensor:
+    def exp(self) -> Self:
         """The exponential `e ** self`, as a float (computed as exp2(x / ln 2); half floats in float32).
 
         Examples:
@@ -95,7 +92,7 @@ class UnaryMixin(TensorBase):
         """
         return _in_float32(self, lambda x: (x * (1 / LN2)).exp2())
 
-    def log(self: Tensor) -> Tensor:
+    def log(self) -> Self:
         """The natural logarithm, as a float (-inf at 0, NaN below).
 
         Examples:
@@ -104,7 +101,7 @@ class UnaryMixin(TensorBase):
         """
         return _in_float32(self, lambda x: x.log2() * LN2)
 
-    def log10(self: Tensor) -> Tensor:
+    def log10(self) -> Self:
         """The base-10 logarithm, as a float.
 
         Examples:
@@ -113,7 +110,7 @@ class UnaryMixin(TensorBase):
         """
         return _in_float32(self, lambda x: x.log2() * math.log10(2))
 
-    def sin(self: Tensor) -> Tensor:
+    def sin(self) -> Self:
         """The sine (radians), as a float.
 
         Examples:
@@ -122,7 +119,7 @@ class UnaryMixin(TensorBase):
         """
         return self._float()._unop(Ops.SIN)
 
-    def cos(self: Tensor) -> Tensor:
+    def cos(self) -> Self:
         """The cosine (radians), as a float; computed as 1 - 2 sin^2(x/2), accurate for large |x| too.
 
         Examples:
@@ -130,12 +127,12 @@ class UnaryMixin(TensorBase):
             [1.0, -1.0, 0.5403]
         """
         # 1 - 2 sin^2(x/2): x/2 is exact, where pi/2 - x would lose pi/2 entirely for large |x|
-        def f(x: Tensor) -> Tensor:
+        def f(x: Self) -> Self:
             h = (x * 0.5).sin()
             return 1 - 2 * h * h
         return _in_float32(self, f)
 
-    def tan(self: Tensor) -> Tensor:
+    def tan(self) -> Self:
         """The tangent (radians), as a float: sin / cos.
 
         Examples:
@@ -144,7 +141,7 @@ class UnaryMixin(TensorBase):
         """
         return _in_float32(self, lambda x: x.sin() / x.cos())
 
-    def expm1(self: Tensor) -> Tensor:
+    def expm1(self) -> Self:
         """exp(x) - 1, accurate near 0 (a Taylor series for |x| < 0.5).
 
         Examples:
@@ -153,21 +150,21 @@ class UnaryMixin(TensorBase):
             >>> [round(v, 4) for v in Tensor([1.0]).expm1().tolist()]
             [1.7183]
         """
-        def f(x: Tensor) -> Tensor:
+        def f(x: Self) -> Self:
             small = (x < 0.5) & (x > -0.5)
             xs = small.where(x, 0.0)
             series = xs * _poly(xs, [1 / math.factorial(k) for k in range(1, 15 if _wide(x) else 10)])
             return small.where(series, small.where(0.0, x).exp() - 1)
         return _in_float32(self, f)
 
-    def log1p(self: Tensor) -> Tensor:
+    def log1p(self) -> Self:
         """log(1 + x), accurate near 0 (2 atanh(x / (2 + x)) as a series for |x| < 0.3).
 
         Examples:
             >>> [round(v, 4) for v in Tensor([0.0, 1.0, math.e - 1]).log1p().tolist()]
             [0.0, 0.6931, 1.0]
         """
-        def f(x: Tensor) -> Tensor:
+        def f(x: Self) -> Self:
             small = (x < 0.3) & (x > -0.3)
             xs = small.where(x, 0.0)
             s = xs / (xs + 2)
@@ -175,7 +172,7 @@ class UnaryMixin(TensorBase):
             return small.where(series, (small.where(0.0, x) + 1).log())
         return _in_float32(self, f)
 
-    def sinh(self: Tensor) -> Tensor:
+    def sinh(self) -> Self:
         """The hyperbolic sine, as a float.
 
         Examples:
@@ -184,7 +181,7 @@ class UnaryMixin(TensorBase):
         """
         return _in_float32(self, lambda x: (x.expm1() - (-x).expm1()) * 0.5)
 
-    def cosh(self: Tensor) -> Tensor:
+    def cosh(self) -> Self:
         """The hyperbolic cosine, as a float.
 
         Examples:
@@ -193,35 +190,35 @@ class UnaryMixin(TensorBase):
         """
         return _in_float32(self, lambda x: (x.exp() + (-x).exp()) * 0.5)
 
-    def asinh(self: Tensor) -> Tensor:
+    def asinh(self) -> Self:
         """The inverse hyperbolic sine, as a float (accurate for large |x|, where x * x would overflow).
 
         Examples:
             >>> [round(v, 4) for v in Tensor([0.0, 1.0, -1.0]).asinh().tolist()]
             [0.0, 0.8814, -0.8814]
         """
-        def f(a: Tensor) -> Tensor:  # a >= 0
+        def f(a: Self) -> Self:  # a >= 0
             big = a > 1e8  # where a * a could overflow; asinh(a) = log(2a) to double precision there
             s = big.where(0.0, a)
             near = (s + s * s / (1 + (s * s + 1).sqrt())).log1p()
             return big.where(big.where(a, 1.0).log() + LN2, near)
         return _in_float32(self, lambda x: _odd(x, f))
 
-    def acosh(self: Tensor) -> Tensor:
+    def acosh(self) -> Self:
         """The inverse hyperbolic cosine, as a float (NaN below 1).
 
         Examples:
             >>> [round(v, 4) for v in Tensor([1.0, 2.0]).acosh().tolist()]
             [0.0, 1.317]
         """
-        def f(x: Tensor) -> Tensor:
+        def f(x: Self) -> Self:
             big = x > 1e8
             s = big.where(2.0, x)
             near = ((s - 1) + ((s - 1) * (s + 1)).sqrt()).log1p()
             return big.where(big.where(x, 1.0).log() + LN2, near)
         return _in_float32(self, f)
 
-    def atanh(self: Tensor) -> Tensor:
+    def atanh(self) -> Self:
         """The inverse hyperbolic tangent, as a float (±inf at ±1, NaN beyond).
 
         Examples:
@@ -230,20 +227,20 @@ class UnaryMixin(TensorBase):
         """
         return _in_float32(self, lambda x: (2 * x / (1 - x)).log1p() * 0.5)
 
-    def atan(self: Tensor) -> Tensor:
+    def atan(self) -> Self:
         """The arctangent, in (-pi/2, pi/2), as a float.
 
         Examples:
             >>> [round(v, 4) for v in Tensor([0.0, 1.0, -math.inf]).atan().tolist()]
             [0.0, 0.7854, -1.5708]
         """
-        def f(a: Tensor) -> Tensor:  # a >= 0: atan(a) = pi/2 - atan(1/a) beyond 1
+        def f(a: Self) -> Self:  # a >= 0: atan(a) = pi/2 - atan(1/a) beyond 1
             big = a > 1
             r = _atan_unit(big.where(1 / big.where(a, 1.0), a))
             return big.where(math.pi / 2 - r, r)
         return _in_float32(self, lambda x: _odd(x, f))
 
-    def asin(self: Tensor) -> Tensor:
+    def asin(self) -> Self:
         """The arcsine, in [-pi/2, pi/2], as a float (NaN outside [-1, 1]).
 
         Examples:
@@ -253,7 +250,7 @@ class UnaryMixin(TensorBase):
         # half-angle form: the atan argument stays in [-1, 1], and (1-x)(1+x) keeps its digits near |x| = 1
         return _in_float32(self, lambda x: 2 * (x / (1 + ((1 - x) * (1 + x)).sqrt())).atan())
 
-    def acos(self: Tensor) -> Tensor:
+    def acos(self) -> Self:
         """The arccosine, in [0, pi], as a float (NaN outside [-1, 1]).
 
         Examples:
@@ -262,7 +259,7 @@ class UnaryMixin(TensorBase):
         """
         return _in_float32(self, lambda x: 2 * ((1 - x) / (1 + x)).sqrt().atan())
 
-    def atan2(self: Tensor, other: Tensor | Scalar) -> Tensor:
+    def atan2(self, other: Self | Scalar) -> Self:
         """The angle of the point (other, self), in [-pi, pi], with C's rules for zeros (signed) and
         infinities; PyTorch's torch.atan2(input=self, other). The gradient at (0, 0) is 0. `arctan2` is an alias.
 
@@ -283,7 +280,7 @@ class UnaryMixin(TensorBase):
         [1.5708, -1.5708]
     """
 
-    def erf(self: Tensor) -> Tensor:
+    def erf(self) -> Self:
         """The error function: a Taylor series below 0.5, above it 1 - erfc with erfc(x) = exp(-x^2 + p(x)),
         p a fitted Chebyshev expansion (relative error below 1e-9 on [0.5, 6]; erf is 1 beyond 6).
 
@@ -293,7 +290,7 @@ class UnaryMixin(TensorBase):
         """
         return _in_float32(self, lambda x: _odd(x, _erf_nonneg))
 
-    def trunc(self: Tensor) -> Tensor:
+    def trunc(self) -> Self:
         """Round toward zero (floats; integer tensors are returned as they are).
 
         Examples:
@@ -302,7 +299,7 @@ class UnaryMixin(TensorBase):
         """
         return self if not self.dtype.is_float else self._unop(Ops.TRUNC)
 
-    def floor(self: Tensor) -> Tensor:
+    def floor(self) -> Self:
         """Round down to a whole number (floats; integer tensors are returned as they are).
 
         Examples:
@@ -314,7 +311,7 @@ class UnaryMixin(TensorBase):
         t = self.trunc()
         return (self < t).where(t - 1, t)
 
-    def ceil(self: Tensor) -> Tensor:
+    def ceil(self) -> Self:
         """Round up to a whole number (floats; integer tensors are returned as they are).
 
         Examples:
@@ -326,7 +323,7 @@ class UnaryMixin(TensorBase):
         t = self.trunc()
         return (self > t).where(t + 1, t)
 
-    def round(self: Tensor, decimals: int = 0) -> Tensor:
+    def round(self, decimals: int = 0) -> Self:
         """Round half to even, as PyTorch (and numpy); `decimals` scales by 10**decimals first.
 
         Examples:
@@ -347,7 +344,7 @@ class UnaryMixin(TensorBase):
         odd = (t * 0.5).trunc() * 2 != t
         return ((frac > 0.5) | ((frac == 0.5) & odd)).where(t + self.sign(), t)
 
-    def abs(self: Tensor) -> Tensor:
+    def abs(self) -> Self:
         """The absolute value (integers keep their dtype; the most negative integer stays negative, as it wraps).
         The gradient at 0 is 0, as PyTorch's.
 
@@ -361,7 +358,7 @@ class UnaryMixin(TensorBase):
             return self * self.sign()  # so that the gradient is sign(x), 0 at 0 as in PyTorch
         return (self < 0).where(-self, self)
 
-    def sign(self: Tensor) -> Tensor:
+    def sign(self) -> Self:
         """-1, 0 or 1 by the sign of each element, in self's dtype (0 for NaN and -0.0, as PyTorch; bool as it is).
 
         Examples:
@@ -370,7 +367,7 @@ class UnaryMixin(TensorBase):
         """
         return (self > 0).where(1, (self < 0).where(-1, 0)).cast(self.dtype) if not self.dtype.is_bool else self
 
-    def square(self: Tensor) -> Tensor:
+    def square(self) -> Self:
         """`self * self`.
 
         Examples:
@@ -379,7 +376,7 @@ class UnaryMixin(TensorBase):
         """
         return self * self
 
-    def clip(self: Tensor, min_: Scalar | None = None, max_: Scalar | None = None) -> Tensor:
+    def clip(self, min_: Scalar | None = None, max_: Scalar | None = None) -> Self:
         """Limit the values to [min_, max_] (either bound may be None, not both). At a bound the gradient passes
         through, as PyTorch's clamp (`hardtanh` gives 0 there instead). `clamp` is an alias.
 
@@ -408,7 +405,7 @@ class UnaryMixin(TensorBase):
 
     # activations. At a kink the gradient is PyTorch's: the x <= 0 side for the ReLU family, 0 at the
     # bounds of hardtanh/relu6/hardsigmoid
-    def relu(self: Tensor) -> Tensor:
+    def relu(self) -> Self:
         """max(x, 0); NaN stays NaN. The gradient at 0 is 0 (PyTorch's).
 
         Examples:
@@ -417,33 +414,33 @@ class UnaryMixin(TensorBase):
         """
         return (self <= 0).where(0, self)  # NaN stays NaN
 
-    def sigmoid(self: Tensor) -> Tensor:
+    def sigmoid(self) -> Self:
         """The logistic function 1 / (1 + exp(-x)), computed without overflow, as a float.
 
         Examples:
             >>> [round(v, 4) for v in Tensor([0.0, 2.0, -100.0]).sigmoid().tolist()]
             [0.5, 0.8808, 0.0]
         """
-        def f(x: Tensor) -> Tensor:
+        def f(x: Self) -> Self:
             neg = x < 0
             e = neg.where(x, -x).exp()  # exp(-|x|) never overflows
             p = 1 / (1 + e)
             return neg.where(e * p, p)
         return _in_float32(self._float(), f)
 
-    def tanh(self: Tensor) -> Tensor:
+    def tanh(self) -> Self:
         """The hyperbolic tangent, as a float.
 
         Examples:
             >>> [round(v, 4) for v in Tensor([0.0, 1.0, -20.0]).tanh().tolist()]
             [0.0, 0.7616, -1.0]
         """
-        def f(a: Tensor) -> Tensor:  # a >= 0: tanh(a) = -e / (2 + e), e = expm1(-2a) in (-1, 0]
+        def f(a: Self) -> Self:  # a >= 0: tanh(a) = -e / (2 + e), e = expm1(-2a) in (-1, 0]
             e = (-2 * a).expm1()
             return -e / (2 + e)
         return _in_float32(self, lambda x: _odd(x, f))
 
-    def leaky_relu(self: Tensor, neg_slope: float = 0.01) -> Tensor:
+    def leaky_relu(self, neg_slope: float = 0.01) -> Self:
         """x for x > 0, else `neg_slope * x`.
 
         Examples:
@@ -452,19 +449,19 @@ class UnaryMixin(TensorBase):
         """
         return (self > 0).where(self, self * neg_slope)
 
-    def elu(self: Tensor, alpha: float = 1.0) -> Tensor:
+    def elu(self, alpha: float = 1.0) -> Self:
         """x for x > 0, else `alpha * (exp(x) - 1)`.
 
         Examples:
             >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 2.0]).elu().tolist()]
             [-0.6321, 0.0, 2.0]
         """
-        def f(x: Tensor) -> Tensor:
+        def f(x: Self) -> Self:
             pos = x > 0
             return pos.where(x, alpha * pos.where(0.0, x).expm1())
         return _in_float32(self, f)
 
-    def celu(self: Tensor, alpha: float = 1.0) -> Tensor:
+    def celu(self, alpha: float = 1.0) -> Self:
         """x for x > 0, else `alpha * (exp(x / alpha) - 1)` (alpha must be nonzero).
 
         Examples:
@@ -473,12 +470,12 @@ class UnaryMixin(TensorBase):
         """
         if alpha == 0:
             raise ValueError("celu with alpha=0 divides by zero; alpha must be nonzero")
-        def f(x: Tensor) -> Tensor:
+        def f(x: Self) -> Self:
             pos = x > 0
             return pos.where(x, alpha * (pos.where(0.0, x) / alpha).expm1())
         return _in_float32(self, f)
 
-    def selu(self: Tensor, alpha: float = SELU_ALPHA, gamma: float = SELU_SCALE) -> Tensor:
+    def selu(self, alpha: float = SELU_ALPHA, gamma: float = SELU_SCALE) -> Self:
         """`gamma * elu(x, alpha)` with the self-normalising constants (alpha ~1.6733, gamma ~1.0507) by default.
 
         Examples:
@@ -487,7 +484,7 @@ class UnaryMixin(TensorBase):
         """
         return self.elu(alpha) * gamma
 
-    def gelu(self: Tensor, approximate: str = "tanh") -> Tensor:
+    def gelu(self, approximate: str = "tanh") -> Self:
         """GELU. The default is tinygrad's tanh approximation (PyTorch's approximate='tanh'); pass
         approximate='none' for the exact x * Phi(x) that is PyTorch's default.
 
@@ -498,14 +495,14 @@ class UnaryMixin(TensorBase):
             [0.8413]
         """
         if approximate == "tanh":
-            def f(x: Tensor) -> Tensor:
+            def f(x: Self) -> Self:
                 return 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
             return _in_float32(self, f)
         if approximate == "none":
             return _in_float32(self, lambda x: 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf()))
         raise ValueError(f"gelu approximate must be 'tanh' or 'none', got {approximate!r}")
 
-    def quick_gelu(self: Tensor) -> Tensor:
+    def quick_gelu(self) -> Self:
         """`x * sigmoid(1.702 x)`, a cheaper approximation of GELU (CLIP's).
 
         Examples:
@@ -514,7 +511,7 @@ class UnaryMixin(TensorBase):
         """
         return self * (self * 1.702).sigmoid()
 
-    def silu(self: Tensor) -> Tensor:
+    def silu(self) -> Self:
         """`x * sigmoid(x)` (SiLU, also called swish).
 
         Examples:
@@ -523,7 +520,7 @@ class UnaryMixin(TensorBase):
         """
         return self * self.sigmoid()
 
-    def swish(self: Tensor) -> Tensor:
+    def swish(self) -> Self:
         """`x * sigmoid(x)`: the same as `silu`.
 
         Examples:
@@ -532,7 +529,7 @@ class UnaryMixin(TensorBase):
         """
         return self.silu()
 
-    def mish(self: Tensor) -> Tensor:
+    def mish(self) -> Self:
         """`x * tanh(softplus(x))`.
 
         Examples:
@@ -541,7 +538,7 @@ class UnaryMixin(TensorBase):
         """
         return _in_float32(self, lambda x: x * x.softplus().tanh())
 
-    def softplus(self: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> Self:
         """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (PyTorch's rule).
 
         Examples:
@@ -550,12 +547,12 @@ class UnaryMixin(TensorBase):
         """
         if beta == 0:
             raise ValueError("softplus with beta=0 divides by zero; beta must be nonzero")
-        def f(x: Tensor) -> Tensor:
+        def f(x: Self) -> Self:
             big = x * beta > threshold
             return big.where(x, big.where(0.0, x * beta).exp().log1p() * (1 / beta))
         return _in_float32(self, f)
 
-    def softsign(self: Tensor) -> Tensor:
+    def softsign(self) -> Self:
         """`x / (1 + |x|)`.
 
         Examples:
@@ -564,7 +561,7 @@ class UnaryMixin(TensorBase):
         """
         return self / (1 + self.abs())
 
-    def logsigmoid(self: Tensor) -> Tensor:
+    def logsigmoid(self) -> Self:
         """log(sigmoid(x)), computed without overflow: min(x, 0) - log1p(exp(-|x|)).
 
         Examples:
@@ -573,7 +570,7 @@ class UnaryMixin(TensorBase):
         """
         return _in_float32(self, lambda x: x.minimum(0) - (-x.abs()).exp().log1p())
 
-    def hardsigmoid(self: Tensor, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
+    def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> Self:
         """clip(alpha x + beta, 0, 1), PyTorch's hardsigmoid with the defaults; the gradient is 0 at the bounds.
 
         Examples:
@@ -583,7 +580,7 @@ class UnaryMixin(TensorBase):
         y = self * alpha + beta
         return (y <= 0).where(0.0, (y >= 1).where(1.0, y))
 
-    def hardswish(self: Tensor) -> Tensor:
+    def hardswish(self) -> Self:
         """x * relu6(x + 3) / 6; the gradient is 0 at -3 and 1 at 3, as PyTorch.
 
         Examples:
@@ -592,7 +589,7 @@ class UnaryMixin(TensorBase):
         """
         return (self <= -3).where(0.0, (self >= 3).where(self, self * (self + 3) * (1 / 6)))
 
-    def hardtanh(self: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+    def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> Self:
         """clip(x, min_val, max_val) with PyTorch's gradient: 0 at and beyond the bounds (clip passes it at them).
 
         Examples:
@@ -601,7 +598,7 @@ class UnaryMixin(TensorBase):
         """
         return (self <= min_val).where(min_val, (self >= max_val).where(max_val, self))
 
-    def relu6(self: Tensor) -> Tensor:
+    def relu6(self) -> Self:
         """min(max(x, 0), 6): `hardtanh(0, 6)`.
 
         Examples:
@@ -611,11 +608,11 @@ class UnaryMixin(TensorBase):
         return self.hardtanh(0.0, 6.0)
 
 
-def _wide(x: Tensor) -> bool:
+def _wide(x: TensorT) -> bool:
     return x.dtype == dtypes.float64
 
 
-def _in_float32(x: Tensor, fn: Callable[[Tensor], Tensor]) -> Tensor:
+def _in_float32(x: TensorT, fn: Callable[[TensorT], TensorT]) -> TensorT:
     """fn of x as a float, computed in float32 for 16-bit floats and rounded back once."""
     xf = x._float()
     if xf.dtype.itemsize == 2:
@@ -623,7 +620,7 @@ def _in_float32(x: Tensor, fn: Callable[[Tensor], Tensor]) -> Tensor:
     return fn(xf)
 
 
-def _poly(x: Tensor, coeffs: Sequence[float]) -> Tensor:
+def _poly(x: TensorT, coeffs: Sequence[float]) -> TensorT:
     """coeffs[0] + coeffs[1] x + ... by Horner's rule."""
     acc = x * coeffs[-1] + coeffs[-2]
     for c in reversed(coeffs[:-2]):
@@ -631,14 +628,14 @@ def _poly(x: Tensor, coeffs: Sequence[float]) -> Tensor:
     return acc
 
 
-def _odd(x: Tensor, f: Callable[[Tensor], Tensor]) -> Tensor:
+def _odd(x: TensorT, f: Callable[[TensorT], TensorT]) -> TensorT:
     """An odd function from f on x >= 0. Reflecting with where (not abs/sign) keeps the slope at 0 nonzero."""
     neg = x < 0
     fx = f(neg.where(-x, x))
     return neg.where(-fx, fx)
 
 
-def _atan_unit(a: Tensor) -> Tensor:
+def _atan_unit(a: TensorT) -> TensorT:
     """atan on [0, 1]: above tan(pi/8) shift by pi/4 (atan a = pi/4 + atan((a-1)/(a+1))), then a Taylor series
     on |z| <= tan(pi/8)."""
     hi = a > 0.41421356237309503
@@ -647,7 +644,7 @@ def _atan_unit(a: Tensor) -> Tensor:
     return hi.where(math.pi / 4 + series, series)
 
 
-def _atan2(y: Tensor, x: Tensor) -> Tensor:
+def _atan2(y: TensorT, x: TensorT) -> TensorT:
     swap = y.abs() > x.abs()  # then use pi/2 - atan(x/y), so that every atan argument is in [-1, 1]
     both_zero, both_inf = (x == 0) & (y == 0), x.isinf() & y.isinf()
     special = both_zero | both_inf
@@ -672,7 +669,7 @@ _ERFC_CHEB = (-1.4389301781267501, 0.93830462390322089, 0.0085474662192389413, 0
 _ERF_TAYLOR = tuple((-1) ** n / (math.factorial(n) * (2 * n + 1)) * 2 / math.sqrt(math.pi) for n in range(13))
 
 
-def _erf_nonneg(a: Tensor) -> Tensor:
+def _erf_nonneg(a: TensorT) -> TensorT:
     small = a < 0.5
     s = small.where(a, 0.0)
     series = s * _poly(s * s, _ERF_TAYLOR if _wide(a) else _ERF_TAYLOR[:8])
@@ -680,8 +677,8 @@ def _erf_nonneg(a: Tensor) -> Tensor:
     lo, hi = _ERFC_T
     u = (2 / (1 + b * 0.25) - (hi + lo)) * (1 / (hi - lo))
     # Clenshaw's recurrence for the Chebyshev sum
-    b1: Tensor | float = _ERFC_CHEB[-1]
-    b2: Tensor | float = 0.0
+    b1: TensorT | float = _ERFC_CHEB[-1]
+    b2: TensorT | float = 0.0
     for c in reversed(_ERFC_CHEB[1:-1]):
         b1, b2 = 2 * u * b1 - b2 + c, b1
     cheb = u * b1 - b2 + _ERFC_CHEB[0]

@@ -7,18 +7,15 @@ import hashlib
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Self
 
 import numpy as np
 
 from tinygrad.dtype import DTypeLike, dtypes
 from tinygrad.helpers import prod
 from tinygrad.mixin.common import Scalar, TensorBase
-from tinygrad.multi import DeviceLike
 from tinygrad.uop.ops import GroupOp, Ops
-
-if TYPE_CHECKING:
-    from tinygrad.tensor import Tensor
+from tinygrad.uop.placement import DeviceLike
 
 #: the Keccak configurations keccak() accepts (FIPS 202 names, as hashlib spells them); shake digests are 32 bytes
 KECCAK_CONFIGS = ("sha3_224", "sha3_256", "sha3_384", "sha3_512", "shake_128", "shake_256")
@@ -27,7 +24,7 @@ KECCAK_CONFIGS = ("sha3_224", "sha3_256", "sha3_384", "sha3_512", "shake_128", "
 class UtilityMixin(TensorBase):
     __slots__ = ()
 
-    def alu(self: Tensor, op: Ops, *src: Tensor) -> Tensor:
+    def alu(self, op: Ops, *src: Self) -> Self:
         """Apply one ALU op of the IR (`Ops.ADD`, `Ops.MAX`, ...) to this tensor and `src`, broadcasting them.
 
         Examples:
@@ -50,7 +47,7 @@ class UtilityMixin(TensorBase):
         return self._binop(op, src[0])
 
     @classmethod
-    def const(cls: type[Tensor], b: Scalar, dtype: DTypeLike | None = None, device: DeviceLike = None) -> Tensor:
+    def const(cls, b: Scalar, dtype: DTypeLike | None = None, device: DeviceLike = None) -> Self:
         """A 0-d tensor holding the constant `b` (lazy: no buffer until it is realized).
 
         Examples:
@@ -64,7 +61,7 @@ class UtilityMixin(TensorBase):
             raise TypeError(f"const takes a Python number, got {type(b).__name__}")
         return cls(b, dtype=dtype, device=device)
 
-    def ufix(self: Tensor, x: Tensor | Scalar) -> Tensor:
+    def ufix(self, x: Self | Scalar) -> Self:
         """`x` as a tensor that can meet this one in an op: Python numbers become constants of a matching dtype.
 
         Examples:
@@ -75,7 +72,7 @@ class UtilityMixin(TensorBase):
         """
         return x if isinstance(x, TensorBase) else self._const_operand(x)
 
-    def replace(self: Tensor, x: Tensor) -> Tensor:
+    def replace(self, x: Self) -> Self:
         """Give this tensor the value (and dtype) of `x`, which must have the same shape; returns self.
 
         Examples:
@@ -92,7 +89,7 @@ class UtilityMixin(TensorBase):
         self.uop = x.uop
         return self
 
-    def to_(self: Tensor, device: DeviceLike) -> Tensor:
+    def to_(self, device: DeviceLike) -> Self:
         """Move this tensor to `device` in place; returns self.
 
         Examples:
@@ -105,7 +102,7 @@ class UtilityMixin(TensorBase):
         return self
 
     @property
-    def max_shape(self: Tensor) -> tuple[int, ...]:
+    def max_shape(self) -> tuple[int, ...]:
         """The shape with every symbolic dimension replaced by its largest value.
 
         Examples:
@@ -118,7 +115,7 @@ class UtilityMixin(TensorBase):
         """
         return tuple(s if isinstance(s, int) else int(s.vmax) for s in self.shape)
 
-    def max_numel(self: Tensor) -> int:
+    def max_numel(self) -> int:
         """The number of elements of `max_shape`.
 
         Examples:
@@ -128,11 +125,11 @@ class UtilityMixin(TensorBase):
         """
         return prod(self.max_shape)
 
-    def _host_bytes(self: Tensor) -> np.ndarray:
+    def _host_bytes(self) -> np.ndarray:
         data = np.ascontiguousarray(self.numpy())
         return data.reshape(data.shape[:-1] + (-1,)).view(np.uint8) if data.ndim else data.reshape(1).view(np.uint8)
 
-    def hash(self: Tensor) -> Tensor:
+    def hash(self) -> Self:
         """A 16-byte digest (BLAKE2b) of the tensor's shape, dtype and data, as a uint8 tensor, computed on the host.
         The digest is this project's own: equal tensors hash alike, but the bytes differ from tinygrad's `hash`.
 
@@ -148,7 +145,7 @@ class UtilityMixin(TensorBase):
         h.update(np.ascontiguousarray(self.numpy()).tobytes())
         return type(self)(np.frombuffer(h.digest(), dtype=np.uint8), device=self.device)
 
-    def keccak(self: Tensor, cfg: str = "sha3_256") -> Tensor:
+    def keccak(self, cfg: str = "sha3_256") -> Self:
         """A Keccak (SHA-3) hash of each row of bytes along the last dimension; returns uint8 digests.
 
         Examples:
@@ -171,8 +168,8 @@ class UtilityMixin(TensorBase):
         return type(self)(out.reshape(*lead, out.shape[-1]), device=self.device)
 
     @classmethod
-    def from_url(cls: type[Tensor], url: str, device: DeviceLike = None, dtype: DTypeLike | None = None,
-                 timeout: float = 30.0, gunzip: bool = False, **kwargs: Any) -> Tensor:
+    def from_url(cls, url: str, device: DeviceLike = None, dtype: DTypeLike | None = None,
+                 timeout: float = 30.0, gunzip: bool = False, **kwargs: Any) -> Self:
         """The bytes at `url` (http(s) or file://, or a plain local path) as a 1-D uint8 tensor (or `dtype`);
         `gunzip=True` decompresses them (gzip) first.
 
@@ -201,7 +198,7 @@ class UtilityMixin(TensorBase):
         out = cls(data, device=device, **kwargs)
         return out if dtype is None else out.bitcast_bytes(dtype)
 
-    def bitcast_bytes(self: Tensor, dtype: DTypeLike) -> Tensor:
+    def bitcast_bytes(self, dtype: DTypeLike) -> Self:
         """Reinterpret a 1-D uint8 tensor as `dtype` (its length must be a multiple of the item size).
 
         Examples:

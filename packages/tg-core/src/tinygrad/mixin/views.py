@@ -22,8 +22,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tinygrad.dtype import dtypes
-from tinygrad.engine.jit_state import note_assign
-from tinygrad.engine.schedule import InPlaceWrite, base_buffer, realized_views
 from tinygrad.mixin.common import placed_mask, select
 from tinygrad.uop.ops import GroupOp, Ops, UOp, inverse_permutation, post_order, sint
 
@@ -89,9 +87,9 @@ def write_through(view: Tensor, rec: ViewRecord, value: Tensor) -> bool:
     for i, (op, arg, in_shape) in enumerate(moves):  # outermost first
         new = _unapply(op, arg, in_shape, new, base._derive(levels[len(moves) - 1 - i]))
     if in_place is not None:  # the scheduler stores the written region into the base's buffer (engine/schedule.py)
-        new = new._derive(UOp(Ops.CONTIGUOUS, new.dtype, (new.uop,), InPlaceWrite(in_place)))
-    if base_buffer(realized_views.get(view.uop) or view.uop) is not None:
-        note_assign(view)  # a realized view is state in a TinyJit capture too: replays keep its buffer current
+        new = new._derive(type(base)._runtime.in_place_write(new.uop, in_place))
+    if type(view)._runtime.in_memory(view.uop):  # a realized view is TinyJit state too: replays keep its buffer current
+        type(view)._runtime.note_assign(view)
     base.assign(new)
     if new._requires_grad is True:  # a value with gradient history makes the base part of the graph (as setitem)
         base._requires_grad = view._requires_grad = True

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tinygrad.dtype import EMULATED_FLOATS, FP8_FORMATS, DType, bits_to_float, dtypes, float_to_bits, truncate
-from tinygrad.uop.ops import Ops
+from tinygrad.uop import Ops
 
 Number = int | float | bool
 
@@ -182,7 +182,3 @@ def _from_raw(raw: bytes, d: DType) -> Number:
     if (bits := EMULATED_FLOATS.get(d.scalar)) is not None:
         return bits_to_float(struct.unpack("<" + str(bits.fmt), raw)[0], d)
     return struct.unpack("<" + str(d.fmt), raw)[0]
-
-
-def bf16_bits_to_raw(value: Number) -> bytes:
-    return _to_raw(value, dtypes.bfloat16)

@@ -4,84 +4,30 @@ The same node type describes three stages:
   * the tensor graph (BUFFER, CONST, ALU ops, REDUCE_AXIS, movement ops), where every node has a `shape`;
   * a kernel's AST (the same ops, with PARAM leaves standing for the kernel's buffers);
   * the lowered program (RANGE, INDEX, LOAD, STORE, REDUCE, ...) over scalar index arithmetic.
+
+The op codes, `Ops` and their groups `GroupOp`, are defined in uop/__init__.py and re-exported here.
 """
 
 from __future__ import annotations
 
 import enum
-import math
 import struct
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tinygrad.dtype import DType, dtypes, truncate
 from tinygrad.helpers import argsort
+from tinygrad.uop import GroupOp, Ops
+
+if TYPE_CHECKING:
+    from tinygrad.device import Buffer
 
 #: marks a missing argument of UOp.const (None cannot: tinygrad's order passes dtype=None)
 _NO_VALUE: Any = object()
 #: where a value on several devices is split: set by tinygrad.multi, which this module cannot import (it builds on it)
 _sharding_axis: Callable[[UOp], int | None] | None = None
-
-
-class Ops(enum.Enum):
-    # leaves of the tensor graph
-    BUFFER = enum.auto()  # arg: Buffer (device storage); shape (size,)
-    CONST = enum.auto()  # arg: the Python value; shape ()
-    # arg: size; shape (size,); element i holds i in the node's integer dtype. Lowering makes it the loop index
-    # itself (no buffer), so a compare with it stays visible to the compiler (codegen/gather_fold.py)
-    ARANGE = enum.auto()
-    # elementwise ALU; the set a renderer must provide is in docs/device-contract.md, section 2
-    NEG = enum.auto(); RECIPROCAL = enum.auto(); SQRT = enum.auto(); EXP2 = enum.auto(); LOG2 = enum.auto()
-    SIN = enum.auto(); TRUNC = enum.auto()
-    ADD = enum.auto(); SUB = enum.auto(); MUL = enum.auto(); IDIV = enum.auto(); MOD = enum.auto()
-    MAX = enum.auto(); CMPLT = enum.auto(); CMPNE = enum.auto(); CMPEQ = enum.auto()
-    AND = enum.auto(); OR = enum.auto(); XOR = enum.auto(); SHL = enum.auto(); SHR = enum.auto()
-    FDIV = enum.auto()  # float division; decomposed into MUL+RECIPROCAL for renderers without it
-    WHERE = enum.auto()
-    CAST = enum.auto(); BITCAST = enum.auto()
-    # reductions and movement (tensor graph only); REDUCE_AXIS arg: (Ops.ADD|Ops.MAX|Ops.MUL, axes)
-    REDUCE_AXIS = enum.auto()
-    RESHAPE = enum.auto(); PERMUTE = enum.auto(); EXPAND = enum.auto()
-    PAD = enum.auto(); SHRINK = enum.auto(); FLIP = enum.auto()
-    # graph structure
-    CONTIGUOUS = enum.auto()  # realization boundary; arg may carry a unique tag
-    # identity that stops gradients; in a graph lowered per device (multi.py), DETACH(constant, arg=device) keeps
-    # the constants of one device's graph apart from another's, which hash-consing would merge
-    DETACH = enum.auto()
-    COPY = enum.auto()  # arg: target device name; a tuple of names: the source replicated on each (multi.py)
-    # multi-device values (tinygrad/multi.py): MULTI src: one value per device, arg: the axis they are split
-    # along (None: each holds all of it); SHARD: src[0]'s value placed split along arg (None: replicated), or
-    # with a second source placed as that one is
-    MULTI = enum.auto(); SHARD = enum.auto()
-    SINK = enum.auto()
-    # kernel level
-    PARAM = enum.auto()  # arg: (index, size): a kernel's buffer argument, shape (size,)
-    DEFINE_VAR = enum.auto()  # arg: (name, min, max): a symbolic integer bound at launch
-    BIND = enum.auto()  # src: (DEFINE_VAR, CONST value): a variable with its value, in the tensor graph
-    RANGE = enum.auto()  # arg: RangeArg(axis id, AxisKind); src: (end,)
-    INDEX = enum.auto()  # src: (param, idx) or (param, idx, valid)
-    LOAD = enum.auto()  # src: (index,)
-    STORE = enum.auto()  # src: (index, value)
-    REDUCE = enum.auto()  # arg: ALU op; src: (value, *ranges)
-    SPECIAL = enum.auto()  # arg: (name, size): a GPU work-item id
-    # linearized program
-    DEFINE_ACC = enum.auto()  # src: (init,); a mutable accumulator
-    ASSIGN = enum.auto()  # src: (acc, value)
-    END = enum.auto()  # src: (range,); closes a loop
-    IF = enum.auto(); ENDIF = enum.auto()
-    BARRIER = enum.auto()
-    NOOP = enum.auto()
-    DEFINE_LOCAL = enum.auto()  # arg: (id, element count): a work-group's shared scratch buffer (GPU local memory)
-    # a tensor core instruction run by a warp (TC opt, tinygrad/codegen/opt/tensor_cores.py); arg: TensorCore;
-    # src: (lane, this lane's elements of A..., of B...); its values are this lane's elements of A@B, read by GEP
-    WMMA = enum.auto()
-    GEP = enum.auto()  # src: (WMMA,); arg: i: element i of the WMMA's result
-
-    # members are singletons, so identity is their hash; Enum's own __hash__ is Python code, and every UOp made or
-    # looked up hashes its op
-    __hash__ = object.__hash__
 
 
 class AxisKind(enum.Enum):
@@ -187,19 +133,6 @@ ARG_RECORDS: dict[Ops, type] = {Ops.PARAM: ParamArg, Ops.DEFINE_VAR: VarArg, Ops
                                 Ops.REDUCE_AXIS: ReduceArg, Ops.SPECIAL: SpecialArg}
 
 
-class GroupOp:
-    Unary = frozenset({Ops.NEG, Ops.RECIPROCAL, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC})
-    Binary = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ,
-                        Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.FDIV})
-    Ternary = frozenset({Ops.WHERE})
-    ALU = Unary | Binary | Ternary
-    Elementwise = ALU | {Ops.CAST, Ops.BITCAST}
-    Movement = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP})
-    Comparison = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
-    Commutative = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR})
-    Associative = frozenset({Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR, Ops.MAX})
-
-
 def _arg_key(arg: Any) -> Any:
     # floats are keyed by their bits so that 0.0 and -0.0 (equal in Python) stay distinct nodes and NaN is reusable
     if isinstance(arg, float):
@@ -257,6 +190,19 @@ def new_node(op: Ops, dtype: DType, src: tuple[UOp, ...], arg: Any) -> UOp:
     node = object.__new__(UOp)
     node.op, node.dtype, node.src, node.arg = op, dtype, src, arg
     node._shape, node._toposort, node._ranges, node._realized = False, None, None, None
+    return node
+
+
+def buffer_node(buf: Buffer) -> UOp:
+    """The graph's one BUFFER node for `buf`. Made here only, and found through the buffer (a weak reference) rather
+    than the hash-consing table: every eager op makes one for its new output, and a table entry, with the callback
+    that removes it, costs about as much again as the node."""
+    ref = buf._node
+    if ref is not None and (node := ref()) is not None:
+        return node
+    node = new_node(Ops.BUFFER, buf.dtype, (), buf)
+    node._shape = (buf.size,)  # known here; the next op reads it
+    buf._node = weakref.ref(node)
     return node
 
 
@@ -529,10 +475,7 @@ def _graph_from_pickle(nodes: tuple[tuple[Ops, DType, tuple[int, ...], Any], ...
     made: list[UOp] = []
     for op, dtype, src, arg in nodes:
         if op is Ops.BUFFER:
-            # a buffer's one graph node is kept on the buffer, not in the hash-consing table (schedule_item)
-            from tinygrad.engine.schedule_item import buffer_node
-
-            made.append(buffer_node(arg))
+            made.append(buffer_node(arg))  # a buffer's one graph node is kept on the buffer, not in the table
         else:
             made.append(UOp(op, dtype, tuple(made[i] for i in src), arg))
     return made[-1]
@@ -648,7 +591,7 @@ def _infer_shape(u: UOp) -> tuple[int, ...] | None:
         return ()
     if op is Ops.ARANGE:
         return (u.arg,)
-    if op in GroupOp.Elementwise or op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.COPY, Ops.SHARD):
+    if op in GroupOp.Elementwise or op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.LAYOUT, Ops.COPY, Ops.SHARD):
         shapes = [s.shape for s in u.src if s.has_shape]
         if not shapes:
             return None
@@ -681,22 +624,6 @@ def _canonical_shape(shape: tuple[Any, ...]) -> tuple[Any, ...]:
 
 def inverse_permutation(order: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(argsort(order))
-
-
-def uop_count(root: UOp, pred: Callable[[UOp], bool]) -> int:
-    return sum(1 for u in root.toposort() if pred(u))
-
-
-def iter_ops(root: UOp, op: Ops) -> Iterator[UOp]:
-    return (u for u in root.toposort() if u.op is op)
-
-
-def is_const(u: UOp, value: Any = None) -> bool:
-    if u.op is not Ops.CONST:
-        return False
-    if value is None:
-        return True
-    return u.arg == value and not (isinstance(u.arg, float) and math.isnan(u.arg))
 
 
 # ---- symbolic sizes: a dimension may be a Variable bound to a value ----

@@ -221,7 +221,3 @@ def simplify(u: UOp) -> UOp:
     from tinygrad.uop.rewrite import graph_rewrite
 
     return graph_rewrite(u, symbolic)
-
-
-def is_nan(v: object) -> bool:
-    return isinstance(v, float) and math.isnan(v)

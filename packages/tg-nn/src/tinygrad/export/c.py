@@ -127,7 +127,7 @@ def _capture_renderer(device: str) -> Any:
 
         def render_kernel(self, name: str, params: list[str], body: list[str], uses_bf16: bool = False,
                           helpers: str = "") -> str:
-            ops: set[Any] = getattr(self._state, "helper_ops", set())  # type: ignore[attr-defined]
+            ops: set[Any] = self.kernel_ops  # type: ignore[attr-defined]
             own = vector_math.c_helpers(ops)
             extra = helpers[len(own):] if helpers.startswith(own) else helpers
             self.helper_ops.update(ops)  # type: ignore[attr-defined]
@@ -143,6 +143,7 @@ def _capture_renderer(device: str) -> Any:
             self.uses_bf16 = False
             self.extra_helpers: list[str] = []
             self.names: set[str] = set()
+            self.kernel_ops: set[Any] = set()
             self.var_bounds: dict[str, tuple[int, int]] = {}
 
         def kernel_name(self, sink: UOp) -> str:  # type: ignore[override]
@@ -157,6 +158,8 @@ def _capture_renderer(device: str) -> Any:
             for u in program:
                 if u.op is Ops.DEFINE_VAR:
                     self.var_bounds[u.arg.name] = (int(u.arg.vmin), int(u.arg.vmax))
+            # the vector-math helpers this kernel calls, which the C path puts first in its helpers
+            self.kernel_ops = {u.op for u in program if vector_math.computes(u.op, u.dtype)}
             return str(super().render(name, program))
 
         def render_entry_points(self, name: str, program: list[UOp], plan: Any) -> str:
@@ -174,8 +177,7 @@ def _capture_renderer(device: str) -> Any:
         captured = None
     if isinstance(captured, CPURenderer):
         for k, v in vars(captured).items():
-            if k != "_state":
-                setattr(r, k, v)
+            setattr(r, k, v)
     return r
 
 

@@ -46,6 +46,10 @@ class HostRead(Exception):
     """Raised inside an op that needs a device tensor's value on the host while the runner may not read one."""
 
 
+class TooBig(Exception):
+    """A host implementation declining a result too large for the host (the device implementation runs)."""
+
+
 class NodeCtx:
     """One node of a graph as its operator sees it: attributes (with defaults), the opset of its domain, the
     number of outputs wanted, and conversions between values."""

@@ -11,14 +11,13 @@ import math
 from typing import Any
 
 import numpy as np
-from tinygrad.onnx._base import NodeCtx, axis_of, host_op
+from tinygrad.onnx._base import NodeCtx, TooBig, axis_of, host_op
 from tinygrad.onnx._ops_tensor import broadcast_shape, resolve_reshape, unsqueeze_shape
 
 HOST_LIMIT = 1 << 16  # elements: beyond this a result is built lazily on the device instead
 
 
 def _too_big(shape: Any) -> None:
-    from tinygrad.onnx._runner import TooBig
     if math.prod(shape) > HOST_LIMIT:
         raise TooBig
 

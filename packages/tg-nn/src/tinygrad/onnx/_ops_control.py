@@ -23,8 +23,8 @@ def _flag(ctx: NodeCtx, v: Value, what: str) -> bool:
 
 
 def _run(ctx: NodeCtx, g: Any, inputs: list[Value]) -> list[Value]:
-    from tinygrad.onnx._runner import run_subgraph
-    return run_subgraph(ctx, g, inputs)
+    assert ctx.scope is not None  # the runner's scope sets it while the node runs
+    return ctx.scope.run_subgraph(ctx, g, inputs)
 
 
 @op("If")

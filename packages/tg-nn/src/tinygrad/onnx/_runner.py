@@ -32,7 +32,7 @@ from tinygrad.dtype import DType
 from tinygrad.engine.jit import JitError
 from tinygrad.errors import DeviceDTypeError
 from tinygrad.onnx import _ops  # noqa: F401  (fills the registries)
-from tinygrad.onnx._base import HOST_OPS, OPS, RANDOM_OPS, SCOPE_OPS, Absent, HostRead, NodeCtx, Value
+from tinygrad.onnx._base import HOST_OPS, OPS, RANDOM_OPS, SCOPE_OPS, Absent, HostRead, NodeCtx, TooBig, Value
 from tinygrad.onnx._checks import check_node
 from tinygrad.onnx._limits import SizeLimit
 from tinygrad.onnx._proto import (
@@ -52,10 +52,6 @@ from tinygrad.onnx._proto import (
 # a host-side constant larger than this stays a device tensor: shape arithmetic only ever needs small ones
 HOST_CONST_LIMIT = 1 << 16
 JIT_CACHE = 8  # input-shape signatures kept captured at once
-
-
-class TooBig(Exception):
-    """A host implementation declining a result too large for the host (the device implementation runs)."""
 
 
 _NUMPY_NATIVE = {"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16",
@@ -287,6 +283,15 @@ class _Scope:
             for name, v in zip(ctx.outputs, outs):
                 if name:
                     self.values[name] = v
+
+    def run_subgraph(self, ctx: NodeCtx, g: _Graph, inputs: list[Value]) -> list[Value]:
+        """Run a subgraph attribute of `ctx`'s node (If branches, Loop and Scan bodies), which runs in this scope,
+        with the given formal inputs; it sees the values of this graph and of those it is nested in."""
+        if len(g.inputs) != len(inputs):
+            raise ctx.fail(f"its subgraph {g.name!r} takes {len(g.inputs)} inputs, the node passes it {len(inputs)}")
+        scope = _Scope(self.runner, g, dict(zip(g.inputs, inputs)), self)
+        scope.run()
+        return [scope.get(n) for n in g.outputs]
 
 
 class OnnxRunner:
@@ -714,12 +719,3 @@ def _call_subgraph(sub: _Graph, input_names: list[str]) -> Callable[..., Any]:
     return fn
 
 
-def run_subgraph(ctx: NodeCtx, g: _Graph, inputs: list[Value]) -> list[Value]:
-    """Run a subgraph attribute (If branches, Loop and Scan bodies) with the given formal inputs; it sees the
-    values of the graph it is nested in."""
-    assert ctx.scope is not None
-    if len(g.inputs) != len(inputs):
-        raise ctx.fail(f"its subgraph {g.name!r} takes {len(g.inputs)} inputs, the node passes it {len(inputs)}")
-    scope = _Scope(ctx.scope.runner, g, dict(zip(g.inputs, inputs)), ctx.scope)
-    scope.run()
-    return [scope.get(n) for n in g.outputs]

@@ -37,14 +37,16 @@ lists are therefore read in order, each against the kernel as the opts before it
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from tinygrad.codegen.gates import gate_loads
-from tinygrad.codegen.lowerer import IDX, reduce_identity
+from tinygrad.codegen.lowerer import IDX
 from tinygrad.codegen.work_items import work_item_ranges as choose_work_items
 from tinygrad.dtype import dtypes, is_emulated_float
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import AxisKind, Ops, RangeArg, UOp
+from tinygrad.uop.reduce_identity import reduce_identity
 from tinygrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite
 from tinygrad.uop.symbolic import symbolic
 
@@ -123,7 +125,8 @@ class OptState:
         return size
 
 
-def _const_size(r: UOp) -> int | None:
+def const_size(r: UOp) -> int | None:
+    """r's size where it is a constant (None: symbolic)."""
     return int(r.src[0].arg) if r.src[0].op is Ops.CONST else None
 
 
@@ -137,7 +140,7 @@ def _single_nest(sink: UOp) -> bool:
 def split_range(state: OptState, r: UOp, amount: int, inner_kind: AxisKind) -> tuple[OptState, UOp, UOp | None]:
     """Replace r (size n, amount divides n) by outer*amount + inner; returns (state, inner, outer or None when
     the outer range would have size 1)."""
-    n = _const_size(r)
+    n = const_size(r)
     assert n is not None and n % amount == 0
     inner = UOp(Ops.RANGE, IDX, (UOp.const(IDX, amount),), RangeArg(state.next_id, inner_kind))
     outer = r.replace(src=(UOp.const(IDX, n // amount),)) if n != amount else None
@@ -164,60 +167,82 @@ def _substitute_range(sink: UOp, r: UOp, value: UOp, reduce_ranges: tuple[UOp, .
     return out[sink]
 
 
+#: how an opt rewrites a kernel, or raises OptError saying why it does not apply
+OptRule = Callable[[OptState, Opt, Renderer], OptState]
+
+
 def apply_opt(state: OptState, opt: Opt, renderer: Renderer) -> OptState:
-    """One opt applied to a kernel, or OptError saying why it does not apply."""
+    """One opt applied to a kernel (its rule in `OPT_RULES`), or OptError saying why it does not apply."""
     if not _single_nest(state.sink):
         raise OptError("kernels with stores of different shapes are not optimised")
-    if opt.op is OptOps.TC:
-        from tinygrad.codegen.opt.tensor_cores import apply_tensor_core  # it builds on this module
+    if (rule := OPT_RULES.get(opt.op)) is None:
+        raise OptError(f"{opt}: no rule for {opt.op.name} is registered (TC's is registered by importing "
+                       "tinygrad.codegen.opt.tensor_cores, which tinygrad.codegen.opt does)")
+    return rule(state, opt, renderer)
 
-        return apply_tensor_core(state, opt, renderer)
+
+def register_opt_rule(op: OptOps, rule: OptRule) -> None:
+    """Make `rule` the one `apply_opt` uses for `op` (tensor_cores.py registers TC's this way)."""
+    OPT_RULES[op] = rule
+
+
+def _axis(state: OptState, opt: Opt) -> tuple[UOp, int]:
+    """The axis an opt splits or moves, with its (constant) size; OptError where it cannot be."""
     axes = state.axes
     if not 0 <= opt.axis < len(axes):
         raise OptError(f"{opt}: the kernel has {len(axes)} axes")
     r = axes[opt.axis]
-    kind = r.arg.kind
-    n = _const_size(r)
+    n = const_size(r)
     if n is None:
         raise OptError(f"{opt}: axis {opt.axis} has a symbolic size")
     if r.arg.axis == state.tc_lane or (opt.op is OptOps.SWAP and axes[opt.amount:opt.amount + 1] and \
             axes[opt.amount].arg.axis == state.tc_lane):
         raise OptError(f"{opt}: axis {opt.axis} holds the lanes of a tensor core's warp")
-    if opt.op is OptOps.SWAP:
-        return _swap(state, opt, axes)
-    if opt.amount < 2:
+    if opt.op is not OptOps.SWAP and opt.amount < 2:
         raise OptError(f"{opt}: the amount must be at least 2")
-    if opt.op in (OptOps.UPCAST, OptOps.UNROLL):
-        want = AxisKind.GLOBAL if opt.op is OptOps.UPCAST else AxisKind.REDUCE
-        if kind is not want:
-            raise OptError(f"{opt}: {opt.op.name} applies to {want} axes, axis {opt.axis} is {kind}")
-        if n % opt.amount:
-            raise OptError(f"{opt}: {opt.amount} does not divide the axis size {n}")
-        if state.group_size:
-            raise OptError(f"{opt}: upcasting a grouped reduction is not supported")
-        if state.upcast_size() * opt.amount > MAX_UPCAST:
-            raise OptError(f"{opt}: more than {MAX_UPCAST} values per work-item")
-        if opt.op is OptOps.UPCAST and state.local_size_of(r) > 1:
-            raise OptError(f"{opt}: axis {opt.axis} already runs in work-groups; upcast before LOCAL")
-        new, _, _ = split_range(state, r, opt.amount, AxisKind.UPCAST if opt.op is OptOps.UPCAST else AxisKind.UNROLL)
-        return replace(new, applied=(*state.applied, opt))
-    if opt.op is OptOps.TILE:
-        return _tile(state, opt, r, n, renderer)
+    return r, n
+
+
+def _upcast_or_unroll(state: OptState, opt: Opt, renderer: Renderer) -> OptState:
+    r, n = _axis(state, opt)
+    want = AxisKind.GLOBAL if opt.op is OptOps.UPCAST else AxisKind.REDUCE
+    if r.arg.kind is not want:
+        raise OptError(f"{opt}: {opt.op.name} applies to {want} axes, axis {opt.axis} is {r.arg.kind}")
+    if n % opt.amount:
+        raise OptError(f"{opt}: {opt.amount} does not divide the axis size {n}")
+    if state.group_size:
+        raise OptError(f"{opt}: upcasting a grouped reduction is not supported")
+    if state.upcast_size() * opt.amount > MAX_UPCAST:
+        raise OptError(f"{opt}: more than {MAX_UPCAST} values per work-item")
+    if opt.op is OptOps.UPCAST and state.local_size_of(r) > 1:
+        raise OptError(f"{opt}: axis {opt.axis} already runs in work-groups; upcast before LOCAL")
+    new, _, _ = split_range(state, r, opt.amount, AxisKind.UPCAST if opt.op is OptOps.UPCAST else AxisKind.UNROLL)
+    return replace(new, applied=(*state.applied, opt))
+
+
+def _needs_work_groups(opt: Opt, renderer: Renderer) -> None:
     if not renderer.has_local:
         raise OptError(f"{opt}: {type(renderer).__name__} has no work-groups")
-    if opt.op is OptOps.LOCAL:
-        if kind is not AxisKind.GLOBAL:
-            raise OptError(f"{opt}: LOCAL applies to global axes")
-        if state.local_size_of(r) > 1:
-            raise OptError(f"{opt}: axis {opt.axis} already has a work-group size")
-        if r not in work_item_ranges(state, renderer):
-            raise OptError(f"{opt}: axis {opt.axis} runs as a loop, not as work-items")
-        if state.group_size and n % opt.amount:
-            raise OptError(f"{opt}: with GROUP every work-group must be full; {opt.amount} must divide {n}")
-        _check_group_limits(state, renderer, opt, state.work_group_size() * opt.amount, r_dim_size=opt.amount, r=r)
-        return replace(state, local_sizes=(*state.local_sizes, (r.arg.axis, opt.amount)), applied=(*state.applied, opt))
-    # GROUP
-    if kind is not AxisKind.REDUCE:
+
+
+def _local(state: OptState, opt: Opt, renderer: Renderer) -> OptState:
+    r, n = _axis(state, opt)
+    _needs_work_groups(opt, renderer)
+    if r.arg.kind is not AxisKind.GLOBAL:
+        raise OptError(f"{opt}: LOCAL applies to global axes")
+    if state.local_size_of(r) > 1:
+        raise OptError(f"{opt}: axis {opt.axis} already has a work-group size")
+    if r not in work_item_ranges(state, renderer):
+        raise OptError(f"{opt}: axis {opt.axis} runs as a loop, not as work-items")
+    if state.group_size and n % opt.amount:
+        raise OptError(f"{opt}: with GROUP every work-group must be full; {opt.amount} must divide {n}")
+    _check_group_limits(state, renderer, opt, state.work_group_size() * opt.amount, r_dim_size=opt.amount, r=r)
+    return replace(state, local_sizes=(*state.local_sizes, (r.arg.axis, opt.amount)), applied=(*state.applied, opt))
+
+
+def _check_group(state: OptState, opt: Opt, r: UOp, renderer: Renderer) -> UOp:
+    """OptError unless GROUP applies to axis r of this kernel; returns the kernel's REDUCE."""
+    if r.arg.kind is not AxisKind.REDUCE:
         raise OptError(f"{opt}: GROUP applies to reduce axes")
     if not renderer.local_mem_max:
         raise OptError(f"{opt}: {type(renderer).__name__} has no local memory")
@@ -233,7 +258,7 @@ def apply_opt(state: OptState, opt: Opt, renderer: Renderer) -> OptState:
     if len(reduces) != 1 or len(state.sink.src) != 1:
         raise OptError(f"{opt}: GROUP needs a kernel with one store and one reduction")
     for g in state.ranges(AxisKind.GLOBAL):
-        size = _const_size(g)
+        size = const_size(g)
         if size is None or size % state.local_size_of(g):
             raise OptError(f"{opt}: with GROUP every work-group must be full (symbolic or partial work-groups)")
     if len(work_item_ranges(state, renderer)) + 1 > len(renderer.local_max or (0, 0, 0)) or \
@@ -246,6 +271,13 @@ def apply_opt(state: OptState, opt: Opt, renderer: Renderer) -> OptState:
     _check_group_limits(state, renderer, opt, wg, r_dim_size=opt.amount, r=None)
     if wg * reduces[0].dtype.itemsize > renderer.local_mem_max:
         raise OptError(f"{opt}: {wg} partial results do not fit in {renderer.local_mem_max} bytes of local memory")
+    return reduces[0]
+
+
+def _group(state: OptState, opt: Opt, renderer: Renderer) -> OptState:
+    r, n = _axis(state, opt)
+    _needs_work_groups(opt, renderer)
+    _check_group(state, opt, r, renderer)
     lane = UOp(Ops.RANGE, IDX, (UOp.const(IDX, opt.amount),), RangeArg(state.next_id, AxisKind.GROUP))
     steps = -(-n // opt.amount)
     inner = r.replace(src=(UOp.const(IDX, steps),))
@@ -264,7 +296,9 @@ def apply_opt(state: OptState, opt: Opt, renderer: Renderer) -> OptState:
                    applied=(*state.applied, opt))
 
 
-def _swap(state: OptState, opt: Opt, axes: list[UOp]) -> OptState:
+def _swap(state: OptState, opt: Opt, renderer: Renderer) -> OptState:
+    _axis(state, opt)
+    axes = state.axes
     if not 0 <= opt.amount < len(axes) or opt.amount == opt.axis:
         raise OptError(f"{opt}: the other axis must be another of the kernel's {len(axes)} axes")
     a, b = axes[opt.axis], axes[opt.amount]
@@ -277,7 +311,8 @@ def _swap(state: OptState, opt: Opt, axes: list[UOp]) -> OptState:
     return replace(state, sink=sink, applied=(*state.applied, opt))
 
 
-def _tile(state: OptState, opt: Opt, r: UOp, n: int, renderer: Renderer) -> OptState:
+def _tile(state: OptState, opt: Opt, renderer: Renderer) -> OptState:
+    r, n = _axis(state, opt)
     if renderer.has_local:
         raise OptError(f"{opt}: TILE is for loop targets; on {type(renderer).__name__} global axes are work-items")
     if r.arg.kind is not AxisKind.GLOBAL:
@@ -324,5 +359,12 @@ def simplify_kernel(sink: UOp) -> UOp:
     return graph_rewrite(sink, symbolic + constants_last)
 
 
-__all__ = ["MAX_UPCAST", "Opt", "OptError", "OptOps", "OptState", "apply_opt", "simplify_kernel",
-           "work_item_ranges"]
+#: the rule of each opt (`apply_opt`); TC's is registered by tensor_cores.py, which builds on this module
+OPT_RULES: dict[OptOps, OptRule] = {
+    OptOps.UPCAST: _upcast_or_unroll, OptOps.UNROLL: _upcast_or_unroll, OptOps.LOCAL: _local, OptOps.GROUP: _group,
+    OptOps.SWAP: _swap, OptOps.TILE: _tile,
+}
+
+
+__all__ = ["MAX_UPCAST", "OPT_RULES", "Opt", "OptError", "OptOps", "OptRule", "OptState", "apply_opt", "const_size",
+           "register_opt_rule", "simplify_kernel", "work_item_ranges"]

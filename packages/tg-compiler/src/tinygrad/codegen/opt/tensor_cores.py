@@ -26,7 +26,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tinygrad.codegen.lowerer import IDX
-from tinygrad.codegen.opt.actions import Opt, OptError, OptState, _const_size, simplify_kernel, work_item_ranges
+from tinygrad.codegen.opt.actions import (
+    Opt,
+    OptError,
+    OptOps,
+    OptState,
+    const_size,
+    register_opt_rule,
+    simplify_kernel,
+    work_item_ranges,
+)
 from tinygrad.renderer import Renderer
 from tinygrad.renderer.tensor_core import TensorCore
 from tinygrad.uop.ops import AxisKind, Ops, RangeArg, UOp
@@ -46,7 +55,7 @@ def _operand(x: UOp, tc: TensorCore) -> UOp | None:
 
 def _splits(r: UOp, tile: int) -> bool:
     """Whether r has a constant size that whole tiles of `tile` cover."""
-    size = _const_size(r)
+    size = const_size(r)
     return size is not None and size % tile == 0
 
 
@@ -75,8 +84,10 @@ def tc_choices(state: OptState, tc: TensorCore) -> list[tuple[UOp, UOp, UOp, UOp
     return out
 
 
-def apply_tensor_core(state: OptState, opt: Opt, renderer: Renderer) -> OptState:
-    """TC(axis, amount): see the module docstring. OptError says why a kernel does not qualify."""
+def _chosen_tensor_core(state: OptState, opt: Opt,
+                        renderer: Renderer) -> tuple[TensorCore, tuple[UOp, UOp, UOp, UOp, UOp]]:
+    """The tensor core and the (m, n, k, A, B) that TC(axis, amount) names; OptError where the kernel or the
+    target does not qualify."""
     if not renderer.tensor_cores:
         raise OptError(f"{opt}: {type(renderer).__name__} has no tensor cores")
     if not 0 <= opt.amount < len(renderer.tensor_cores):
@@ -91,14 +102,19 @@ def apply_tensor_core(state: OptState, opt: Opt, renderer: Renderer) -> OptState
     if (renderer.local_max and renderer.local_max[0] < tc.threads) or \
             (renderer.max_work_group_size and renderer.max_work_group_size < tc.threads):
         raise OptError(f"{opt}: a work-group of {tc.threads} lanes exceeds the device's limits")
-    m, n, k, a, b = choices[opt.axis]
+    return tc, choices[opt.axis]
+
+
+def apply_tensor_core(state: OptState, opt: Opt, renderer: Renderer) -> OptState:
+    """TC(axis, amount): see the module docstring. OptError says why a kernel does not qualify."""
+    tc, (m, n, k, a, b) = _chosen_tensor_core(state, opt, renderer)
     (store,) = state.sink.src
     red = next(u for u in state.sink.toposort() if u.op is Ops.REDUCE)
     tm, tn, tk = tc.dims
     lane = UOp(Ops.RANGE, IDX, (UOp.const(IDX, tc.threads),), RangeArg(state.next_id, AxisKind.GLOBAL))
 
     def outer(r: UOp, tile: int) -> UOp | None:  # the loop over tiles, None when one tile covers the axis
-        size = _const_size(r)
+        size = const_size(r)
         assert size is not None
         return r.replace(src=(UOp.const(IDX, size // tile),)) if size > tile else None
 
@@ -126,5 +142,7 @@ def apply_tensor_core(state: OptState, opt: Opt, renderer: Renderer) -> OptState
         raise OptError(f"{opt}: the lanes must be launch dimension 0")
     return new
 
+
+register_opt_rule(OptOps.TC, apply_tensor_core)
 
 __all__ = ["apply_tensor_core", "tc_choices"]
