@@ -227,6 +227,7 @@ def models(session: nox.Session) -> None:
                 "packages/tg-nn/tests/test_transformer_models.py", "packages/tg-nn/tests/test_llm_server.py",
                 "packages/tg-nn/tests/test_whisper_model.py", "packages/tg-nn/tests/test_mamba_model.py",
                 "packages/tg-nn/tests/test_moe_models.py", "packages/tg-nn/tests/test_gguf_quant.py",
+                "packages/tg-nn/tests/test_gguf_quant_moe.py",
                 "packages/tg-nn/tests/test_llm_tools.py", "packages/tg-nn/tests/test_diffusion_model.py",
                 "integration-tests/test_llm_chat_page.py", *session.posargs)
 

@@ -16,10 +16,11 @@ gguf = pytest.importorskip("gguf", reason="the gguf package writes the files and
 from gguf import GGMLQuantizationType as Q  # noqa: E402
 from gguf.quants import dequantize, quantize  # noqa: E402
 
-QUANTIZABLE = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1]  # the gguf package quantizes these; K-quants it only reads
-BLOCK_TYPES = [*QUANTIZABLE, Q.Q4_K, Q.Q5_K, Q.Q6_K]
+# the gguf package quantizes these; K-quants and IQ4_XS it only reads
+QUANTIZABLE = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.MXFP4]
+BLOCK_TYPES = [*QUANTIZABLE, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS]
 # where each block keeps its fp16 scales, and a magnitude for them that keeps the values near 1
-FP16_SCALES = {Q.Q4_K: ((0, 4), 1e-3), Q.Q5_K: ((0, 4), 5e-4), Q.Q6_K: ((208, 210), 1e-4)}
+FP16_SCALES = {Q.Q4_K: ((0, 4), 1e-3), Q.Q5_K: ((0, 4), 5e-4), Q.Q6_K: ((208, 210), 1e-4), Q.IQ4_XS: ((0, 2), 1e-3)}
 
 
 def write(path, tensors: dict, arch: str = "test", kv: dict | None = None) -> None:
@@ -65,6 +66,19 @@ def test_blocks_load_as_bytes_and_dequantize_exactly(tmp_path, qtype):
             assert t.blocks.dtype == dtypes.uint8 and t.nbytes == raw.nbytes
             np.testing.assert_array_equal(t.blocks.numpy(), raw)  # the file's bytes, untouched
             np.testing.assert_array_equal(t.dequantize().numpy(), dequantize(raw, qtype), err_msg=name)
+
+
+def test_mxfp4_scales_dequantize_exactly_over_their_whole_range():
+    """Every E8M0 scale byte (the subnormal halves 0 and 1, the largest finite 254, and 255, which overflows to inf
+    in both) with every 4-bit code."""
+    codes = np.arange(16, dtype=np.uint8)
+    packed = np.tile((codes[:16:2] | (codes[1::2] << 4)).repeat(2), (256, 1))  # both nibbles of each byte vary
+    blocks = np.concatenate([np.arange(256, dtype=np.uint8).reshape(256, 1), packed], axis=1)
+    with np.errstate(over="ignore"):
+        want = dequantize(blocks, Q.MXFP4)
+    got = dequantize_blocks(Tensor(blocks), "MXFP4").numpy()
+    np.testing.assert_array_equal(got, want)
+    assert np.array_equal(np.signbit(got), np.signbit(want))  # code 8 is +0, as in llama.cpp's table
 
 
 def test_float_tensors_load_with_their_dtype(tmp_path):

@@ -21,16 +21,19 @@ from __future__ import annotations
 import pathlib
 from typing import Any
 
+import numpy as np
 from tinygrad import Device, Tensor
 from tinygrad.helpers import prod
 from tinygrad.nn.gguf import QuantizedTensor, dequantize_blocks
+from tinygrad.nn.transformer import SparseMoE, _positions
 
-__all__ = ["FUSED_MAX_ROWS", "QuantizedEmbedding", "QuantizedLinear", "llama_from_gguf"]
+__all__ = ["FUSED_MAX_ROWS", "QuantizedEmbedding", "QuantizedExperts", "QuantizedLinear", "QuantizedSparseMoE",
+           "llama_from_gguf"]
 
 #: inputs of at most this many rows (tokens times batch) take the fused product; more dequantize the weight first
 FUSED_MAX_ROWS = 4
 #: values that share one scale within a block, for the types whose blocks hold several scales
-SUB_BLOCK = {"Q4_K": 32, "Q5_K": 32, "Q6_K": 16}
+SUB_BLOCK = {"Q4_K": 32, "Q5_K": 32, "Q6_K": 16, "IQ4_XS": 32}
 #: output rows whose bytes are interleaved in the packed layout (see the module's doc)
 MAX_TILE_ROWS = 256
 
@@ -144,6 +147,123 @@ class QuantizedEmbedding:
         return f"QuantizedEmbedding({self.num_embeddings}, {self.embedding_dim}, {self._table.type_name})"
 
 
+# ---- mixtures of experts whose experts stay quantized --------------------------------------------------------------
+
+#: the most bytes of float weights that a prefill dequantizes at once (a group of chosen experts' projections)
+EXPERT_GROUP_BYTES = 256 << 20
+
+
+class QuantizedExperts:
+    """The SwiGLU experts of a mixture with their weights as GGUF stores them, stacked and block-quantized: gate and
+    up (n_experts, hidden_dim, dim), down (n_experts, dim, hidden_dim), each a QuantizedTensor of its own type (a
+    Q4_K_M file mixes Q4_K and Q6_K). The blocks stay in the file's order, (expert, output row, block, byte)."""
+
+    def __init__(self, gate: QuantizedTensor, up: QuantizedTensor, down: QuantizedTensor):
+        for name, t in (("gate", gate), ("up", up), ("down", down)):
+            if not isinstance(t, QuantizedTensor) or len(t.shape) != 3:
+                raise ValueError(f"the experts' {name} projection must be a 3-d QuantizedTensor (n_experts, out, in), "
+                                 f"got {type(t).__name__} of shape {getattr(t, 'shape', None)}")
+        E, H, D = gate.shape
+        if tuple(up.shape) != (E, H, D) or tuple(down.shape) != (E, D, H):
+            raise ValueError(f"expert projections of shapes gate {gate.shape}, up {up.shape}, down {down.shape} do not "
+                             f"fit together: gate and up must be (n_experts, hidden, dim) and down (n_experts, dim, "
+                             f"hidden)")
+        self.n_experts, self.hidden_dim, self.dim = E, H, D
+        # underscored: the blocks are not float weights for a loader to fill (see nn.state's get_state_dict)
+        self._proj = {name: _expert_blocks(t) for name, t in (("gate", gate), ("up", up), ("down", down))}
+
+    @property
+    def nbytes(self) -> int:
+        return sum(prod(b.shape) for b, _ in self._proj.values())
+
+    def gathered(self, name: str, x: Tensor, pick: Tensor) -> Tensor:
+        """x (N, k or 1, in) through projection `name` of the expert each (token, choice) picked: (N, k, out).
+        pick (N, k, E, 1, 1, 1, 1) is the one-hot choice; the sum over the experts of a where on it is what the
+        compiler folds into loads of the chosen expert's blocks, so only those are read and dequantized, inside the
+        product's kernel."""
+        blocks, type_name = self._proj[name]
+        E, rows, nb, _ = blocks.shape
+        elems = x.shape[-1] // nb
+        sub = SUB_BLOCK.get(type_name, elems)
+        w = dequantize_blocks(blocks, type_name).reshape(1, 1, E, rows, nb, elems // sub, sub)
+        xb = x.float().reshape(x.shape[0], x.shape[1], 1, 1, nb, elems // sub, sub)
+        return pick.where(xb * w, 0.0).sum((2, 4, 5, 6))
+
+    def dequantized(self, name: str, experts: Tensor) -> Tensor:
+        """The float32 weights (len(experts), in, out) of projection `name` of the experts listed (int32 ids),
+        input-major as Experts holds them, lazy."""
+        blocks, type_name = self._proj[name]
+        rows = blocks.shape[1]
+        return dequantize_blocks(blocks[experts], type_name).reshape(experts.shape[0], rows, -1).transpose(1, 2)
+
+
+def _expert_blocks(t: QuantizedTensor) -> tuple[Tensor, str]:
+    experts, rows, _ = t.shape
+    return t.blocks.reshape(experts, rows, -1, t.block_bytes), t.type_name
+
+
+class QuantizedSparseMoE(SparseMoE):
+    """A SparseMoE whose experts are QuantizedExperts: routing as SparseMoE's (its router `gate` is a Linear or a
+    QuantizedLinear). The gathered form (decode) reads the chosen experts' blocks and dequantizes them inside its
+    products; the grouped form (prefill) dequantizes the weights of the experts that some token chose, a group of
+    at most EXPERT_GROUP_BYTES at a time, and runs each expert's matmul over its tokens."""
+
+    def __init__(self, gate: Any, experts: QuantizedExperts, top_k: int, norm_topk_prob: bool):
+        if not 1 <= top_k <= experts.n_experts:
+            raise ValueError(f"top_k={top_k} must be between 1 and the number of experts ({experts.n_experts})")
+        self.top_k, self.norm_topk_prob = top_k, norm_topk_prob
+        self.gate, self.experts = gate, experts  # type: ignore[assignment]  # the same calls as Linear and Experts
+
+    def _gathered(self, x: Tensor, w: Tensor, sel: Tensor) -> Tensor:
+        N, k, ex = x.shape[0], self.top_k, self.experts
+        assert isinstance(ex, QuantizedExperts)
+        pick = sel.reshape(N, k, 1, 1, 1, 1, 1) == _positions(ex.n_experts, x.device).reshape(1, 1, -1, 1, 1, 1, 1)
+        x1 = x.reshape(N, 1, x.shape[1])
+        # the gate's product realized on its own: fused with the up projection's, the two reductions share one
+        # kernel, which the compiler schedules worse than the two kernels apart
+        gate, up = ex.gathered("gate", x1, pick).contiguous(), ex.gathered("up", x1, pick)
+        hidden = (gate.silu() * up).cast(x.dtype).contiguous()
+        y = ex.gathered("down", hidden, pick)
+        return (y * w.float().reshape(N, k, 1)).sum(1).cast(x.dtype)
+
+    def _grouped(self, x: Tensor, w: Tensor, sel: Tensor) -> Tensor:
+        assert isinstance(self.experts, QuantizedExperts)
+        return _grouped_quantized(self.experts, self.top_k, x, w, sel)
+
+
+def _grouped_quantized(ex: QuantizedExperts, k: int, x: Tensor, w: Tensor, sel: Tensor) -> Tensor:
+    """SparseMoE's grouped form over the experts that some token chose (see QuantizedSparseMoE)."""
+    N, D = x.shape
+    w = w.realize(sel)
+    chosen = sel.numpy().reshape(-1).astype(np.int64)  # (N * k,) the expert of each (token, choice)
+    used = np.unique(chosen)  # the experts to run, in order; `rank` is each one's place among them
+    rank = np.searchsorted(used, chosen)
+    counts = np.bincount(rank, minlength=len(used))
+    busiest = int(counts.max())
+    step = 1 << max(0, busiest.bit_length() - 3)  # as SparseMoE: few distinct shapes, at most 25% padding
+    capacity = -(-busiest // step) * step
+    order = np.argsort(rank, kind="stable")
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    slot = np.empty_like(rank)
+    slot[order] = np.arange(len(rank)) - first[rank[order]]
+    tokens = np.zeros((len(used), capacity), np.int32)  # padding slots read token 0; their results are never used
+    tokens[rank, slot] = np.arange(len(rank)) // k
+    per_expert = 4 * 3 * ex.dim * ex.hidden_dim  # float32 bytes of one expert's three projections
+    group = max(1, EXPERT_GROUP_BYTES // per_expert)
+    outs = []
+    for at in range(0, len(used), group):
+        ids = Tensor(used[at:at + group].astype(np.int32), device=x.device)
+        xs = x[Tensor(tokens[at:at + group], device=x.device)]  # (group, capacity, D)
+        gate = xs.matmul(ex.dequantized("gate", ids).contiguous())
+        up = xs.matmul(ex.dequantized("up", ids).contiguous())
+        hidden = gate.silu() * up
+        # realized per group: the group's float weights are freed before the next group's are made
+        outs.append(hidden.matmul(ex.dequantized("down", ids).contiguous()).reshape(-1, D).realize())
+    y = outs[0] if len(outs) == 1 else outs[0].cat(*outs[1:])
+    where = (rank * capacity + slot).reshape(N, k).astype(np.int32)
+    return (y[Tensor(where, device=x.device)] * w.reshape(N, k, 1)).sum(1).cast(x.dtype)
+
+
 # ---- LLaMA / Qwen2 from a GGUF file, its quantized weights kept ------------------------------------------------------
 
 def _unpermute_rows(rows: Tensor, n_heads: int) -> Tensor:
@@ -178,41 +298,84 @@ def _parent(root: Any, name: str) -> tuple[Any, str]:
 
 def llama_from_gguf(path: str | pathlib.Path, max_context: int | None = None, device: str | None = None) -> Any:
     """A `tinygrad.nn.transformer.Llama` from a GGUF file whose block-quantized weights (Q4_0, Q4_1, Q5_0, Q5_1,
-    Q8_0, Q4_K, Q5_K, Q6_K) stay quantized: each quantized projection of a layer becomes a QuantizedLinear, and a
-    quantized token embedding a QuantizedEmbedding (shared with the output projection when they are tied). The rest
-    loads as `Llama.from_gguf` loads it, by its mapping of names: float tensors (norms, biases, F16/F32 weights) as
-    they are, and quantized tensors this cannot keep (those outside a plain linear layer) dequantized."""
+    Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS, MXFP4) stay quantized: each quantized projection of a layer becomes a
+    QuantizedLinear, a quantized token embedding a QuantizedEmbedding (shared with the output projection when they
+    are tied), and a mixture's stacked experts (`blk.N.ffn_gate_exps.weight`, `ffn_up_exps`, `ffn_down_exps`, as
+    llama.cpp writes Mixtral, Qwen3-MoE and OLMoE), when all three are quantized, QuantizedExperts in a
+    QuantizedSparseMoE. The rest loads as `Llama.from_gguf` loads it, by its mapping of names: float tensors (norms,
+    biases, routers, F16/F32 weights) as they are, and quantized tensors this cannot keep (those outside a plain
+    linear layer, experts stored one tensor per expert) dequantized."""
     from tinygrad.nn.gguf import gguf_load_quantized
-    from tinygrad.nn.transformer import Linear, Llama, _eos_ids, _from_gguf, _install
+    from tinygrad.nn.transformer import Llama, _eos_ids, _from_gguf, _install
 
-    where = f"the GGUF file {path}"
     meta, tensors = gguf_load_quantized(path, device)
-    kept: dict[str, tuple[str, str, QuantizedTensor]] = {}
-    inputs: dict[str, Tensor] = {}
-    for name, t in tensors.items():
-        mapped = _hf_name(name)
-        if isinstance(t, QuantizedTensor) and mapped is not None and len(t.shape) == 2:
-            kept[name] = (*mapped, t)
-            inputs[name] = Tensor.empty(*t.shape, device=device)  # a lazy stand-in, never realized
-        else:  # lazy: _install realizes them one at a time
-            inputs[name] = t.dequantize() if isinstance(t, QuantizedTensor) else t
+    kept, experts, inputs = _split(tensors, device)
     del tensors
     # the configuration, the rope factors and the float weights by the float loader's own reading of the file
     config, weights, factors = _from_gguf(meta, inputs, str(path))
     del inputs
     model = Llama(config, max_context, None, device, rope_freq_factors=factors)
     model.eos_token_ids = _eos_ids(meta.get("tokenizer.ggml.eos_token_id"), config.vocab_size)
+    _place_linear(model, kept, weights, meta.get("general.architecture") == "llama")
+    _place_experts(model, experts, weights)
+    # the float weights (norms, biases, what stayed float) with the float path's checks of names and shapes
+    _install(model, weights, f"the GGUF file {path}")
+    # the file-order blocks, freed as each layer was repacked, may wait in the device's pool of freed buffers for an
+    # allocation of their size; a pool that can give its memory back (the CPU's) does so now
+    release = getattr(Device[model.device or Device.DEFAULT].allocator, "release", None)
+    if callable(release):
+        release()
+    return model
+
+
+_EXPERT_TENSORS = {"ffn_gate_exps.weight": "gate", "ffn_up_exps.weight": "up", "ffn_down_exps.weight": "down"}
+
+
+def _split(tensors: dict[str, Tensor | QuantizedTensor], device: str | None) -> tuple[
+        dict[str, tuple[str, str, QuantizedTensor]], dict[str, dict[str, QuantizedTensor]], dict[str, Tensor]]:
+    """(the quantized tensors kept for linear layers by GGUF name, with their model name and name within the layer;
+    the quantized experts kept by layer; the inputs of the float loader, with lazy stand-ins for what is kept)."""
+    kept: dict[str, tuple[str, str, QuantizedTensor]] = {}
+    experts: dict[str, dict[str, QuantizedTensor]] = {}
+    for name, t in tensors.items():
+        parts = name.split(".", 2)
+        if (len(parts) == 3 and parts[0] == "blk" and parts[2] in _EXPERT_TENSORS and isinstance(t, QuantizedTensor)
+                and len(t.shape) == 3):
+            experts.setdefault(parts[1], {})[_EXPERT_TENSORS[parts[2]]] = t
+    # a layer's experts stay quantized only when all three projections are
+    experts = {layer: found for layer, found in experts.items() if len(found) == 3}
+    inputs: dict[str, Tensor] = {}
+    for name, t in tensors.items():
+        mapped = _hf_name(name)
+        parts = name.split(".", 2)
+        if isinstance(t, QuantizedTensor) and ((mapped is not None and len(t.shape) == 2) or (
+                len(parts) == 3 and parts[1] in experts and parts[2] in _EXPERT_TENSORS)):
+            if mapped is not None:
+                kept[name] = (*mapped, t)
+            inputs[name] = Tensor.empty(*t.shape, device=device)  # a lazy stand-in, never realized
+        else:  # lazy: _install realizes them one at a time
+            inputs[name] = t.dequantize() if isinstance(t, QuantizedTensor) else t
+    return kept, experts, inputs
+
+
+def _place_linear(model: Any, kept: dict[str, tuple[str, str, QuantizedTensor]], weights: dict[str, Tensor],
+                  llama_rope: bool) -> None:
+    """Each kept tensor into the model as a QuantizedLinear (or QuantizedEmbedding) in place of its float layer, its
+    float weight taken out of `weights`; one that is not a plain linear layer's weight goes into `weights`
+    dequantized."""
+    from tinygrad.nn.transformer import Linear
+
+    config = model.config
     heads = {"attn_q.weight": config.num_attention_heads, "attn_k.weight": config.num_key_value_heads}
-    llama_rope = meta.get("general.architecture") == "llama"
     for name in list(kept):
         target, within, t = kept.pop(name)  # dropped as placed: nothing else holds the blocks once repacked
         unpermute = heads[within] if llama_rope and within in heads else None
         if target == "model.embed_tokens.weight":
             table = QuantizedLinear(t)
             # the model's attributes are annotated with its float layers; these take the same calls
-            model.model.embed_tokens = QuantizedEmbedding(table)  # type: ignore[assignment]
+            model.model.embed_tokens = QuantizedEmbedding(table)
             if config.tie_word_embeddings:
-                model.lm_head = QuantizedLinear.sharing(table)  # type: ignore[assignment]
+                model.lm_head = QuantizedLinear.sharing(table)
             weights.pop(target, None)
             continue
         owner, leaf = _parent(model, target)
@@ -224,11 +387,22 @@ def llama_from_gguf(path: str | pathlib.Path, max_context: int | None = None, de
         grand, attr = _parent(model, target.rsplit(".", 1)[0])
         setattr(grand, attr, QuantizedLinear._unpermuting(t, owner.bias, unpermute))
         weights.pop(target)
-    # the float weights (norms, biases, what stayed float) with the float path's checks of names and shapes
-    _install(model, weights, where)
-    # the file-order blocks, freed as each layer was repacked, may wait in the device's pool of freed buffers for an
-    # allocation of their size; a pool that can give its memory back (the CPU's) does so now
-    release = getattr(Device[model.device or Device.DEFAULT].allocator, "release", None)
-    if callable(release):
-        release()
-    return model
+
+
+def _place_experts(model: Any, experts: dict[str, dict[str, QuantizedTensor]], weights: dict[str, Tensor]) -> None:
+    """Each layer's kept experts into the model: its SparseMoE becomes a QuantizedSparseMoE over them (the router
+    stays the layer's, filled from `weights` later), and the stand-ins of their float weights leave `weights`."""
+    for layer, found in experts.items():
+        block = model.model.layers[int(layer)]
+        moe = getattr(block, block._ffn_name)
+        prefix = f"model.layers.{layer}.{block._ffn_name}.experts"
+        if not isinstance(moe, SparseMoE):
+            # a layer the file's metadata made dense: _install names the stand-ins as unexpected weights
+            continue
+        quantized = QuantizedExperts(found["gate"], found["up"], found["down"])
+        if (quantized.n_experts, quantized.dim, quantized.hidden_dim) != (moe.experts.n_experts, moe.experts.dim,
+                                                                         moe.experts.hidden_dim):
+            continue  # _install names the shapes that differ
+        setattr(block, block._ffn_name, QuantizedSparseMoE(moe.gate, quantized, moe.top_k, moe.norm_topk_prob))
+        weights.pop(f"{prefix}.gate_up")
+        weights.pop(f"{prefix}.down")

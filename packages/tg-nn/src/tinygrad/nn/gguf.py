@@ -260,6 +260,7 @@ class _Consts:
         return self.cache[values]
 
 
+
 def _cols(b: Tensor, start: int, stop: int) -> Tensor:
     return b.shrink(((0, b.shape[0]), (start, stop)))
 
@@ -375,6 +376,52 @@ def _q6_k(c: _Consts, b: Tensor) -> Tensor:
     return (scale.reshape(n, 16, 1) * q).reshape(n, 256)
 
 
+# IQ4_NL's code (also IQ4_XS's): 16 values spaced for normally distributed weights
+_IQ4_VALUES = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
+# MXFP4's code: the values of the 4-bit float E2M1 (sign, 2 exponent bits, 1 mantissa bit), doubled to integers
+_E2M1_DOUBLED = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)
+
+
+def _lookup4(table: tuple[int, ...], code: Tensor) -> Tensor:
+    """table[code] as float32 for 4-bit codes (uint8, 0-15) of a 16-entry table of small integers, with ALU ops only.
+    Indexing a table tensor would sum a one-hot compare over its entries, a reduction that a fused product cannot
+    hold inside its own, so the dequantized weight would be made in a kernel of its own. Instead the entries, offset
+    to 0-255, are packed four to a uint32 constant: bits 3 and 2 of the code pick the word (three selects), bits 1
+    and 0 the byte within it."""
+    low = min(table)
+    words = [sum((table[i + j] - low) << (8 * j) for j in range(4)) for i in range(0, 16, 4)]
+    assert len(table) == 16 and max(table) - low < 256
+    q = code.cast(dtypes.uint32)
+
+    def word(i: int) -> Tensor:
+        return Tensor(words[i], dtype=dtypes.uint32, device=code.device)
+
+    bit2, bit3 = (q & 4) != 0, (q & 8) != 0
+    picked = bit3.where(bit2.where(word(3), word(2)), bit2.where(word(1), word(0)))
+    return (((picked >> ((q & 3) * 8)) & 0xFF).cast(dtypes.int32) + low).cast(dtypes.float32)
+
+
+def _iq4_xs(c: _Consts, b: Tensor) -> Tensor:
+    # d: fp16, scales_h: u16 (2 bits per sub-block), scales_l: 4 bytes (a nibble per sub-block), qs: 128 bytes; 8
+    # sub-blocks of 32 whose 6-bit scales are offset by 32: x = d * (scale - 32) * IQ4_VALUES[q]
+    n = b.shape[0]
+    low = _bits(c, _cols(b, 4, 8), 1, (0, 4), 0xF)
+    high = _bits(c, _cols(b, 2, 4), 1, (0, 2, 4, 6), 0x3)
+    scale = _f16(_cols(b, 0, 2)) * ((low | (high << 4)).cast(dtypes.float32) - 32)
+    q = _lookup4(_IQ4_VALUES, _bits(c, _cols(b, 8, 136), 16, (0, 4), 0xF)).reshape(n, 8, 32)
+    return (scale.reshape(n, 8, 1) * q).reshape(n, 256)
+
+
+def _mxfp4(c: _Consts, b: Tensor) -> Tensor:
+    # e: an E8M0 scale (a power of two, 2^(e - 127)), qs: 16 bytes of E2M1 codes (low nibbles first). The codes are
+    # doubled values, so the scale is halved: 2^(e - 128), the float32 with exponent field e - 1, or for e < 2 the
+    # subnormals 2^-128 and 2^-127 (bit 21 or 22), exactly as llama.cpp's ggml_e8m0_to_fp32_half
+    e = _cols(b, 0, 1).cast(dtypes.uint32)
+    subnormal = (e == 0).where(0x00200000, 0x00400000).cast(dtypes.uint32)
+    half_scale = (e < 2).where(subnormal, (e - 1) << 23).bitcast(dtypes.float32)
+    return half_scale * _lookup4(_E2M1_DOUBLED, _bits(c, _cols(b, 1, 17), 16, (0, 4), 0xF))
+
+
 @dataclass(frozen=True)
 class _Quant:
     name: str
@@ -396,6 +443,8 @@ QUANTS: dict[int, _Quant] = {
     12: _Quant("Q4_K", 256, 144, dtypes.float32, _q4_k),
     13: _Quant("Q5_K", 256, 176, dtypes.float32, _q5_k),
     14: _Quant("Q6_K", 256, 210, dtypes.float32, _q6_k),
+    23: _Quant("IQ4_XS", 256, 136, dtypes.float32, _iq4_xs),
+    39: _Quant("MXFP4", 32, 17, dtypes.float32, _mxfp4),
 }
 
 _BY_NAME = {q.name: q for q in QUANTS.values()}
@@ -474,8 +523,9 @@ def gguf_load(fn: FileLike, device: str | None = None) -> tuple[dict[str, Any], 
     """(metadata, tensors by name) of a GGUF file, given as a path, bytes, or a 1-d uint8 tensor of the file.
 
     Shapes are in tinygrad order (the file lists dims innermost first). F32, F16 and BF16 tensors keep their
-    dtype; quantized ones (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) are dequantized to float32 on the
-    device. Metadata arrays are lists; undecodable bytes in metadata strings are kept as surrogate escapes."""
+    dtype; quantized ones (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS, MXFP4) are dequantized to
+    float32 on the device. Metadata arrays are lists; undecodable bytes in metadata strings are kept as surrogate
+    escapes."""
     raw = read_bytes(fn)
     kv, infos, data_start = _parse(raw, _name(fn))
     out: dict[str, Tensor] = {}
