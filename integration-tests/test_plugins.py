@@ -157,7 +157,7 @@ def test_device_listing_shows_cpu_and_pyref(clean_venv: Venv) -> None:
                         r"\d+ threads?(, one bound to each CPU)?\)", status), text
     # PYREF is an oracle: never the default while a real backend is usable
     assert "Device.DEFAULT = CPU" in text, text
-    assert "tinygrad device contract 1.0" in text
+    assert "tinygrad device contract 2.0" in text
 
 
 def test_editable_install_of_the_framework(tmp_path: Path, wheelhouse: Path) -> None:
