@@ -282,3 +282,17 @@ def machine_line() -> str:
     cores = len(os.sched_getaffinity(0))
     return (f"{cores} cores usable, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at the start "
             f"(other processes on the machine make timings noisy; compare ratios from the same run)")
+
+
+def spawn_json(script: Path, extra: list[str], env: dict[str, str], timeout: int) -> dict[str, Any] | str:
+    """Run `script` with `extra` arguments in a fresh interpreter; its last stdout line as JSON, or the error text
+    (a timeout or a failed run is a row's result, not a crash of the whole bench)."""
+    try:
+        done = subprocess.run([sys.executable, str(script), *extra], capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, **env}, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return f"no result in {timeout} s (see --timeout)"
+    if done.returncode != 0:
+        return f"exit {done.returncode}: {done.stderr.strip()[-1500:]}"
+    lines = done.stdout.strip().splitlines()
+    return json.loads(lines[-1]) if lines else {}

@@ -28,7 +28,6 @@ import json
 import os
 import statistics
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +35,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness import machine_line, thread_env
+from envs import cpu_name
+from harness import machine_line, spawn_json, thread_env
 
 HERE = Path(__file__).resolve()
 FULL: dict[str, Any] = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
@@ -178,26 +178,6 @@ def worker(args: argparse.Namespace) -> None:
 
 # ---- the parent -----------------------------------------------------------------------------------------------------
 
-def _spawn(extra: list[str], env: dict[str, str], timeout: int) -> dict[str, Any] | str:
-    """Run this file with `extra` arguments; its last stdout line as JSON, or the error text."""
-    try:
-        done = subprocess.run([sys.executable, str(HERE), *extra], capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, **env}, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return f"no result in {timeout} s (see --timeout)"
-    if done.returncode != 0:
-        return f"exit {done.returncode}: {done.stderr.strip()[-1500:]}"
-    lines = done.stdout.strip().splitlines()
-    return json.loads(lines[-1]) if lines else {}
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
-
-
 def _mib(n: float) -> str:
     return f"{n / 2**20:,.0f} MiB"
 
@@ -284,8 +264,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="tg-bench-llm-") as tmp:
         directory = Path(tmp) / "llama"
         print(f"making the model in {directory} ...", file=sys.stderr, flush=True)
-        made = _spawn(["--make", str(directory), *(["--quick"] if args.quick else []),
-                       *(["--layers", str(args.layers)] if args.layers else [])], env, args.timeout)
+        made = spawn_json(HERE, ["--make", str(directory), *(["--quick"] if args.quick else []),
+                                 *(["--layers", str(args.layers)] if args.layers else [])], env, args.timeout)
         if isinstance(made, str):
             sys.exit(f"could not make the model with transformers: {made}")
         nbytes, params = weight_bytes(directory)
@@ -294,8 +274,9 @@ def main() -> None:
             print(f"running {fw} ...", file=sys.stderr, flush=True)
             # an empty kernel cache: the first generation then costs what it costs on a new machine
             cold = {"TINYGRAD_CACHE_DIR": str(Path(tmp) / "kernel-cache")}
-            results[fw] = _spawn(["--worker", fw, "--model", str(directory), "--runs", str(args.runs), "--prompt",
-                                  str(args.prompt), "--new", str(args.new)], {**env, **cold}, args.timeout)
+            argv = ["--worker", fw, "--model", str(directory), "--runs", str(args.runs), "--prompt", str(args.prompt),
+                      "--new", str(args.new)]
+            results[fw] = spawn_json(HERE, argv, {**env, **cold}, args.timeout)
     print(report(results, nbytes, params, args, shape))
 
 

@@ -31,14 +31,14 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from harness import machine_line
+from envs import cpu_name
+from harness import machine_line, spawn_json
 
 HERE = Path(__file__).resolve()
 SHAPES: dict[str, dict[str, int]] = {
@@ -199,27 +199,7 @@ def _timed(generate: Any, runs: int, prompt_len: int, new: int) -> dict[str, Any
     return {"prefill": prefill, "decode": decode, "ids": ids, "warmup_s": warmup}
 
 
-def _spawn(extra: list[str], env: dict[str, str], timeout: int) -> dict[str, Any] | str:
-    """Run this file with `extra` arguments; its last stdout line as JSON, or the error text."""
-    try:
-        done = subprocess.run([sys.executable, str(HERE), *extra], capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, **env}, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return f"no result in {timeout} s (see --timeout)"
-    if done.returncode != 0:
-        return f"exit {done.returncode}: {done.stderr.strip()[-1500:]}"
-    lines = done.stdout.strip().splitlines()
-    return json.loads(lines[-1]) if lines else {}
-
-
 # ---- the report -----------------------------------------------------------------------------------------------------
-
-def _cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
-
 
 def _logit_gap(a: list[float], b: list[float]) -> str:
     import numpy as np
@@ -291,7 +271,8 @@ def main() -> None:
             for fw in ("ours", "cpp"):
                 print(f"{type_name}: running {fw} ...", file=sys.stderr, flush=True)
                 cold = {"TINYGRAD_CACHE_DIR": str(Path(tmp) / "kernel-cache")}
-                results[fw] = _spawn(["--worker", fw, "--model", str(path), *extra], {**env, **cold}, args.timeout)
+                argv = ["--worker", fw, "--model", str(path), *extra]
+                results[fw] = spawn_json(HERE, argv, {**env, **cold}, args.timeout)
             rows += report_rows(type_name, path.stat().st_size, results)
             path.unlink()
     params = shape["vocab"] * shape["dim"] * 2 + shape["layers"] * (
@@ -300,7 +281,7 @@ def main() -> None:
     print("\n".join([
         f"# Quantized LLaMA on the CPU: this project against llama.cpp ({'quick, tiny model: ' if args.quick else ''}"
         f"{params / 1e6:.0f}M parameters)", "",
-        f"- CPU: {_cpu_name()}; {machine_line()}",
+        f"- CPU: {cpu_name()}; {machine_line()}",
         "- shape: " + ", ".join(f"{k} {v}" for k, v in shape.items()) + "; random weights",
         f"- prompt {args.prompt} tokens, then {args.new} new tokens (greedy); median of {args.runs} runs after one "
         f"warm-up run; {args.threads} threads each", "",
