@@ -53,7 +53,7 @@ def test_kit_passes_on_pyref(clean_venv: Venv, kit_tools: Path, tmp_path: Path) 
                                  path=[kit_tools])
     claims = report["claims"]
     assert (claims["device"], claims["package"], claims["contract_version"]) == \
-        ("PYREF", "tg-backend-pyref", "1.0"), claims
+        ("PYREF", "tg-backend-pyref", "2.0"), claims
     groups = report["groups"]
     assert {"alu", "cast", "bitcast", "reduce", "launch", "copy", "dtypes"} <= set(groups), groups
     assert all(groups[g]["passed"] > 0 for g in ("alu", "cast", "bitcast", "reduce", "launch", "copy")), groups
