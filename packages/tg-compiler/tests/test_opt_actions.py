@@ -134,8 +134,10 @@ def test_upcast_copies_stores_and_their_reductions_share_one_loop() -> None:
 
 
 def test_upcast_copies_are_the_store_with_each_value_substituted() -> None:
-    # expand_upcasts rebuilds only what depends on the upcast ranges: each copy must be exactly the whole-graph
-    # substitution, in the same (row-major) order, and a store that reads none of the ranges is kept as it is
+    # expand_upcasts rebuilds only what depends on the upcast ranges, simplifying as it goes: each copy must be
+    # exactly the simplified whole-graph substitution, in the same (row-major) order, and a store that reads none of
+    # the ranges is kept as it is
+    from tinygrad.codegen.opt.actions import kernel_simplifier, simplify_kernel
     from tinygrad.codegen.opt.expand import _substitute_each, _values
 
     s = state_of(matmul_ast(8, 16, 12), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 2))
@@ -143,10 +145,10 @@ def test_upcast_copies_are_the_store_with_each_value_substituted() -> None:
     upcast = sorted((r for r in st.toposort() if r.op is Ops.RANGE and r.arg.kind is AxisKind.UPCAST),
                     key=lambda r: -r.arg.axis)
     assert len(upcast) == 2
-    copies = _substitute_each(st, upcast)
-    assert copies == [st.substitute(m) for m in _values(upcast)] and len(set(copies)) == 8
+    copies = _substitute_each(st, upcast, kernel_simplifier())
+    assert copies == [simplify_kernel(st.substitute(m)) for m in _values(upcast)] and len(set(copies)) == 8
     other = elementwise_ast((4, 4)).src[0]
-    assert _substitute_each(other, upcast) == [other] * 8
+    assert _substitute_each(other, upcast, kernel_simplifier()) == [other] * 8
 
 
 def test_unroll_gives_independent_accumulators_in_one_loop() -> None:
@@ -265,3 +267,33 @@ def test_each_opt_is_applied_by_its_rule_in_the_table(monkeypatch: pytest.Monkey
     calls: list[Opt] = []
     monkeypatch.setitem(actions.OPT_RULES, OptOps.UPCAST, lambda st, opt, r: calls.append(opt) or st)
     assert apply_opt(state, Opt(OptOps.UPCAST, 0, 4), GPURenderer()) is state and calls == [Opt(OptOps.UPCAST, 0, 4)]
+
+
+def test_get_program_pauses_the_cyclic_collector_and_restores_it() -> None:
+    # the pipeline pauses gc for its duration (its graphs have no cycles); whatever happens, the state it found stays
+    import gc
+
+    import tinygrad.codegen as codegen
+
+    seen: list[bool] = []
+    real = codegen.lower_kernel
+
+    def spy(ast: UOp) -> UOp:
+        seen.append(gc.isenabled())
+        return real(ast)
+
+    was = gc.isenabled()
+    try:
+        codegen.lower_kernel = spy  # type: ignore[assignment]
+        gc.enable()
+        get_program(elementwise_ast((5, 37)), GPURenderer())
+        assert seen == [False] and gc.isenabled()
+        with pytest.raises(OptError):  # a failing kernel restores it too
+            get_program(elementwise_ast((5, 37)), GPURenderer(), (Opt(OptOps.LOCAL, 7, 8),))
+        assert gc.isenabled()
+        gc.disable()  # a caller that paused it itself keeps it paused
+        get_program(elementwise_ast((5, 37)), GPURenderer())
+        assert not gc.isenabled()
+    finally:
+        codegen.lower_kernel = real  # type: ignore[assignment]
+        (gc.enable if was else gc.disable)()

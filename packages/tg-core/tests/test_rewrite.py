@@ -225,3 +225,48 @@ def test_a_joined_matcher_is_built_once() -> None:
     second = PatternMatcher([(UPat(Ops.MUL), lambda: UOp.const(I32, 3))])
     assert first + second is first + second
     assert (first + second).rewrite(a * b).arg == 3
+
+
+def test_compiled_patterns_agree_with_upat_match_where_they_cannot_be_written_out() -> None:
+    # a name that is not a Python identifier, and a named pattern repeated over the sources, take the nested form;
+    # every form must bind what UPat.match binds and hand it to the function
+    seen: list[dict[str, UOp]] = []
+
+    def keep(**kw: UOp) -> None:
+        seen.append(kw)
+
+    odd = UPat(Ops.ADD, src=(UPat.var("not-an-identifier"), UPat.var("y")))
+    every = UPat(Ops.ADD, src=UPat.var("x"))
+    plain = UPat(Ops.ADD, src=(UPat.var("x"), UPat(Ops.MUL, src=(UPat.var("x"), UPat.cvar("c", dtype=I32)))))
+    for pat, node in [(odd, a + b), (every, a + a), (every, a + b), (plain, a + a * 3), (plain, a + b * 3)]:
+        seen.clear()
+        assert PatternMatcher([(pat, keep)]).rewrite(node) is None
+        assert seen == matches(pat, node), (pat, node)
+
+
+def test_a_rewriter_shares_its_memo_and_agrees_with_graph_rewrite() -> None:
+    from tinygrad.uop.rewrite import Rewriter
+    from tinygrad.uop.symbolic import symbolic
+
+    calls: list[UOp] = []
+    counting = PatternMatcher([(UPat(Ops.ADD, name="u"), lambda u: calls.append(u))]) + symbolic
+    shared = (a * 4 + 3) // 4
+    graphs = [shared + b, shared * b, (shared + b) + 0, UOp.const(I32, 2) + UOp.const(I32, 5)]
+    rw = Rewriter(counting)
+    for g in graphs:
+        assert rw.rewrite(g) is graph_rewrite(g, symbolic)
+    calls.clear()
+    for g in graphs:  # everything is in the memo now: no pattern runs again
+        rw.rewrite(g)
+    assert calls == []
+    # a node built from rewritten sources (the fast path) becomes what graph_rewrite makes of it, rewrites included
+    built = UOp(Ops.ADD, I32, (rw.rewrite(shared), UOp.const(I32, 0)))
+    assert rw.rewrite(built) is graph_rewrite(built, symbolic) is rw.rewrite(shared)
+
+
+def test_a_rewriter_reports_a_cycle() -> None:
+    from tinygrad.uop.rewrite import Rewriter
+
+    flip = PatternMatcher([(UPat(Ops.ADD, src=(UPat.var("x"), UPat.var("y"))), lambda x, y: y + x)])
+    with pytest.raises(RuntimeError, match="fixed point"):
+        Rewriter(flip, max_steps=1000).rewrite(a + b)

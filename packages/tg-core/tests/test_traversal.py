@@ -90,7 +90,7 @@ def test_no_positional_arg_reads_in_the_sources() -> None:
 NOT_A_TRAVERSAL = {
     ("packages/tg-core/src/tinygrad/uop/ops.py", "post_order"),  # the shared traversal itself
     ("packages/tg-core/src/tinygrad/uop/ops.py", "pretty"),  # prints a tree, pre-order, with closing text
-    ("packages/tg-core/src/tinygrad/uop/rewrite.py", "graph_rewrite"),  # re-enters rewritten nodes until fixed point
+    ("packages/tg-core/src/tinygrad/uop/rewrite.py", "walk"),  # Rewriter.walk: re-enters rewritten nodes until fixed
     ("packages/tg-core/src/tinygrad/uop/symbolic.py", "_terms"),  # flattens one sum into (term, coefficient)
     ("packages/tg-compiler/src/tinygrad/renderer/vectorize.py", "split_index"),  # flattens one sum into terms
     ("packages/tg-core/src/tinygrad/function.py", "_collect"),  # finds the Tensors in nested Python arguments

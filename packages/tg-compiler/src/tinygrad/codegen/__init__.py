@@ -9,6 +9,7 @@ compiled kernel's assembly, in `tinygrad/runtime/runner.py`).
 
 from __future__ import annotations
 
+import gc
 import sys
 from dataclasses import dataclass
 
@@ -65,6 +66,21 @@ def upper_bound(size: sint) -> int:
 def get_program(ast: UOp, renderer: Renderer, opts: tuple[Opt, ...] | None = None) -> ProgramSpec:
     """The whole pipeline for one kernel. `opts` applies exactly those optimisations (BEAM search does);
     None lets the heuristics choose (none with NOOPT=1)."""
+    # The passes make and drop hundreds of thousands of nodes, which reference counting frees (a node refers only to
+    # its sources: the graphs have no cycles). Each few hundred of them would otherwise start a cyclic collection,
+    # and the older generations' collections walk every object of the process (a training step's whole heap) for
+    # nothing: paused here, once per kernel. A thread that finds it paused already leaves it to the one that paused it.
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        return _get_program(ast, renderer, opts)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _get_program(ast: UOp, renderer: Renderer, opts: tuple[Opt, ...] | None) -> ProgramSpec:
     if DEBUG >= 5:
         print(ast.pretty(), file=sys.stderr)
     lowered = lower_kernel(ast)

@@ -25,7 +25,7 @@ from tinygrad.uop.ops import GroupOp, Ops, UOp
 
 NARROW = dtypes.int32
 # DType.min/max are computed properties; this pass asks them for every index node
-_NARROW_MIN, _NARROW_MAX = NARROW.min, NARROW.max
+_NARROW_MIN, _NARROW_MAX, _NARROW_BYTES = NARROW.min, NARROW.max, NARROW.itemsize
 
 
 class IndexRangeError(ValueError):
@@ -64,6 +64,8 @@ class _IndexTyper:
 
     def _index_node(self, u: UOp, src: tuple[UOp, ...]) -> UOp:
         if u.op is Ops.CONST:
+            if fits_narrow(u) and type(u.arg) is int:  # already its own int32 value: nothing to truncate
+                return UOp(Ops.CONST, NARROW, (), u.arg)
             return UOp.const(NARROW if fits_narrow(u) else self._wide_for(u), u.arg)
         if u.op is Ops.CAST:
             # a value (an index tensor's element) entering index arithmetic: its bounds, not its dtype's width,
@@ -81,14 +83,17 @@ class _IndexTyper:
             wide = self._wide_for(u.src[0])
             return u.replace(dtype=wide, src=(self._widen(src[0], wide),))
         # arithmetic: WHERE's condition is a bool, its two values are the operands
-        operands = range(1, len(src)) if u.op is Ops.WHERE else range(len(src))
-        need_wide = not fits_narrow(u) or any(src[i].dtype.itemsize > NARROW.itemsize for i in operands)
-        dtype = self._wide_for(u) if need_wide else NARROW
-        new_src = list(src)
-        for i in operands:
-            if need_wide and src[i].dtype.is_int:
-                new_src[i] = self._widen(src[i], dtype)
-        return u.replace(dtype=dtype, src=tuple(new_src))
+        operands = src[1:] if u.op is Ops.WHERE else src
+        if fits_narrow(u):
+            for s in operands:
+                if s.dtype.itemsize > _NARROW_BYTES:
+                    break
+            else:  # the usual case: int32 from int32 operands, nothing to widen
+                return UOp(u.op, NARROW, src, u.arg)
+        dtype = self._wide_for(u)
+        first = 1 if u.op is Ops.WHERE else 0
+        new_src = src[:first] + tuple(self._widen(s, dtype) if s.dtype.is_int else s for s in src[first:])
+        return UOp(u.op, dtype, new_src, u.arg)
 
     def _same_width(self, src: tuple[UOp, ...], node: UOp) -> tuple[UOp, ...]:
         """Operands of a comparison in one type: the wider of theirs."""

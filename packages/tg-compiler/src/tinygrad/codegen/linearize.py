@@ -38,18 +38,28 @@ class _Linearizer:
         """Fill `marks` for everything under roots, sources first: a toposort per store or per pair of reductions
         (what they answer) copies the whole graph each time, and kernels have many of both after an UPCAST. A node's
         toposort lists its first source's toposort, then what the next source's adds, then the node, so its marks
-        are its sources' marks in that order without repeats, then itself if it is one."""
-        marks = self.marks
+        are its sources' marks in that order without repeats, then itself if it is one. The same walk fills
+        `range_deps`'s memo: the hoisting and the loop closing ask it of nearly every node."""
+        marks, deps = self.marks, self.deps
         for node in post_order(roots, skip=marks.__contains__):
             src = node.src
             out: tuple[UOp, ...] = marks[src[0]] if src else ()
+            dep = deps[src[0]] if src else _NO_RANGES
             for s in src[1:]:
                 more = marks[s]
                 if more and more is not out:
                     out = more if not out else tuple(dict.fromkeys(out + more))
+                if (other := deps[s]) and other is not dep:
+                    dep = dep | other if dep else other
             if node.op is Ops.REDUCE or node.op is Ops.RANGE:
                 out = (*out, node)
             marks[node] = out
+            # range_deps: a RANGE depends on itself, a REDUCE not on the ranges it closes
+            if node.op is Ops.RANGE:
+                dep = frozenset((node,))
+            elif node.op is Ops.REDUCE:
+                dep = dep - frozenset(src[1:])
+            deps.setdefault(node, dep)
 
     def reduces_in(self, u: UOp) -> frozenset[UOp]:
         """The REDUCEs of u's toposort (u included)."""
@@ -59,18 +69,19 @@ class _Linearizer:
 
     def range_deps(self, u: UOp) -> frozenset[UOp]:
         """The loop ranges u's value depends on (a REDUCE does not depend on the ranges it closes)."""
-        if (hit := self.deps.get(u)) is not None:
+        deps = self.deps
+        if (hit := deps.get(u)) is not None:
             return hit
         # stops at nodes already known: a toposort per node would make this quadratic in the length of a chain
-        for node in post_order((u,), skip=self.deps.__contains__):
+        for node in (u,) if all(s in deps for s in u.src) else post_order((u,), skip=deps.__contains__):
             if node.op is Ops.RANGE:
                 out = frozenset((node,))
             else:
-                out = frozenset().union(*(self.deps[s] for s in node.src)) if node.src else frozenset()
+                out = frozenset().union(*(deps[s] for s in node.src)) if node.src else frozenset()
                 if node.op is Ops.REDUCE:
                     out = out - frozenset(node.src[1:])
-            self.deps[node] = out
-        return self.deps[u]
+            deps[node] = out
+        return deps[u]
 
     def push(self, u: UOp) -> UOp:
         self.program.append(u)
@@ -79,7 +90,13 @@ class _Linearizer:
     def emit(self, u: UOp) -> UOp:
         """Emit u after its sources. A REDUCE is emitted whole where the walk meets it (its loop nest opens there), so
         the walk does not enter it."""
-        if (done := self.emitted.get(u)) is not None:
+        emitted = self.emitted
+        if (done := emitted.get(u)) is not None:
+            return done
+        if u.op is not Ops.REDUCE and u.op is not Ops.RANGE and all(s in emitted for s in u.src):
+            # the walk below would list u alone: its sources are out already (constants, loop bounds, values)
+            new_src = tuple([emitted[s] for s in u.src])
+            done = emitted[u] = self.push(u if new_src == u.src else u.replace(src=new_src))
             return done
         for node in post_order((u,), children=lambda n: () if n.op in (Ops.REDUCE, Ops.RANGE) else n.src,
                                skip=self.emitted.__contains__):
@@ -177,6 +194,8 @@ def linearize(sink: UOp) -> list[UOp]:
                 del lin.emitted[k]
     return lin.program
 
+
+_NO_RANGES: frozenset[UOp] = frozenset()
 
 #: UOps a renderer refers to by a name that is valid everywhere in the kernel (not a declared local)
 GLOBAL_NAMES = frozenset({Ops.PARAM, Ops.CONST, Ops.DEFINE_VAR})

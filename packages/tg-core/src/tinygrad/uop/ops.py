@@ -455,7 +455,10 @@ class UOp(metaclass=UOpMeta):
 
     def _bounds(self) -> tuple[int | float, int | float]:
         if self._ranges is None:
-            _fill_sources_first(self, lambda n: n._ranges is not None, _cache_bounds)
+            if all(s._ranges is not None for s in self.src):  # usual in passes that walk sources first
+                self._ranges = _compute_bounds(self)
+            else:
+                _fill_sources_first(self, lambda n: n._ranges is not None, _cache_bounds)
         assert self._ranges is not None
         return self._ranges
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import keyword
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -80,8 +81,9 @@ def _match_all(pats: tuple[UPat, ...], srcs: tuple[UOp, ...], bound: Bindings) -
 
 
 Rewrite = Callable[..., UOp | None]
-#: a compiled pattern: checks u against it, adding what it names to `bound`; False leaves `bound` half-filled
-Matcher = Callable[[UOp, Bindings], bool]
+#: a compiled entry of a table: (u, ctx) -> the entry's function's result for the names its pattern binds in u, or
+#: None where u does not match
+Matcher = Callable[[UOp, Any], "UOp | None"]
 
 
 def _has_choices(p: UPat) -> bool:
@@ -93,18 +95,101 @@ def _has_choices(p: UPat) -> bool:
     return (p.commutative and len(p.src) > 1) or any(_has_choices(s) for s in p.src)
 
 
-def _compile(p: UPat) -> Matcher:
-    """p as one function that matches without generators or copies of the bindings: for a pattern without choices
-    there is at most one match, so a failed check needs no backtracking and one dict can collect the names. The
-    checks run in the order `UPat.match` runs them, so both agree on every node."""
+class _Unsupported(Exception):
+    """A pattern `_compile` does not write as straight-line code (a named or nested pattern repeated over sources)."""
+
+
+def _compile(p: UPat, fn: Rewrite, wants_ctx: bool) -> Matcher:
+    """p, then fn on what it binds, as one generated function of straight-line checks: for a pattern without
+    choices there is at most one match, so a failed check needs no backtracking, and a name's first place in the
+    pattern binds it (later places compare against it) without a dict of bindings built up along the way. The checks
+    are those of `UPat.match`, in its order, so both agree on every node. One function per pattern, not one per
+    sub-pattern: the rewrite engine runs these for every node of every pass, and a Python call per sub-pattern was
+    most of their cost. The names go to fn as keywords in the call itself, not through a dict of bindings."""
+    try:
+        return _generate(p, fn, wants_ctx)
+    except _Unsupported:
+        return _compile_nested(p, fn, wants_ctx)
+
+
+def _generate(p: UPat, fn: Rewrite, wants_ctx: bool) -> Matcher:
+    consts: dict[str, Any] = {}
+    lines: list[str] = ["def match(u, ctx):"]
+    names: dict[str, str] = {}  # name -> the local variable holding the node it binds
+
+    def const(value: Any) -> str:
+        key = f"_k{len(consts)}"
+        consts[key] = value
+        return key
+
+    def emit(q: UPat, var: str, ind: str) -> None:
+        if q.ops is not None:
+            if len(q.ops) == 1:
+                lines.append(f"{ind}if {var}.op is not {const(next(iter(q.ops)))}: return None")
+            else:
+                lines.append(f"{ind}if {var}.op not in {const(q.ops)}: return None")
+        if q.dtypes is not None:
+            d = const(q.dtypes)
+            lines.append(f"{ind}if {var}.dtype not in {d} and {var}.dtype.scalar not in {d}: return None")
+        if q.arg is not None:
+            lines.append(f"{ind}if not ({var}.arg == {const(q.arg)} and type({var}.arg) is {const(type(q.arg))}): "
+                         "return None")
+        if q.name is not None:
+            if not q.name.isidentifier() or keyword.iskeyword(q.name):
+                raise _Unsupported  # not a keyword argument: the nested form passes it through a dict
+            if q.name in names:
+                lines.append(f"{ind}if {var} is not {names[q.name]}: return None")
+            else:
+                names[q.name] = var
+        if q.src is None:
+            return
+        if isinstance(q.src, UPat):  # one pattern for every source: a loop, for a pattern that binds nothing
+            if q.src.src is not None or q.src.name is not None:
+                raise _Unsupported
+            each = f"_v{len(lines)}"
+            lines.append(f"{ind}for {each} in {var}.src:")
+            emit(q.src, each, ind + "    ")
+            lines.append(f"{ind}    pass")
+            return
+        lines.append(f"{ind}if len({var}.src) != {len(q.src)}: return None")
+        if not q.src:
+            return
+        subs = [f"_v{len(lines)}_{i}" for i in range(len(q.src))]
+        lines.append(f"{ind}{', '.join(subs)}, = {var}.src")
+        for sq, sv in zip(q.src, subs):
+            emit(sq, sv, ind)
+
+    emit(p, "u", "    ")
+    args = ", ".join([*(["ctx"] if wants_ctx else []), *(f"{n}={v}" for n, v in names.items())])
+    lines.append(f"    return _fn({args})")
+    namespace: dict[str, Any] = {**consts, "_fn": fn}
+    exec(compile("\n".join(lines), f"<pattern {p.name or ''}>", "exec"), namespace)
+    return namespace["match"]  # type: ignore[no-any-return]
+
+
+def _compile_nested(p: UPat, fn: Rewrite, wants_ctx: bool) -> Matcher:
+    """`_compile` for the patterns it cannot write out: one closure per sub-pattern, one dict of bindings."""
+    inner = _compile_into(p)
+
+    def match(u: UOp, ctx: Any) -> UOp | None:
+        bound: Bindings = {}
+        if not inner(u, bound):
+            return None
+        return fn(ctx, **bound) if wants_ctx else fn(**bound)
+
+    return match
+
+
+def _compile_into(p: UPat) -> Callable[[UOp, Bindings], bool]:
+    """p as a function that checks u and adds the names it binds to `bound` (False leaves `bound` half-filled)."""
     ops, dts, arg, name = p.ops, p.dtypes, p.arg, p.name
     arg_type = type(arg)
-    sub: Matcher | None = None
-    subs: tuple[Matcher, ...] | None = None
+    sub: Callable[[UOp, Bindings], bool] | None = None
+    subs: tuple[Callable[[UOp, Bindings], bool], ...] | None = None
     if isinstance(p.src, UPat):
-        sub = _compile(p.src)
+        sub = _compile_into(p.src)
     elif p.src is not None:
-        subs = tuple(_compile(s) for s in p.src)
+        subs = tuple(_compile_into(s) for s in p.src)
     n_src = -1 if subs is None else len(subs)
 
     def match(u: UOp, bound: Bindings) -> bool:
@@ -144,8 +229,9 @@ class PatternMatcher:
 
     def __init__(self, patterns: list[tuple[UPat, Rewrite]]):
         self.patterns = patterns
-        # patterns that match at most one way run compiled; the others (commutative source lists) enumerate
-        entries: list[_Entry] = [(p, f, None if _has_choices(p) else _compile(p), _wants_ctx(f)) for p, f in patterns]
+        # patterns that match at most one way run compiled (see `_entries`); the others (commutative source lists)
+        # enumerate
+        entries: list[_Entry] = [(p, f, None, _wants_ctx(f)) for p, f in patterns]
         # per op, the patterns that can match it in table order; patterns without an op sit in every list at
         # their own position, so an earlier op-less pattern still wins over a later op-specific one
         self.any_op: list[_Entry] = [e for e in entries if e[0].ops is None]
@@ -155,14 +241,26 @@ class PatternMatcher:
         #: (op, ops of the sources) -> the entries whose pattern allows those, filled as shapes of nodes come: most
         #: patterns fail on the ops of the sources, and one lookup rules them out for every node of that shape
         self._by_shape: dict[tuple[Ops, tuple[Ops, ...]], list[_Entry]] = {}
+        #: row of the table -> its compiled entry, made the first time a node of a shape it allows comes: most tables
+        #: are built at import, and many of their patterns never meet a node in a process
+        self._compiled: dict[int, _Entry] = {}
 
     def __add__(self, other: PatternMatcher) -> PatternMatcher:
         return _joined(self, other)
 
     def _entries(self, shape: tuple[Ops, tuple[Ops, ...]]) -> list[_Entry]:
         op, src_ops = shape
-        out = self._by_shape[shape] = [e for e in self.by_op.get(op, self.any_op) if _allows(e[0], src_ops)]
+        out = self._by_shape[shape] = [self._compiled_entry(e) for e in self.by_op.get(op, self.any_op)
+                                       if _allows(e[0], src_ops)]
         return out
+
+    def _compiled_entry(self, entry: _Entry) -> _Entry:
+        # keyed by the entry (one tuple per row of the table, kept alive by `by_op`): a pattern may sit in two rows
+        if (hit := self._compiled.get(id(entry))) is None:
+            p, f, _, wants_ctx = entry
+            compiled = None if _has_choices(p) else _compile(p, f, wants_ctx)
+            hit = self._compiled[id(entry)] = (p, f, compiled, wants_ctx)
+        return hit
 
     def rewrite(self, u: UOp, ctx: Any = None) -> UOp | None:
         if not self.by_op.get(u.op, self.any_op):  # no pattern for this op (loads and stores, for symbolic)
@@ -173,10 +271,7 @@ class PatternMatcher:
             entries = self._entries(shape)
         for pat, fn, compiled, wants_ctx in entries:
             if compiled is not None:
-                bound: Bindings = {}
-                if not compiled(u, bound):
-                    continue
-                out = fn(ctx, **bound) if wants_ctx else fn(**bound)
+                out = compiled(u, ctx)
                 if out is not None and out is not u:
                     return out
                 continue
@@ -224,46 +319,91 @@ def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, max_steps: int
 
     Iterative (an explicit stack), so deep graphs do not hit Python's recursion limit.
     """
-    done: dict[UOp, UOp] = {}
-    steps = 0
-    # a node on the stack: visit it (rewrite it now if its sources are done, else queue them first); (u, None): its
-    # sources are done, rewrite it; (u, target): u rewrote to target, and becomes what target becomes
-    stack: list[UOp | tuple[UOp, UOp | None]] = [root]
-    pop, push, rewrite, finished = stack.pop, stack.append, pm.rewrite, done.__getitem__
-    while stack:
-        item = pop()
-        if type(item) is tuple:
-            u, target = item
-            if target is not None:
-                done[u] = done[target]
-                continue
-            if u in done:
-                continue
-        else:
-            u = item  # type: ignore[assignment]
-            if u in done:
-                continue
-            pending = [s for s in u.src if s not in done]
-            if pending:
-                push((u, None))
-                for s in reversed(pending):
-                    push(s)
-                continue
-        src = u.src
-        new_src = tuple(map(finished, src))
-        node = u if new_src == src else UOp(u.op, u.dtype, new_src, u.arg)
-        steps += 1
-        if steps > max_steps:
-            raise RuntimeError(f"graph_rewrite did not reach a fixed point in {max_steps} steps; a pattern cycles")
-        out = rewrite(node, ctx)
-        if out is None:
-            done[u] = done[node] = node
-        elif out in done:
-            done[u] = done[out]
-        else:
-            push((u, out))
-            push(out)
+    rewriter = Rewriter(pm, ctx, max_steps)
+    out = rewriter.walk(root)
     if VIZ.value:  # tinygrad/viz counts the rewrites run for the kernel or schedule it is recording
         from tinygrad.viz.record import record_rewrite
-        record_rewrite(root, done[root], steps)
-    return done[root]
+        record_rewrite(root, out, rewriter.steps)
+    return out
+
+
+class Rewriter:
+    """`graph_rewrite` with a memo that lasts across calls: `rw = Rewriter(pm)`, then `rw.rewrite(a)`,
+    `rw.rewrite(b)`, ... each return `graph_rewrite(x, pm)`, and a node that several of the graphs share is
+    rewritten once. What a node becomes depends on the node alone (its sources' results, then the patterns, which
+    read only the nodes they bind), so the memo is valid for every graph; a pass that builds many overlapping
+    graphs (copies of a kernel body, one per value of an upcast axis) simplifies each new node as it makes it.
+    Only for a matcher whose rewrites do not read or change `ctx` between calls."""
+
+    def __init__(self, pm: PatternMatcher, ctx: Any = None, max_steps: int = 1_000_000):
+        self.pm, self.ctx, self.max_steps = pm, ctx, max_steps
+        self.done: dict[UOp, UOp] = {}
+        self.steps = 0  # rewrites tried, over every call
+
+    def rewrite(self, root: UOp) -> UOp:
+        out = self.walk(root)
+        if VIZ.value:
+            from tinygrad.viz.record import record_rewrite
+            record_rewrite(root, out, self.steps)
+        return out
+
+    def walk(self, root: UOp) -> UOp:
+        """`rewrite` without VIZ's record of the call: for a pass that rewrites its graph node by node."""
+        done = self.done
+        if (hit := done.get(root)) is not None:
+            return hit
+        steps, max_steps, ctx = 0, self.max_steps, self.ctx
+        # a node on the stack: visit it (rewrite it now if its sources are done, else queue them first); (u, None):
+        # its sources are done, rewrite it; (u, target): u rewrote to target, and becomes what target becomes
+        stack: list[UOp | tuple[UOp, UOp | None]] = [root]
+        src = root.src
+        for s in src:
+            if s not in done:
+                break
+        else:  # a node made from rewritten sources (what a pass building its graph through the memo passes)
+            new_src = tuple(map(done.__getitem__, src))
+            node = root if new_src == src else UOp(root.op, root.dtype, new_src, root.arg)
+            self.steps += 1
+            if (out := self.pm.rewrite(node, ctx)) is None:
+                done[root] = done[node] = node
+                return node
+            if out in done:
+                done[root] = done[out]
+                return done[root]
+            stack = [(root, out), out]  # what it became, walked as below
+        pop, push, rewrite, finished = stack.pop, stack.append, self.pm.rewrite, done.__getitem__
+        while stack:
+            item = pop()
+            if type(item) is tuple:
+                u, target = item
+                if target is not None:
+                    done[u] = done[target]
+                    continue
+                if u in done:
+                    continue
+            else:
+                u = item  # type: ignore[assignment]
+                if u in done:
+                    continue
+                pending = [s for s in u.src if s not in done]
+                if pending:
+                    push((u, None))
+                    for s in reversed(pending):
+                        push(s)
+                    continue
+            src = u.src
+            new_src = tuple(map(finished, src))
+            node = u if new_src == src else UOp(u.op, u.dtype, new_src, u.arg)
+            steps += 1
+            if steps > max_steps:
+                raise RuntimeError(f"graph_rewrite did not reach a fixed point in {max_steps} steps; a pattern cycles")
+            out = rewrite(node, ctx)
+            if out is None:
+                done[u] = done[node] = node
+            elif out in done:
+                done[u] = done[out]
+            else:
+                push((u, out))
+                push(out)
+        self.steps += steps
+        return done[root]

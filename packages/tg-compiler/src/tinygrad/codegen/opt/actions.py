@@ -47,7 +47,7 @@ from tinygrad.dtype import dtypes, is_emulated_float
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import AxisKind, Ops, RangeArg, UOp
 from tinygrad.uop.reduce_identity import reduce_identity
-from tinygrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite
+from tinygrad.uop.rewrite import PatternMatcher, Rewriter, UPat, graph_rewrite
 from tinygrad.uop.symbolic import symbolic
 
 
@@ -355,8 +355,14 @@ constants_last = PatternMatcher([
 ])
 
 
-def simplify_kernel(sink: UOp) -> UOp:
-    return graph_rewrite(sink, symbolic + constants_last)
+def simplify_kernel(sink: UOp, rewriter: Rewriter | None = None) -> UOp:
+    """The kernel simplified; with a `kernel_simplifier()`, through its memo (what it simplified already is reused)."""
+    return graph_rewrite(sink, symbolic + constants_last) if rewriter is None else rewriter.rewrite(sink)
+
+
+def kernel_simplifier() -> Rewriter:
+    """A memo of `simplify_kernel`'s rewrite, for a pass that simplifies the parts of a kernel as it builds them."""
+    return Rewriter(symbolic + constants_last)
 
 
 #: the rule of each opt (`apply_opt`); TC's is registered by tensor_cores.py, which builds on this module
@@ -367,4 +373,4 @@ OPT_RULES: dict[OptOps, OptRule] = {
 
 
 __all__ = ["MAX_UPCAST", "OPT_RULES", "Opt", "OptError", "OptOps", "OptRule", "OptState", "apply_opt", "const_size",
-           "register_opt_rule", "simplify_kernel", "work_item_ranges"]
+           "kernel_simplifier", "register_opt_rule", "simplify_kernel", "work_item_ranges"]

@@ -15,15 +15,16 @@ from __future__ import annotations
 import itertools
 
 from tinygrad.codegen.lowerer import IDX
-from tinygrad.codegen.opt.actions import OptState, simplify_kernel
+from tinygrad.codegen.opt.actions import OptState, kernel_simplifier, simplify_kernel
 from tinygrad.dtype import dtypes
 from tinygrad.uop.ops import AxisKind, Ops, RangeArg, UOp
+from tinygrad.uop.rewrite import Rewriter
 
 
 def _values(ranges: list[UOp]) -> list[dict[UOp, UOp]]:
     """Every assignment of constants to `ranges` (row-major: the last range varies fastest)."""
-    sizes = [range(int(r.src[0].arg)) for r in ranges]
-    return [{r: UOp.const(IDX, v) for r, v in zip(ranges, combo)} for combo in itertools.product(*sizes)]
+    values = [[UOp.const(IDX, v) for v in range(int(r.src[0].arg))] for r in ranges]
+    return [dict(zip(ranges, combo)) for combo in itertools.product(*values)]
 
 
 def expand_unrolls(sink: UOp) -> UOp:
@@ -50,7 +51,9 @@ def _combine(op: Ops, parts: list[UOp]) -> UOp:
     return parts[0]
 
 
-def expand_upcasts(sink: UOp) -> UOp:
+def expand_upcasts(sink: UOp, simplifier: Rewriter) -> UOp:
+    """Each store copied once per value of its UPCAST ranges, every copy simplified (by `simplifier`) as it is made:
+    `simplify_kernel` of the whole expanded sink through the same memo then finds the copies done."""
     stores: list[UOp] = []
     for st in sink.src:
         # the first upcast applied (the heuristics' SIMD axis) varies fastest: neighbouring copies are then
@@ -58,16 +61,18 @@ def expand_upcasts(sink: UOp) -> UOp:
         upcast = sorted((r for r in st.toposort() if r.op is Ops.RANGE and r.arg.kind is AxisKind.UPCAST),
                         key=lambda r: -r.arg.axis)
         if upcast:
-            stores.extend(_substitute_each(st, upcast))
+            stores.extend(_substitute_each(st, upcast, simplifier))
         else:
             stores.append(st)
     return sink.replace(src=tuple(stores))
 
 
-def _substitute_each(root: UOp, ranges: list[UOp]) -> list[UOp]:
-    """`root.substitute(m)` for every m of `_values(ranges)`, rebuilding only the nodes that depend on the ranges:
-    a register tile makes hundreds of copies of a store, and a walk of the whole store per copy repeats the work
-    on every node that no copy changes."""
+def _substitute_each(root: UOp, ranges: list[UOp], simplifier: Rewriter) -> list[UOp]:
+    """`simplifier.rewrite(root.substitute(m))` for every m of `_values(ranges)`, rebuilding only the nodes that
+    depend on the ranges: a register tile makes hundreds of copies of a store, and a walk of the whole store per copy
+    repeats the work on every node that no copy changes. Each rebuilt node is simplified as soon as it is made, from
+    simplified sources: the simplifier's result for a node depends on the node alone, so this is the simplified
+    substitution, without first making every unsimplified copy."""
     depends: list[UOp] = []  # in topological order
     dependent = set(ranges)
     for node in root.toposort():
@@ -76,11 +81,17 @@ def _substitute_each(root: UOp, ranges: list[UOp]) -> list[UOp]:
             depends.append(node)
     if root not in dependent:  # a store that does not read the ranges: the same store every time
         return [root] * len(_values(ranges))
+    # the fields of each node to rebuild, read once rather than once per copy
+    plan = [(node, node.op, node.dtype, node.src, node.arg) for node in depends]
+    simplify, simplified = simplifier.walk, simplifier.done.get
     copies = []
     for mapping in _values(ranges):
         new = dict(mapping)
-        for node in depends:
-            new[node] = node.replace(src=tuple(new.get(s, s) for s in node.src))
+        get = new.get
+        for node, op, dtype, src, arg in plan:
+            # neighbouring copies often simplify to nodes made already (an index that does not move with this axis)
+            copy = UOp(op, dtype, tuple([get(s, s) for s in src]), arg)
+            new[node] = simplify(copy) if (hit := simplified(copy)) is None else hit
         copies.append(new[root])
     return copies
 
@@ -118,8 +129,10 @@ def expand_kernel(state: OptState) -> UOp:
     sink = expand_unrolls(state.sink)
     if state.group_size:
         sink = lower_group(OptState(sink, state.applied, state.local_sizes, state.group_size, state.next_id))
-    sink = expand_upcasts(sink)
-    return simplify_kernel(sink) if sink is not state.sink else sink
+    if sink is state.sink and not any(r.op is Ops.RANGE and r.arg.kind is AxisKind.UPCAST for r in sink.toposort()):
+        return sink  # nothing to expand: the kernel as it is
+    simplifier = kernel_simplifier()
+    return simplify_kernel(expand_upcasts(sink, simplifier), simplifier)
 
 
 __all__ = ["expand_kernel"]

@@ -20,13 +20,15 @@ cache blocking are in tg-backend-cpu). A target without rules of its own gets th
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from tinygrad.codegen.lowerer import IDX
 from tinygrad.codegen.opt.actions import Opt, OptError, OptOps, OptState, apply_opt, const_size, work_item_ranges
 from tinygrad.renderer import Renderer
 from tinygrad.uop.ops import AxisKind, Ops, UOp
-from tinygrad.uop.symbolic import simplify
+from tinygrad.uop.rewrite import Rewriter
+from tinygrad.uop.symbolic import symbolic
 
 
 def accesses(state: OptState) -> list[UOp]:
@@ -37,17 +39,48 @@ def accesses(state: OptState) -> list[UOp]:
 
 def access_strides(state: OptState, r: UOp) -> list[int | None]:
     """For every access (`accesses`), the stride of its index along range r (None: not affine/unknown)."""
+    return list(_access_strides(state.sink, r))
+
+
+class _StrideMemo:
+    """What the strides of one kernel share: a simplifier's memo (its accesses share most of their index arithmetic,
+    and a simplified node depends on the node alone), and each index with every range at 0 (the same for every
+    axis asked about)."""
+
+    def __init__(self, sink: UOp):
+        zero = UOp.const(IDX, 0)
+        self.zeros = {u: zero for u in sink.toposort() if u.op is Ops.RANGE}
+        self.simplify = Rewriter(symbolic).rewrite
+        self.at_origin: dict[UOp, UOp] = {}
+
+    def origin(self, idx: UOp) -> UOp:
+        if (hit := self.at_origin.get(idx)) is None:
+            hit = self.at_origin[idx] = self.simplify(idx.substitute(self.zeros))
+        return hit
+
+
+@functools.lru_cache(maxsize=4)
+def _stride_memo(sink: UOp) -> _StrideMemo:
+    return _StrideMemo(sink)
+
+
+# the rules of a target ask the same kernel for the same axis's strides several times while they choose (the SIMD
+# axis, the reuse axis, sliding windows); a stride is a function of the graph alone, and graphs are hash-consed
+@functools.lru_cache(maxsize=64)
+def _access_strides(sink: UOp, r: UOp) -> tuple[int | None, ...]:
     out: list[int | None] = []
-    others = {u: UOp.const(IDX, 0) for u in state.sink.toposort() if u.op is Ops.RANGE and u is not r}
-    for u in accesses(state):
+    memo = _stride_memo(sink)
+    # r at 1, every other range at 0: one substitution (the values are constants, so it is the same graph as
+    # substituting the others first and r after)
+    unit = {**memo.zeros, r: UOp.const(IDX, 1)}
+    for u in (u for u in sink.toposort() if u.op is Ops.INDEX and u.src[0].op is Ops.PARAM):
         idx = u.src[1]
         if r not in idx.toposort():
             out.append(0)
             continue
-        base = idx.substitute(others)
-        at0, at1 = simplify(base.substitute({r: UOp.const(IDX, 0)})), simplify(base.substitute({r: UOp.const(IDX, 1)}))
+        at0, at1 = memo.origin(idx), memo.simplify(idx.substitute(unit))
         out.append(int(at1.arg) - int(at0.arg) if at0.op is Ops.CONST and at1.op is Ops.CONST else None)
-    return out
+    return tuple(out)
 
 
 def accesses_in_the_loop(state: OptState) -> list[bool]:
