@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from tg_backend_cpu.llvm_renderer import LLVMRenderer
-from tg_backend_cpu.opt_rules import cpu_opt_rules
+from tg_backend_cpu.opt_rules import _Cpu, cpu_opt_rules
 from tinygrad.codegen import get_program
 from tinygrad.codegen.lowerer import lower_kernel
 from tinygrad.codegen.opt import Opt, OptOps, OptState, optimize
@@ -76,6 +76,28 @@ def test_the_rules_keep_the_outermost_loop_for_the_thread_pool() -> None:
     outer = s.ranges(AxisKind.GLOBAL)[0]
     assert outer.arg.axis == 0 and int(outer.src[0].arg) > 1
 
+
+
+def test_the_rules_tile_a_matrix_vector_product_by_rows_of_its_one_output_axis() -> None:
+    """x @ W with W stored output-major (a quantized layer's packed blocks are too): one output axis, contiguous in
+    W's loads; nothing to reuse along a second axis, so the tile is `min_tile` rows of it and nothing else (the SIMD
+    and reuse upcasts would make it 256 rows, whose accumulators and per-row scales spill)."""
+    rows = _Cpu(CpuRules()).min_tile
+    s = optimize(lower_kernel(matmul_ast(1, 1024, 4096)), CpuRules())
+    assert s.applied == (Opt(OptOps.UPCAST, 0, rows),)
+    assert sizes(s, AxisKind.GLOBAL) == [4096 // rows]  # the loop the thread pool splits
+    # a short axis keeps two iterations for the threads
+    short = optimize(lower_kernel(matmul_ast(1, 64, 256)), CpuRules())
+    assert short.applied == (Opt(OptOps.UPCAST, 0, min(rows, 128)),) and sizes(short, AxisKind.GLOBAL)[0] >= 2
+    # a quantized layer's packing, (tiles, k, tile): the tile axis whole, rows of one tile read in order
+    tiles, k, tile = 8, 512, 128
+    w = param(1, tiles * k * tile).reshape((tiles, k, tile)).permute((0, 2, 1))
+    x = param(2, k).reshape((1, 1, k)).expand((tiles, tile, k))
+    packed = optimize(lower_kernel(store((tiles, tile, 1), (w * x).reduce_axis(Ops.ADD, (2,)))), CpuRules())
+    assert packed.applied == (Opt(OptOps.UPCAST, 1, min(rows, tile)),)
+    # against a row-major matrix (loads along the reduction) the rule does not apply
+    along = optimize(lower_kernel(reduce_ast(4096, 1024)), CpuRules()).applied
+    assert along and along[0].op is OptOps.UNROLL
 
 def last_kernel_opts(t: object) -> tuple[Opt, ...]:
     """The opts the CPU heuristics give the last kernel of a tensor's schedule."""

@@ -144,6 +144,24 @@ def test_decode_product_is_one_kernel_reading_the_bytes(tmp_path):
     assert GlobalCounters.kernel_count == 1
 
 
+
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q4_K, Q.Q5_K, Q.Q6_K], ids=lambda q: q.name)
+def test_decode_product_reads_only_the_blocks_and_x(tmp_path, qtype):
+    """The types unpacked by planes (quant's `_planes_product`) shift each plane's bytes by constants: the decode
+    kernel's only inputs are x and the blocks, not the table of shifts that a value loop would index to unpack
+    nibbles and bit pairs (a variable shift per value, then lanes cleared for shifts past a byte)."""
+    rng = np.random.default_rng(30 + int(qtype))
+    cols = 2 * gguf.GGML_QUANT_SIZES[qtype][0] if qtype in (Q.Q4_K, Q.Q5_K, Q.Q6_K) else 256
+    raw = quantized(rng, qtype, (512, cols))
+    write(tmp_path / "w.gguf", {"w": (raw, qtype)})
+    _, ts = gguf_load_quantized(tmp_path / "w.gguf")
+    layer = QuantizedLinear(ts["w"])
+    x = Tensor(rng.standard_normal((1, cols)).astype(np.float32)).realize()
+    schedule = layer(x).schedule()
+    assert len(schedule) == 1, [s.ast for s in schedule]
+    inputs = sorted((b.dtype.name, b.size) for b in schedule[0].bufs[1:])
+    assert inputs == sorted([("float32", cols), ("uint8", raw.nbytes)]), inputs
+
 def test_quantized_embedding_picks_dequantized_rows(tmp_path):
     rng = np.random.default_rng(4)
     raw = quantized(rng, Q.Q5_1, (11, 64))

@@ -115,9 +115,36 @@ def cpu_opt_rules(renderer: Renderer, state: OptState) -> OptState:
     if out_size >= 256 and (const_size(reduces[-1]) or 1) % cpu.lanes == 0 and \
             _reads_along_the_reduction(state, globals_, reduces):
         return _vectors_along_the_reduction(state, renderer, cpu, globals_)
+    if out_size >= 256 and (gemv := _one_output_axis(state, renderer, cpu, globals_)) is not None:
+        return gemv
     if out_size >= 256 and (tiled := _register_tile(state, renderer, cpu, out_size, red_size)) is not None:
         return tiled
     return _few_outputs(state, renderer, globals_, out_size)
+
+
+def _one_output_axis(state: OptState, renderer: Renderer, cpu: _Cpu, globals_: list[UOp]) -> OptState | None:
+    """A reduction whose loads are contiguous along its innermost output axis and reused along no other (a
+    matrix-vector product against a matrix stored output-major, or a quantized one's blocks packed in tiles of rows,
+    (tiles, tile)): with nothing to reuse, the register tile is rows of that axis only, `min_tile` of them (8
+    accumulators with AVX-512), which leaves the other registers to what each row's loads are combined with (the
+    scales of a dequantizing product, live across the values of a block), and reads whole tiles in order. The SIMD
+    and reuse upcasts would make it 256 rows, or rows from several tiles at once, whose scales spill. None where the
+    kernel is not of this shape."""
+    inner = globals_[-1]
+    counted, stored = accesses_in_the_loop(state), stores(state)
+    loads = [c and not st for c, st in zip(counted, stored)]
+    along = access_strides(state, inner)
+    if (n := const_size(inner)) is None or not any(s == 1 and ld for s, ld in zip(along, loads)):
+        return None
+    moving = [ld and s != 0 for s, ld in zip(along, loads)]
+    if any(any(m and s == 0 for s, m in zip(access_strides(state, g), moving)) for g in globals_[:-1]):
+        return None  # a load reused along another output axis: a register tile's
+    if any(any(m and s == 1 for s, m in zip(access_strides(state, r), moving)) for r in state.ranges(AxisKind.REDUCE)):
+        return None  # a window sliding along the reduction (a cumsum's): the outputs share its loads
+    # the outermost axis stays a loop of two iterations or more for the threads
+    amt = largest_divisor(n, tuple(a for a in (cpu.min_tile, cpu.min_tile // 2, cpu.lanes)
+                                   if len(globals_) > 1 or n // a >= 2))
+    return try_opt(state, Opt(OptOps.UPCAST, len(globals_) - 1, amt), renderer) if amt is not None else None
 
 
 def _small_window(state: OptState, renderer: Renderer, cpu: _Cpu, globals_: list[UOp], reduces: list[UOp]) -> OptState:

@@ -7,9 +7,11 @@ the same position of a block holds for the rows of a tile lie side by side. A ma
 output rows at a time (the compiler vectorises along them), so each of its loads reads neighbouring bytes instead
 of bytes a row apart, and a tile's bytes are one sequential stream through memory, with no page crossed per load.
 
-The product. `x @ W.T` is written with Tensor ops as one reduction over the blocks, the sub-blocks that share a
-scale and their values, `(x[..., 1, block, sub, value] * dequant(W)[out, block, sub, value]).sum((-3, -2, -1))`,
-where dequant is the bit unpacking and scaling of `tinygrad.nn.gguf`: nothing realizes the float weight, so the
+The product. `x @ W.T` is written with Tensor ops as one reduction over the blocks and the values of a plane of
+a block (`_planes_product`): a plane is a run of values unpacked by the same constant shifts (the low nibbles of a
+Q4_0 block, then the high ones), so the kernel unpacks them with masks and shifts by constants, and where the planes
+share the block's scale it multiplies their sum once. Types without planes (Q5_0, Q5_1, IQ4_XS, MXFP4) reduce over
+the blocks, sub-blocks and values of the unpacking of `tinygrad.nn.gguf`. Nothing realizes the float weight: the
 scheduler fuses the unpacking into the reduction, and a decode step's product is one kernel that reads the bytes.
 With more rows of input than a few (a prompt's prefill), the unpacking would be repeated per row: there the layer's
 float weight is made first, one kernel, and the product is an ordinary matmul; the float weight lives only while the
@@ -19,13 +21,15 @@ layer runs.
 from __future__ import annotations
 
 import pathlib
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from tinygrad import Device, Tensor
+from tinygrad import Device, Tensor, dtypes
 from tinygrad.helpers import prod
 from tinygrad.nn.gguf import QuantizedTensor, dequantize_blocks
-from tinygrad.nn.transformer import SparseMoE, _positions
+from tinygrad.nn.transformer import SparseMoE
 
 __all__ = ["FUSED_MAX_ROWS", "QuantizedEmbedding", "QuantizedExperts", "QuantizedLinear", "QuantizedSparseMoE",
            "llama_from_gguf"]
@@ -35,7 +39,7 @@ FUSED_MAX_ROWS = 4
 #: values that share one scale within a block, for the types whose blocks hold several scales
 SUB_BLOCK = {"Q4_K": 32, "Q5_K": 32, "Q6_K": 16, "IQ4_XS": 32}
 #: output rows whose bytes are interleaved in the packed layout (see the module's doc)
-MAX_TILE_ROWS = 256
+MAX_TILE_ROWS = 128
 
 
 class QuantizedLinear:
@@ -90,7 +94,11 @@ class QuantizedLinear:
             raise ValueError(f"this {self.type_name} linear layer takes inputs (..., {self.in_features}), got shape "
                              f"{x.shape}")
         lead = x.shape[:-1]
-        if all(isinstance(s, int) for s in lead) and prod(lead) <= FUSED_MAX_ROWS:
+        if all(isinstance(s, int) for s in lead) and prod(lead) <= FUSED_MAX_ROWS and self.type_name in _PLANES:
+            planes = _PLANE_COUNT[self.type_name]
+            xr = x.float().reshape(*lead, 1, self.n_blocks, planes, self.block_elems // planes)
+            y = _planes_product(self._packed, self.type_name, xr).reshape(*lead, self.out_features)
+        elif all(isinstance(s, int) for s in lead) and prod(lead) <= FUSED_MAX_ROWS:
             # (tiles, tile, n_blocks, sub-blocks, values), never realized. The reduction runs over blocks, their
             # sub-blocks and the values of one: a sub-block's scale then depends on the outer loops only, and is
             # computed once per sub-block rather than once per value
@@ -129,6 +137,147 @@ def _pack(weight: QuantizedTensor, tile: int, unpermute_heads: int | None) -> Te
     return blocks.reshape(rows // tile, tile, n_blocks, block_bytes).permute(0, 2, 3, 1).contiguous().realize()
 
 
+# ---- the decode product, plane by plane ----------------------------------------------------------------------------
+# A block's values are unpacked from bit fields whose shift depends on the value's place in the block (the low or the
+# high nibble of a byte, a pair of bits of a high-bits byte). Unpacked by `dequantize_blocks`, the shift is a load
+# from a small tensor of shifts indexed by the value loop, and the kernel shifts every byte by an amount it learns at
+# run time, then clears lanes for shifts past the byte's width. Here a block is split into planes, runs of values
+# that share their fields' shifts and their scale (for Q4_0 the 16 low nibbles, then the 16 high ones), each plane a
+# term of its own with constant shifts: a plane's values are plain byte loads, masks and constant shifts of
+# neighbouring bytes, and the reduction runs over the blocks and the values of a plane.
+
+
+class _Fields:
+    """Blocks (..., n_blocks, block_bytes, tile) read field by field as (..., n_blocks, k, tile): k values of the
+    field per block, for each row of a tile. A layer's packed blocks have tiles of rows whose bytes lie together;
+    blocks in the file's order are tiles of one row."""
+
+    def __init__(self, packed: Tensor):
+        self.packed = packed
+        self.tile = packed.shape[-1]
+
+    def _shrunk(self, t: Tensor, start: int, stop: int) -> Tensor:
+        return t.shrink(tuple((0, s) for s in t.shape[:-2]) + ((start, stop), (0, t.shape[-1])))
+
+    def bytes(self, start: int, stop: int) -> Tensor:
+        return self._shrunk(self.packed, start, stop)
+
+    def f16(self, at: int) -> Tensor:
+        """The fp16 at bytes at, at + 1 as float32 (..., n_blocks, 1, tile)."""
+        lo, hi = self.bytes(at, at + 1).cast(dtypes.uint16), self.bytes(at + 1, at + 2).cast(dtypes.uint16)
+        return (lo | (hi << 8)).bitcast(dtypes.float16).cast(dtypes.float32)
+
+    def k_scale(self, at: int, p: int) -> tuple[Tensor, Tensor]:
+        """The six-bit scale and min of sub-block p of a Q4_K/Q5_K block whose 12 bytes of scales start at `at`, as
+        float32 (..., n_blocks, 1, tile): bytes 0-3 hold scales 0-3 (low 6 bits), 4-7 mins 0-3; scales and mins
+        4-7 take their low 4 bits from bytes 8-11 and their top 2 from the spare top bits of bytes 0-3 (scales) and
+        4-7 (mins). The same fields as gguf's `_k_scales`, picked by the constant p rather than selected per value."""
+        i = p % 4
+        d, m = self.bytes(at + i, at + i + 1), self.bytes(at + 4 + i, at + 5 + i)
+        if p < 4:
+            return (d & 0x3F).cast(dtypes.float32), (m & 0x3F).cast(dtypes.float32)
+        md = self.bytes(at + 8 + i, at + 9 + i)
+        sc, mn = (md & 0x0F) | ((d >> 2) & 0x30), (md >> 4) | ((m >> 2) & 0x30)
+        return sc.cast(dtypes.float32), mn.cast(dtypes.float32)
+
+    def plane(self, t: Tensor, start: int, stop: int | None = None) -> Tensor:
+        """Entries start to stop (start + 1 by default) of a per-block field (..., n_blocks, k, tile)."""
+        return self._shrunk(t, start, start + 1 if stop is None else stop)
+
+
+@dataclass(frozen=True)
+class _Planes:
+    """A block as planes of `run` values each: value k of plane p is w_p[k] = scale * planes[p][k] + offset, where
+    scale and offset (tiles, n_blocks, 1, tile) are the block's own, shared by its planes (None: planes[p] are the
+    values themselves, with their own scales folded in: the K-quants, a scale per sub-block)."""
+
+    run: int
+    planes: list[Tensor]
+    scale: Tensor | None
+    offset: Tensor | None
+
+
+def _nibble(b: Tensor, high: int) -> Tensor:
+    return ((b >> 4) if high else (b & 0xF)).cast(dtypes.float32)
+
+
+def _planes_q8_0(f: _Fields) -> _Planes:
+    return _Planes(32, [f.bytes(2, 34).bitcast(dtypes.int8).cast(dtypes.float32)], f.f16(0), None)
+
+
+def _planes_q4_0(f: _Fields) -> _Planes:
+    d, qs = f.f16(0), f.bytes(2, 18)
+    return _Planes(16, [_nibble(qs, h) for h in (0, 1)], d, -8 * d)
+
+
+def _planes_q4_1(f: _Fields) -> _Planes:
+    qs = f.bytes(4, 20)
+    return _Planes(16, [_nibble(qs, h) for h in (0, 1)], f.f16(0), f.f16(2))
+
+
+def _planes_k(f: _Fields, qh_at: int | None, qs_at: int) -> _Planes:
+    """Q4_K (qh_at None) and Q5_K: 8 planes of 32, plane 2g + h the nibble h of the 32 bytes of group g, plus bit
+    2g + h of the 32 high-bits bytes for Q5_K; x = d * sc * q - dmin * m per plane."""
+    d, dmin = f.f16(0), f.f16(2)
+    out = []
+    for p in range(8):
+        sc, mn = f.k_scale(4, p)
+        q = _nibble(f.bytes(qs_at + 32 * (p // 2), qs_at + 32 * (p // 2 + 1)), p % 2)
+        if qh_at is not None:
+            q = q + (((f.bytes(qh_at, qh_at + 32) >> p) & 1) << 4).cast(dtypes.float32)
+        out.append(d * sc * q - dmin * mn)
+    return _Planes(32, out, None, None)
+
+
+def _planes_q6_k(f: _Fields) -> _Planes:
+    """8 planes of 32: plane 4h + j takes nibble j // 2 of ql bytes 64h + 32 (j % 2) + k and bits 2j of qh byte
+    32h + k; its two halves of 16 have scales 8h + 2j and 8h + 2j + 1 (int8, times d)."""
+    scales = f.f16(208) * f.bytes(192, 208).bitcast(dtypes.int8).cast(dtypes.float32)  # (..., n_blocks, 16, tile)
+    out = []
+    for h in (0, 1):
+        qh = f.bytes(128 + 32 * h, 160 + 32 * h)
+        for j in range(4):
+            low = _nibble(f.bytes(64 * h + 32 * (j % 2), 64 * h + 32 * (j % 2) + 32), j // 2)
+            q = low + (((qh >> (2 * j)) & 3) << 4).cast(dtypes.float32) - 32
+            s = f.plane(scales, 8 * h + 2 * j, 8 * h + 2 * j + 2)
+            lead = s.shape[:-2]
+            s = s.reshape(*lead, 2, 1, f.tile).expand(*lead, 2, 16, f.tile).reshape(*lead, 32, f.tile)
+            out.append(s * q)
+    return _Planes(32, out, None, None)
+
+
+#: the types whose decode product runs by planes (the others unpack their values as `dequantize_blocks` does)
+_PLANES: dict[str, Callable[[_Fields], _Planes]] = {
+    "Q8_0": _planes_q8_0, "Q4_0": _planes_q4_0, "Q4_1": _planes_q4_1, "Q4_K": lambda f: _planes_k(f, None, 16),
+    "Q5_K": lambda f: _planes_k(f, 16, 48), "Q6_K": _planes_q6_k}
+#: planes per block of each type in _PLANES
+_PLANE_COUNT = {"Q8_0": 1, "Q4_0": 2, "Q4_1": 2, "Q4_K": 8, "Q5_K": 8, "Q6_K": 8}
+
+
+def _planes_product(blocks: Tensor, type_name: str, xr: Tensor) -> Tensor:
+    """The products of blocks (..., n_blocks, block_bytes, tile) with x, (..., tile): the sum over each block's
+    planes (see above) of plane times the matching run of x, reduced over the blocks and the runs. xr is x as
+    (..., n_blocks, planes, run), its leading dims broadcasting against the blocks'. Where the planes share the
+    block's scale, it multiplies their sum once (a multiply per block and value of a run instead of one per plane),
+    and the offset multiplies the sum of x over the planes, which the rows of a tile share."""
+    b = _PLANES[type_name](_Fields(blocks))
+    xs = [xr.shrink(tuple((0, s) for s in xr.shape[:-2]) + ((p, p + 1), (0, b.run))).transpose(-1, -2)
+          for p in range(len(b.planes))]  # (..., n_blocks, run, 1)
+    total = _sum_terms([w * xp for w, xp in zip(b.planes, xs)])
+    if b.scale is not None:
+        total = b.scale * total
+    if b.offset is not None:
+        total = total + b.offset * _sum_terms(xs)
+    return total.sum((-3, -2))
+
+
+def _sum_terms(terms: list[Tensor]) -> Tensor:
+    out = terms[0]
+    for t in terms[1:]:
+        out = out + t
+    return out
+
+
 class QuantizedEmbedding:
     """Rows of a quantized (vocab, dim) table picked by integer ids and dequantized: only the rows looked up are
     turned into floats. It reads the blocks of a QuantizedLinear, so a tied output projection shares them."""
@@ -156,7 +305,9 @@ EXPERT_GROUP_BYTES = 256 << 20
 class QuantizedExperts:
     """The SwiGLU experts of a mixture with their weights as GGUF stores them, stacked and block-quantized: gate and
     up (n_experts, hidden_dim, dim), down (n_experts, dim, hidden_dim), each a QuantizedTensor of its own type (a
-    Q4_K_M file mixes Q4_K and Q6_K). The blocks stay in the file's order, (expert, output row, block, byte)."""
+    Q4_K_M file mixes Q4_K and Q6_K). Each expert's blocks are packed in tiles of rows as a QuantizedLinear's (see
+    the module's doc), so that a decode step's product with the chosen experts is a QuantizedLinear's product with
+    an indexed load in front."""
 
     def __init__(self, gate: QuantizedTensor, up: QuantizedTensor, down: QuantizedTensor):
         for name, t in (("gate", gate), ("up", up), ("down", down)):
@@ -176,30 +327,42 @@ class QuantizedExperts:
     def nbytes(self) -> int:
         return sum(prod(b.shape) for b, _ in self._proj.values())
 
-    def gathered(self, name: str, x: Tensor, pick: Tensor) -> Tensor:
+    def gathered(self, name: str, x: Tensor, sel: Tensor) -> Tensor:
         """x (N, k or 1, in) through projection `name` of the expert each (token, choice) picked: (N, k, out).
-        pick (N, k, E, 1, 1, 1, 1) is the one-hot choice; the sum over the experts of a where on it is what the
-        compiler folds into loads of the chosen expert's blocks, so only those are read and dequantized, inside the
-        product's kernel."""
-        blocks, type_name = self._proj[name]
-        E, rows, nb, _ = blocks.shape
+        sel (N, k) holds the chosen experts' ids. Indexing the blocks with it is an indexed load inside the product's
+        kernel: only the chosen experts' blocks are read and dequantized, by planes (`_planes_product`) where the
+        type has them, as a QuantizedLinear's."""
+        packed, type_name = self._proj[name]
+        _, tiles, nb, _, tile = packed.shape
+        N, k = sel.shape
+        chosen = packed[sel]  # (N, k, tiles, n_blocks, block_bytes, tile), never realized
         elems = x.shape[-1] // nb
+        if type_name in _PLANES:
+            planes = _PLANE_COUNT[type_name]
+            xr = x.float().reshape(N, x.shape[1], 1, nb, planes, elems // planes)
+            return _planes_product(chosen, type_name, xr).reshape(N, k, tiles * tile)
         sub = SUB_BLOCK.get(type_name, elems)
-        w = dequantize_blocks(blocks, type_name).reshape(1, 1, E, rows, nb, elems // sub, sub)
-        xb = x.float().reshape(x.shape[0], x.shape[1], 1, 1, nb, elems // sub, sub)
-        return pick.where(xb * w, 0.0).sum((2, 4, 5, 6))
+        w = dequantize_blocks(chosen.permute(0, 1, 2, 5, 3, 4), type_name).reshape(N, k, tiles * tile, nb,
+                                                                                     elems // sub, sub)
+        xb = x.float().reshape(N, x.shape[1], 1, nb, elems // sub, sub)
+        return (xb * w).sum((3, 4, 5))
 
     def dequantized(self, name: str, experts: Tensor) -> Tensor:
         """The float32 weights (len(experts), in, out) of projection `name` of the experts listed (int32 ids),
         input-major as Experts holds them, lazy."""
-        blocks, type_name = self._proj[name]
-        rows = blocks.shape[1]
-        return dequantize_blocks(blocks[experts], type_name).reshape(experts.shape[0], rows, -1).transpose(1, 2)
+        packed, type_name = self._proj[name]
+        E, tiles, nb, bb, tile = packed.shape
+        rows = packed.permute(0, 1, 4, 2, 3).reshape(E, tiles * tile, nb, bb)  # the file's order, a view
+        return dequantize_blocks(rows[experts], type_name).reshape(experts.shape[0], tiles * tile, -1).transpose(1, 2)
 
 
 def _expert_blocks(t: QuantizedTensor) -> tuple[Tensor, str]:
+    """An expert projection's blocks packed as a QuantizedLinear's, per expert: (experts, rows / tile, n_blocks,
+    block_bytes, tile), in a buffer of their own that replaces the file's."""
     experts, rows, _ = t.shape
-    return t.blocks.reshape(experts, rows, -1, t.block_bytes), t.type_name
+    tile = _tile_rows(rows)
+    blocks = t.blocks.reshape(experts, rows // tile, tile, -1, t.block_bytes)
+    return blocks.permute(0, 1, 3, 4, 2).contiguous().realize(), t.type_name
 
 
 class QuantizedSparseMoE(SparseMoE):
@@ -217,13 +380,13 @@ class QuantizedSparseMoE(SparseMoE):
     def _gathered(self, x: Tensor, w: Tensor, sel: Tensor) -> Tensor:
         N, k, ex = x.shape[0], self.top_k, self.experts
         assert isinstance(ex, QuantizedExperts)
-        pick = sel.reshape(N, k, 1, 1, 1, 1, 1) == _positions(ex.n_experts, x.device).reshape(1, 1, -1, 1, 1, 1, 1)
+        ids = sel.reshape(N, k)
         x1 = x.reshape(N, 1, x.shape[1])
         # the gate's product realized on its own: fused with the up projection's, the two reductions share one
         # kernel, which the compiler schedules worse than the two kernels apart
-        gate, up = ex.gathered("gate", x1, pick).contiguous(), ex.gathered("up", x1, pick)
+        gate, up = ex.gathered("gate", x1, ids).contiguous(), ex.gathered("up", x1, ids)
         hidden = (gate.silu() * up).cast(x.dtype).contiguous()
-        y = ex.gathered("down", hidden, pick)
+        y = ex.gathered("down", hidden, ids)
         return (y * w.float().reshape(N, k, 1)).sum(1).cast(x.dtype)
 
     def _grouped(self, x: Tensor, w: Tensor, sel: Tensor) -> Tensor:
@@ -392,7 +555,8 @@ def _place_linear(model: Any, kept: dict[str, tuple[str, str, QuantizedTensor]],
 def _place_experts(model: Any, experts: dict[str, dict[str, QuantizedTensor]], weights: dict[str, Tensor]) -> None:
     """Each layer's kept experts into the model: its SparseMoE becomes a QuantizedSparseMoE over them (the router
     stays the layer's, filled from `weights` later), and the stand-ins of their float weights leave `weights`."""
-    for layer, found in experts.items():
+    for layer in list(experts):
+        found = experts.pop(layer)  # dropped as placed: the packed copy replaces the file's blocks
         block = model.model.layers[int(layer)]
         moe = getattr(block, block._ffn_name)
         prefix = f"model.layers.{layer}.{block._ffn_name}.experts"
