@@ -296,3 +296,15 @@ def spawn_json(script: Path, extra: list[str], env: dict[str, str], timeout: int
         return f"exit {done.returncode}: {done.stderr.strip()[-1500:]}"
     lines = done.stdout.strip().splitlines()
     return json.loads(lines[-1]) if lines else {}
+
+
+def proc_status(key: str) -> int:
+    """A /proc/self/status value of this process (VmRSS, VmHWM) in bytes; 0 where the file or the key is missing."""
+    try:
+        lines = Path("/proc/self/status").read_text().splitlines()
+    except OSError:
+        return 0
+    for line in lines:
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+    return 0

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from envs import cpu_name
-from harness import machine_line, spawn_json, thread_env
+from harness import machine_line, proc_status, spawn_json, thread_env
 
 HERE = Path(__file__).resolve()
 FULL: dict[str, Any] = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
@@ -77,14 +77,6 @@ def weight_bytes(directory: Path) -> tuple[int, int]:
 
 # ---- the workers ----------------------------------------------------------------------------------------------------
 
-def _status(key: str) -> int:
-    """A /proc/self/status value (VmRSS, VmHWM) in bytes."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
 def _prompt(vocab: int, n: int) -> list[int]:
     import numpy as np
 
@@ -95,11 +87,11 @@ def run_ours(directory: Path, prompt: list[int], new: int, runs: int) -> dict[st
     from tinygrad import Device
     from tinygrad.nn.transformer import Llama
 
-    rss0 = _status("VmRSS")
+    rss0 = proc_status("VmRSS")
     t = time.perf_counter()
     model = Llama.from_pretrained(directory, max_context=len(prompt) + new + 8)
     load_s = time.perf_counter() - t
-    rss1, hwm = _status("VmRSS"), _status("VmHWM")
+    rss1, hwm = proc_status("VmRSS"), proc_status("VmHWM")
 
     def generate() -> tuple[float, float, list[int]]:
         t0 = time.perf_counter()
@@ -111,7 +103,7 @@ def run_ours(directory: Path, prompt: list[int], new: int, runs: int) -> dict[st
 
     threads = os.environ.get("CPU_THREADS") or str(len(os.sched_getaffinity(0)))
     return {**_timed_runs(generate, runs, len(prompt), new), "load_s": load_s, "rss_before": rss0,
-            "rss_after": rss1, "hwm": hwm, "rss_after_runs": _status("VmRSS"),
+            "rss_after": rss1, "hwm": hwm, "rss_after_runs": proc_status("VmRSS"),
             "info": f"DEV={Device.DEFAULT}, {threads} threads"}
 
 
@@ -139,11 +131,11 @@ def run_torch(directory: Path, prompt: list[int], new: int, runs: int) -> dict[s
     if os.environ.get("OMP_NUM_THREADS"):
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     model_class = transformers.LlamaForCausalLM  # imported now (transformers imports lazily), not counted as weights
-    rss0 = _status("VmRSS")
+    rss0 = proc_status("VmRSS")
     t = time.perf_counter()
     model = model_class.from_pretrained(directory, dtype=torch.float32).eval()
     load_s = time.perf_counter() - t
-    rss1, hwm = _status("VmRSS"), _status("VmHWM")
+    rss1, hwm = proc_status("VmRSS"), proc_status("VmHWM")
     x = torch.tensor([prompt])
 
     def generate() -> tuple[float, float, list[int]]:
@@ -162,7 +154,7 @@ def run_torch(directory: Path, prompt: list[int], new: int, runs: int) -> dict[s
     with torch.inference_mode():
         timed = _timed_runs(generate, runs, len(prompt), new)
     return {**timed, "load_s": load_s, "rss_before": rss0, "rss_after": rss1, "hwm": hwm,
-            "rss_after_runs": _status("VmRSS"),
+            "rss_after_runs": proc_status("VmRSS"),
             "info": f"torch {torch.__version__}, transformers {transformers.__version__}, "
                     f"{torch.get_num_threads()} threads"}
 

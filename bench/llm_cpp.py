@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from envs import cpu_name
-from harness import machine_line, spawn_json
+from harness import machine_line, proc_status, spawn_json
 
 HERE = Path(__file__).resolve()
 SHAPES: dict[str, dict[str, int]] = {
@@ -114,13 +114,6 @@ def quantize(src: Path, dst: Path, type_name: str, threads: int) -> None:
 
 # ---- the workers ----------------------------------------------------------------------------------------------------
 
-def _status(key: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
 def _prompt(vocab: int, n: int) -> list[int]:
     import numpy as np
 
@@ -131,10 +124,10 @@ def run_ours(path: Path, prompt: list[int], new: int, runs: int) -> dict[str, An
     from tinygrad import Tensor
     from tinygrad.llm.quant import llama_from_gguf
 
-    rss0 = _status("VmRSS")
+    rss0 = proc_status("VmRSS")
     t = time.perf_counter()
     model = llama_from_gguf(path, max_context=len(prompt) + new + 8)
-    load_s, rss1 = time.perf_counter() - t, _status("VmRSS")
+    load_s, rss1 = time.perf_counter() - t, proc_status("VmRSS")
     logits = model.forward(Tensor([prompt]), 0)[0, -1].numpy()
 
     def generate() -> tuple[float, float, list[int]]:
@@ -154,11 +147,11 @@ def run_cpp(path: Path, prompt: list[int], new: int, runs: int) -> dict[str, Any
     import numpy as np
 
     threads = int(os.environ["CPU_THREADS"])
-    rss0 = _status("VmRSS")
+    rss0 = proc_status("VmRSS")
     t = time.perf_counter()
     llm = llama_cpp.Llama(str(path), n_ctx=len(prompt) + new + 8, n_batch=len(prompt), n_threads=threads,
                           n_threads_batch=threads, use_mmap=True, verbose=False)
-    load_s, rss1 = time.perf_counter() - t, _status("VmRSS")
+    load_s, rss1 = time.perf_counter() - t, proc_status("VmRSS")
 
     vocab = llm.n_vocab()
 
