@@ -324,6 +324,8 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
                 # a Variable (or a size over Variables) as a value: an int tensor, 64-bit only if its range needs it
                 want = dtypes.int32 if dtypes.int32.min <= data.vmin and data.vmax <= dtypes.int32.max else dtypes.int64
             self.uop = data if want is None else data.cast(want)
+            if device is None and _deviceless(data):  # tinygrad's: a graph of constants alone belongs to no device
+                self.device = None  # type: ignore[assignment]
         elif isinstance(data, Tensor):
             self.uop = data.uop if want is None else data.uop.cast(want)
             self.device = data.device if device is None else self.device
@@ -449,7 +451,10 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         return self.shape if dim is None else self.shape[self._axis(dim)]
 
     def __repr__(self) -> str:
-        return f"<Tensor {self.shape} {self.dtype} on {self.device}{' requires_grad' if self.requires_grad else ''}>"
+        # tinygrad's format: the node (where it lives, shape, dtype), the device, the gradient's node
+        def node(t: Tensor) -> str:
+            return f"<UOp {t.device} {t.shape} {t.dtype.name}>"
+        return f"<Tensor {node(self)} on {self.device} with grad {None if self.grad is None else node(self.grad)}>"
 
     def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
                    dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
@@ -611,7 +616,9 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
             >>> len(t.schedule()), len((t + 1).schedule())
             (0, 1)
         """
-        tensors = [self, *others]
+        tensors = [t for t in (self, *others) if t.device is not None]  # constants alone need no kernel yet
+        if not tensors:
+            return []
         items, _, _ = create_schedule([t.uop for t in tensors], [t.device for t in tensors])
         return items
 
@@ -626,6 +633,11 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
             [3, 6]
         """
         keyed = None
+        if self.device is None or any(t.device is None for t in others):
+            # constants alone stay a graph (tinygrad's no-op): they get a device, and a buffer, when they meet one
+            if rest := [t for t in (self, *others) if t.device is not None]:
+                rest[0].realize(*rest[1:])
+            return self
         if not others and self._view is None:  # one tensor that is not a view, as in every eager step
             root, device = self.uop, self.device
             if root.op is _BUFFER or (root.op is _RESHAPE and root.src[0].op is _BUFFER):
@@ -668,6 +680,8 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         return self
 
     def _buffer(self) -> Buffer:
+        if self.device is None:  # constants alone: computed on the default device to be read
+            return self.to(None)._buffer()
         if isinstance(self.device, tuple):
             raise RuntimeError(f"a tensor on {self.device} has one buffer per device; gather it first with .to(device)")
         self.realize()
@@ -773,7 +787,7 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
             >>> b.assign(Tensor([5, 6])).tolist(), a.tolist()
             ([5, 6], [1, 2])
         """
-        src = self if device is None else self.to(device)
+        src = self if device is None and self.device is not None else self.to(device)  # a clone has a buffer
         # a number of its own, not id(self): two clones of equal temporaries (`Tensor(3.5).clone()` twice) would
         # otherwise be one node whenever the first temporary's id was reused, and share one gradient
         out = src._derive(UOp(Ops.CONTIGUOUS, self.dtype, (src.uop,), ("clone", next(_clone_numbers))))
@@ -794,6 +808,8 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         dev = Device.canonicalize(device)
         if dev == self.device:
             return self
+        if self.device is None:  # constants alone: the same graph, computed on `dev`
+            return self._over(self.uop, dev, self._requires_grad)
         if is_disk(dev):  # a write to a file happens now, from the value computed where it lives
             value = self.to("CPU") if is_disk(self.device) else self
             return Tensor(UOp(Ops.COPY, self.dtype, (buffer_view(value.contiguous()._buffer(), self.shape),), dev),
@@ -837,6 +853,8 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
             raise ValueError(f"assign of shape {other.shape} to a tensor of shape {self.shape}")
         if other.dtype != self.dtype:
             raise TypeError(f"assign of {other.dtype} to a tensor of {self.dtype}; cast it first")
+        if other.device is None:  # constants alone: computed where self lives
+            other = other.to(self.device)
         if other.device != self.device:
             raise RuntimeError(f"assign of a tensor on {other.device} to a tensor on {self.device}; move it with "
                                f".to({self.device!r}) first")
@@ -910,6 +928,8 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
             const = self._derive(c)
             return (const, self) if reverse else (self, const)
         other = y if isinstance(y, Tensor) else x._const_operand(y)
+        if (other.device is None) != (x.device is None):  # a graph of constants joins the other operand's device
+            x, other = (x, other.to(x.device)) if other.device is None else (x.to(other.device), other)
         if other.device != x.device:
             raise RuntimeError(f"an operation mixes tensors on {x.device} and {other.device}; "
                                f"move one with .to({x.device!r})")
@@ -1102,6 +1122,11 @@ def _forget_sums(key: int, ref: weakref.ref[Tensor]) -> None:
 def _grad_reachable(root: UOp) -> set[UOp]:
     """The nodes of root's graph that a gradient reaches: all of them but what lies behind a DETACH."""
     return set(post_order((root,), children=lambda n: () if n.op is Ops.DETACH else n.src))
+
+
+def _deviceless(node: UOp) -> bool:
+    """Whether a graph holds constants alone (no buffer, copy or bound variable): it can be computed on any device."""
+    return node.device is None and not any(u.op is Ops.DEFINE_VAR or u.op is Ops.BIND for u in node.toposort())
 
 
 def _list_to_numpy(data: list | tuple, want: DType | None) -> tuple[np.ndarray, DType | None]:

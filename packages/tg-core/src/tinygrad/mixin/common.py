@@ -241,6 +241,12 @@ def index_dtype(size: sint) -> DType:
 
 # ---- building blocks of the ops that compose others (type(like) is the Tensor class: it imports this module) ----
 
+def joined(like: TensorT, t: TensorT) -> TensorT:
+    """`t` on `like`'s device when `t` is a graph of constants alone (device None, tinygrad's deviceless tensor),
+    which can be computed anywhere; any other `t` as it is (the callers refuse devices that differ)."""
+    return t.to(like.device) if t.device is None and like.device is not None else t
+
+
 def scalar_like(like: TensorT, value: Scalar) -> TensorT:
     """`value` as a 0-d tensor of like's dtype on like's device. where() of Python numbers would be float32 (losing
     float64 digits) and promote integers; this keeps the dtype exactly."""

@@ -77,7 +77,7 @@ class CreationMixin(TensorBase):
         sh = shape_args((shape,) if isinstance(shape, (int, UOp)) else tuple(shape), symbolic=True)
         d = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
         c = UOp.const(d, fill_value)
-        return cls(c.reshape((1,) * len(sh)).expand(sh), device=device, **kwargs)
+        return cls(c.reshape((1,) * len(sh)).expand(sh), device=_on_default(cls, device), **kwargs)
 
     @classmethod
     def zeros(cls, *shape: Any, **kwargs: Any) -> Self:
@@ -204,7 +204,7 @@ class CreationMixin(TensorBase):
             half = (n / 2).floor()
             # as below, each half counted from its own end; the first value is `start` even for one step
             values = ((i < half) | (i == 0)).where(float(start) + i * step, float(stop) - (n - 1 - i) * step)
-            return cls(values.cast(d).uop, device=device, **kwargs)
+            return cls(values.cast(d).uop, device=_on_default(cls, device), **kwargs)
         _check_count(steps, "linspace steps")
         if isinstance(start, TensorBase) or isinstance(stop, TensorBase):
             # an endpoint that is a (0-d) tensor, as tinygrad accepts: the values are computed from it in a
@@ -238,14 +238,15 @@ class CreationMixin(TensorBase):
         if isinstance(n, UOp) or isinstance(m, UOp):  # symbolic: compare row and column numbers
             rows = cls.arange(n, device=device, dtype=dtypes.int32)
             cols = cls.arange(m, device=device, dtype=dtypes.int32)
-            return cls((rows.reshape(n, 1) == cols.reshape(1, m)).cast(d).uop, device=device, **kwargs)
+            same = (rows.reshape(n, 1) == cols.reshape(1, m)).cast(d)
+            return cls(same.uop, device=_on_default(cls, device), **kwargs)
         _check_count(n, "eye n")
         _check_count(m, "eye m")
         k = min(n, m)
         # k rows of (1, 0 x m), read back as k rows of m: row i then holds its 1 at column i
         ones = cls.full((k, 1), 1, dtype=dtypes.int32, device=device).pad(((0, 0), (0, m)))
         diag = ones.reshape(k * (m + 1)).shrink(((0, k * m),)).reshape(k, m).pad(((0, n - k), (0, 0)))
-        return cls(diag.cast(d).uop, device=device, **kwargs)
+        return cls(diag.cast(d).uop, device=_on_default(cls, device), **kwargs)
 
     def empty_like(self, **kwargs: Any) -> Self:
         """An uninitialised tensor of self's shape, dtype and device.
@@ -746,3 +747,7 @@ def _check_multinomial_weights(w: np.ndarray, num_samples: int, replacement: boo
                            f"positive weight")
 
 
+def _on_default(cls: type[TensorBase], device: DeviceLike) -> DeviceLike:
+    """A creation function's device: None is the default device. (A graph of constants given to the Tensor
+    constructor with no device stays on none, tinygrad's deviceless tensor; the creation functions place theirs.)"""
+    return cls._runtime.canonical_device(None) if device is None else device

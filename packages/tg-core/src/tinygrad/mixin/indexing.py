@@ -39,6 +39,7 @@ from tinygrad.mixin.common import (
     TensorT,
     broadcast_shape,
     index_dtype,
+    joined,
     placed_mask,
     scalar_like,
     select,
@@ -86,7 +87,8 @@ class IndexingMixin(TensorBase):
                 new_y = _put(y, picks, v)
             else:
                 new_y = _broadcast_value(v, y.shape)
-        written = view.place(type(self)(UOp.const(dtypes.bool, True).reshape((1,) * y.ndim).expand(y.shape)))
+        everywhere = UOp.const(dtypes.bool, True).reshape((1,) * y.ndim).expand(y.shape)
+        written = view.place(type(self)(everywhere, device=y.device))
         new = select(written, view.place(new_y), self)
         self.assign(new)
         if new.requires_grad:  # a value with gradient history makes the target a part of the graph
@@ -261,6 +263,7 @@ def _parse(t: TensorT, index: Any) -> list[tuple[Any, ...]]:
         elif isinstance(i, (int, np.integer)):
             items.append(("int", int(i)))
         elif isinstance(i, TensorBase):
+            i = joined(t, i)
             if i.device != t.device:
                 raise IndexError(f"an index on {i.device} for a tensor on {t.device}; move it with .to()")
             if i.dtype.is_float:
@@ -558,6 +561,7 @@ def _broadcast_value(v: TensorT, shape: tuple[int, ...]) -> TensorT:
 
 def _value_tensor(t: TensorT, value: TensorT | Scalar | Sequence[Any]) -> TensorT:
     if isinstance(value, TensorBase):
+        value = joined(t, value)
         if value.device != t.device:
             raise RuntimeError(f"a value on {value.device} written into a tensor on {t.device}; move it with .to()")
         return value.cast(t.dtype)
@@ -595,6 +599,7 @@ def _scatter_args(t: TensorT, dim: int, index: TensorT, src: TensorT | None, nam
 
 
 def _scatter(t: TensorT, dim: int, index: TensorT, src: TensorT | Scalar, how: str, include_self: bool) -> TensorT:
+    src = joined(t, src) if isinstance(src, TensorBase) else src
     x, idx, d = _scatter_args(t, dim, index, src if isinstance(src, TensorBase) else None, "scatter")
     if isinstance(src, TensorBase) and src.device != t.device:
         raise RuntimeError(f"scatter src on {src.device} for a tensor on {t.device}; move it with .to()")

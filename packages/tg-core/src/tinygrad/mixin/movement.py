@@ -16,7 +16,7 @@ import numpy as np
 from tinygrad.dtype import DType, dtypes, least_upper_dtype
 from tinygrad.errors import ArgListError, ArgumentError, ConcatDimError, ConcatError, DTypeError, ModeError, ShapeError
 from tinygrad.helpers import prod
-from tinygrad.mixin.common import TensorBase, TensorT, placed_mask, scalar_like, select, symbolic_size
+from tinygrad.mixin.common import TensorBase, TensorT, joined, placed_mask, scalar_like, select, symbolic_size
 from tinygrad.uop.ops import UOp, resolve_size, sint, sym_div_exact, sym_prod
 
 
@@ -672,6 +672,9 @@ def _tensor_list(first: Any, rest: Sequence[TensorT], name: str) -> list[TensorT
     for i, t in enumerate(tensors):
         if not isinstance(t, TensorBase):
             raise TypeError(f"{name} takes tensors, argument {i} is {type(t).__name__}")
+    if (placed := next((t for t in tensors if t.device is not None), None)) is not None:
+        tensors = [joined(placed, t) for t in tensors]
+    for t in tensors:
         if t.device != tensors[0].device:
             raise RuntimeError(f"{name} mixes tensors on {tensors[0].device} and {t.device}; move one with .to()")
     return tensors

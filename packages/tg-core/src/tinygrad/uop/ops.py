@@ -310,6 +310,24 @@ class UOp(metaclass=UOpMeta):
         return u.arg
 
     @property
+    def device(self) -> str | tuple[str, ...] | None:
+        """tinygrad's: where this node's value is computed: the target of the nearest copy above its buffers, else the
+        device of its buffers; None for a graph of constants alone (it can be computed anywhere)."""
+        seen: set[UOp] = set()
+        todo = [self]
+        while todo:  # top-down, so a copy is found before the buffers it reads
+            u = todo.pop()
+            if u.op is Ops.COPY:
+                return u.arg  # type: ignore[no-any-return]
+            if u.op is Ops.BUFFER:
+                return u.arg.device  # type: ignore[no-any-return]
+            for s in u.src:
+                if s not in seen:
+                    seen.add(s)
+                    todo.append(s)
+        return None
+
+    @property
     def realized(self) -> Any:
         """tinygrad's: the Buffer holding this node's value (a BUFFER node's, or a realized node's), else None."""
         u = self if self.op is Ops.BUFFER else self._realized.base if self._realized is not None else None
