@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,9 +17,10 @@ import pytest
 pytest.importorskip("tg_backend_qcom", reason="tg-backend-qcom is not installed")
 
 from cl_helpers import cl_alu
-from tg_backend_qcom.renderer import IMAGE_ARGS_MARK, QCOMRenderer, image_args, texels_for
+from tg_backend_qcom.renderer import IMAGE_ARGS_MARK, Images, QCOMRenderer, image_args, texels_for
 from tinygrad.codegen import get_program
 from tinygrad.dtype import DType, dtypes
+from tinygrad.renderer.cstyle import CKernel
 from tinygrad.uop.ops import Ops, UOp
 
 FP16 = frozenset({"cl_khr_fp16", "cl_khr_fp64"})
@@ -166,17 +171,17 @@ def test_native_half_casts_and_bitcasts_are_valid_opencl_c(tmp_path: Path) -> No
 
 def test_aligned_vector_loads_of_an_image_read_whole_texels(tmp_path: Path) -> None:
     r = renderer(FP16)
-    r._images = {"data1": dtypes.float32, "data2": dtypes.float16}
-    try:
-        assert r.render_vector_load("data1", "x+4", 4, dtypes.float32) == "read_imagef(data1, (((int)(x+4))>>2)+0)"
-        assert r.render_vector_load("data2", "x", 4, dtypes.float16) == "read_imageh(data2, (((int)(x))>>2)+0)"
-        eight = r.render_vector_load("data1", "x", 8, dtypes.float32)
-        assert eight == "((float8)(read_imagef(data1, (((int)(x))>>2)+0), read_imagef(data1, (((int)(x))>>2)+1)))"
-        two = r.render_vector_load("data1", "x", 2, dtypes.float32)
-        assert two == "((float2)(tg_image_f32(data1, ((int)(x))+0), tg_image_f32(data1, ((int)(x))+1)))"
-        assert r.render_vector_load("data3", "x", 4, dtypes.float32) == "vload4(0, data3+x)"
-    finally:
-        r._images = {}
+    # the hooks read which buffers are images from the kernel being rendered: one planned with these two
+    k = replace(CKernel.start(r, "k", []), plan=Images.of({1: dtypes.float32, 2: dtypes.float16}))
+    assert r.render_vector_load(k, "data1", "x+4", 4, dtypes.float32) == "read_imagef(data1, (((int)(x+4))>>2)+0)"
+    assert r.render_vector_load(k, "data2", "x", 4, dtypes.float16) == "read_imageh(data2, (((int)(x))>>2)+0)"
+    eight = r.render_vector_load(k, "data1", "x", 8, dtypes.float32)
+    assert eight == "((float8)(read_imagef(data1, (((int)(x))>>2)+0), read_imagef(data1, (((int)(x))>>2)+1)))"
+    two = r.render_vector_load(k, "data1", "x", 2, dtypes.float32)
+    assert two == "((float2)(tg_image_f32(data1, ((int)(x))+0), tg_image_f32(data1, ((int)(x))+1)))"
+    assert r.render_vector_load(k, "data3", "x", 4, dtypes.float32) == "vload4(0, data3+x)"
+    with pytest.raises(TypeError, match="not planned by a QCOMRenderer"):
+        r.render_vector_load(replace(k, plan=None), "data1", "x", 4, dtypes.float32)
 
 
 def test_a_vectorised_matmul_reads_texels(tmp_path: Path) -> None:
@@ -191,3 +196,64 @@ def test_a_vectorised_matmul_reads_texels(tmp_path: Path) -> None:
     src = src_of(ast, renderer())
     assert "vload4(0, data1" not in src and "vload4(0, data2" not in src and "= read_imagef(data" in src
     clang_syntax_check(src, tmp_path)
+
+
+# ---- one renderer on several threads: which buffers are images is each kernel's plan, not renderer state ----
+
+def _linear(ast: UOp, r: QCOMRenderer, monkeypatch: pytest.MonkeyPatch) -> tuple[str, list[UOp], str]:
+    """(kernel name, the linearized program the renderer walks, its source) for `ast`."""
+    seen: list[tuple[str, list[UOp]]] = []
+    render = r.render
+
+    def recording(name: str, program: list[UOp]) -> str:
+        seen.append((name, program))
+        return render(name, program)
+    with monkeypatch.context() as m:
+        m.setattr(r, "render", recording)
+        src = src_of(ast, r)
+    return seen[-1][0], seen[-1][1], src
+
+
+@pytest.fixture
+def fast_thread_switches() -> Iterator[None]:
+    """Threads take turns every microsecond instead of every 5 ms, so that their renders interleave."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(interval)
+
+
+def test_one_renderer_renders_two_kernels_on_two_threads_at_once(monkeypatch: pytest.MonkeyPatch,
+                                                                 fast_thread_switches: None) -> None:
+    r = renderer(FP16)
+    n = 16
+    # images: the float32 buffers 1 and 2 in one kernel, the float16 buffer 4 in the other (whose float32 buffer 3
+    # is also written, so it stays a buffer)
+    a = kernel((param(0, dtypes.float32, n), param(1, dtypes.float32, n) * param(2, dtypes.float32, n)))
+    b = kernel((param(3, dtypes.float32, n), param(3, dtypes.float32, n) + param(4, dtypes.float16, n).cast(
+        dtypes.float32)))
+    jobs = [_linear(a, r, monkeypatch), _linear(b, r, monkeypatch)]
+    assert image_args(jobs[0][2]) == {1: "FLOAT", 2: "FLOAT"} and image_args(jobs[1][2]) == {1: "HALF_FLOAT"}
+
+    start = threading.Barrier(len(jobs))
+    wrong: list[str] = []
+
+    def work(which: int, name: str, program: list[UOp], alone: str) -> None:
+        start.wait()
+        for i in range(200):  # enough renders that the two walks interleave many times
+            try:
+                src = r.render(name, program)
+            except Exception as e:  # a hook that read the other kernel's images may fail outright
+                wrong.append(f"kernel {which} ({name}), render {i}: {type(e).__name__}: {e}")
+                return
+            if src != alone:
+                wrong.append(f"kernel {which} ({name}), render {i}: differs from its render alone")
+                return
+    threads = [threading.Thread(target=work, args=(which, *job)) for which, job in enumerate(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong, wrong

@@ -8,7 +8,7 @@ from tinygrad.codegen import get_program
 from tinygrad.codegen.lowerer import IDX
 from tinygrad.codegen.opt import Opt, OptOps
 from tinygrad.dtype import DType, dtypes
-from tinygrad.renderer.cstyle import CStyleRenderer
+from tinygrad.renderer.cstyle import CKernel, CStyleRenderer
 from tinygrad.renderer.vectorize import multiple_of, split_index
 from tinygrad.uop.ops import AxisKind, Ops, RangeArg, UOp
 
@@ -21,7 +21,7 @@ class VecRenderer(CStyleRenderer):
     def vector_type(self, d: DType, width: int) -> str:
         return f"vec{width}"
 
-    def render_vector_load(self, buf: str, idx: str, width: int, d: DType) -> str:
+    def render_vector_load(self, k: CKernel, buf: str, idx: str, width: int, d: DType) -> str:
         return f"VLOAD{width}({buf}, {idx})"
 
     def render_vector_lane(self, vec: str, lane: int) -> str:

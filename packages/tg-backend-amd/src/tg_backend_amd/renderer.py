@@ -24,6 +24,7 @@ from __future__ import annotations
 from tinygrad.dtype import DType, dtypes
 from tinygrad.renderer.c_helpers import BF16_PRELUDE, FLOAT_BITS_PRELUDE
 from tinygrad.renderer.cstyle import (
+    CKernel,
     CStyleRenderer,
     line,
     local_array,
@@ -145,7 +146,7 @@ class AMDRenderer(CStyleRenderer):
     def vector_type(self, d: DType, width: int) -> str:
         return _VECTOR4[d.scalar]
 
-    def render_vector_load(self, buf: str, idx: str, width: int, d: DType) -> str:
+    def render_vector_load(self, k: CKernel, buf: str, idx: str, width: int, d: DType) -> str:
         return f"(*((const {self.vector_type(d, width)}*)({buf}+{idx})))"
 
     def render_vector_lane(self, vec: str, lane: int) -> str:
@@ -156,7 +157,7 @@ class AMDRenderer(CStyleRenderer):
         return f"*(({vtype}*)({buf}+{idx})) = {vtype}{{{', '.join(values)}}};"
 
     # the LDS arrays hold computed values (floats for the emulated dtypes), not bit patterns
-    def render_local_load(self, buf: str, idx: str, gate: str | None, d: DType) -> str:
+    def render_local_load(self, k: CKernel, buf: str, idx: str, gate: str | None, d: DType) -> str:
         raw = f"{buf}[{idx}]"
         return raw if gate is None else f"({gate}?{raw}:{self.render_const(0, d)})"
 

@@ -207,9 +207,9 @@ class CUDARenderer(CStyleRenderer):
     def memory_type(self, d: DType) -> str:
         return "unsigned short" if _is_half(d) else super().memory_type(d)
 
-    def render_load(self, buf: str, idx: str, gate: str | None, d: DType) -> str:
+    def render_load(self, k: CKernel, buf: str, idx: str, gate: str | None, d: DType) -> str:
         if not _is_half(d):
-            return super().render_load(buf, idx, gate, d)
+            return super().render_load(k, buf, idx, gate, d)
         val = f"tg_f16_to_f32({buf}[{idx}])"
         return val if gate is None else f"({gate}?{val}:0.0f)"
 
@@ -219,7 +219,7 @@ class CUDARenderer(CStyleRenderer):
         return f"{buf}[{idx}] = tg_f32_to_f16({value});"
 
     # the scratch arrays of GROUP reductions hold computed values (floats for the emulated dtypes), not bit patterns
-    def render_local_load(self, buf: str, idx: str, gate: str | None, d: DType) -> str:
+    def render_local_load(self, k: CKernel, buf: str, idx: str, gate: str | None, d: DType) -> str:
         raw = f"{buf}[{idx}]"
         return raw if gate is None else f"({gate}?{raw}:{self.render_const(0, d)})"
 
@@ -241,7 +241,7 @@ class CUDARenderer(CStyleRenderer):
     def vector_type(self, d: DType, width: int) -> str:
         return _VECTOR4[d.scalar]
 
-    def render_vector_load(self, buf: str, idx: str, width: int, d: DType) -> str:
+    def render_vector_load(self, k: CKernel, buf: str, idx: str, width: int, d: DType) -> str:
         return f"(*((const {self.vector_type(d, width)}*)({buf}+{idx})))"
 
     def render_vector_lane(self, vec: str, lane: int) -> str:

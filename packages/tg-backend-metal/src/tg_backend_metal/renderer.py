@@ -117,11 +117,11 @@ class MetalRenderer(CStyleRenderer):
     def pun(x: str, frm_type: str, to_type: str) -> str:
         return f"as_type<{to_type}>(({frm_type})({x}))"
 
-    def render_param(self, index: int, d: DType, is_output: bool) -> str:
+    def render_param(self, k: CKernel, index: int, d: DType, is_output: bool) -> str:
         const = "" if is_output else "const "
         return f"device {const}{self.memory_type(d)}* data{index} [[buffer({index})]]"
 
-    def render_local_load(self, buf: str, idx: str, gate: str | None, d: DType) -> str:
+    def render_local_load(self, k: CKernel, buf: str, idx: str, gate: str | None, d: DType) -> str:
         raw = f"{buf}[{idx}]"
         return raw if gate is None else f"({gate}?{raw}:{self.render_const(0, d)})"
 

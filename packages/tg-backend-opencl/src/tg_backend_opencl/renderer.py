@@ -13,7 +13,7 @@ bool cannot be a `__global` buffer element in OpenCL C, so bool buffers hold uch
 from __future__ import annotations
 
 from tinygrad.dtype import DType, dtypes, is_emulated_float
-from tinygrad.renderer.cstyle import C_CODE_FOR_OP, CStyleRenderer, c_cast, cast_entry, line, local_array
+from tinygrad.renderer.cstyle import C_CODE_FOR_OP, CKernel, CStyleRenderer, c_cast, cast_entry, line, local_array
 from tinygrad.uop.ops import Ops, UOp
 
 CL_BF16_PRELUDE = """inline float tg_bf16_to_f32(ushort b) { return as_float(((uint)b) << 16); }
@@ -141,9 +141,9 @@ class OpenCLRenderer(CStyleRenderer):
     def _half(self, d: DType) -> bool:
         return self.emulate_half and d.scalar == dtypes.float16
 
-    def render_load(self, buf: str, idx: str, gate: str | None, d: DType) -> str:
+    def render_load(self, k: CKernel, buf: str, idx: str, gate: str | None, d: DType) -> str:
         if not self._half(d):
-            return super().render_load(buf, idx, gate, d)
+            return super().render_load(k, buf, idx, gate, d)
         val = f"vload_half({idx}, {buf})"
         return val if gate is None else f"({gate}?{val}:0.0f)"
 
@@ -175,7 +175,7 @@ class OpenCLRenderer(CStyleRenderer):
     def vector_type(self, d: DType, width: int) -> str:
         return f"{self.value_type(d)}{width}"
 
-    def render_vector_load(self, buf: str, idx: str, width: int, d: DType) -> str:
+    def render_vector_load(self, k: CKernel, buf: str, idx: str, width: int, d: DType) -> str:
         return f"vload{width}(0, {buf}+{idx})"
 
     def render_vector_lane(self, vec: str, lane: int) -> str:

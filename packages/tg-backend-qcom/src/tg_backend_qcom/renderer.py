@@ -13,7 +13,9 @@ size, or too long for the device's image width limit. `images=False` (env IMAGE=
 entirely.
 
 The renderer tells the compiler which kernel arguments are images in one comment line (IMAGE_ARGS_MARK), which
-`image_args` parses back: the compiled binary carries that list, so a cached binary knows it too.
+`image_args` parses back: the compiled binary carries that list, so a cached binary knows it too. Which buffers a
+kernel reads as images is its plan (`QCOMRenderer.plan`, an `Images`), decided before the walk and read by the
+hooks from the kernel being rendered: the renderer itself keeps no per-kernel state, so threads may share it.
 
 float16 is native where the device has `cl_khr_fp16` (Adreno does: `half` variables, `#pragma OPENCL EXTENSION
 cl_khr_fp16 : enable`), else emulated by the OpenCL renderer (vload_half/vstore_half, float arithmetic).
@@ -22,9 +24,11 @@ cl_khr_fp16 : enable`), else emulated by the OpenCL renderer (vload_half/vstore_
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 
 from tg_backend_opencl.renderer import OpenCLRenderer
 from tinygrad.dtype import DType, dtypes
+from tinygrad.renderer.cstyle import CKernel
 from tinygrad.uop.ops import Ops, UOp
 
 #: elements per texel: RGBA
@@ -56,6 +60,26 @@ def image_args(src: str) -> dict[int, str]:
     return {}
 
 
+@dataclass(frozen=True)
+class Images:
+    """A kernel's plan on QCOM: the buffers it reads through images (`QCOMRenderer.image_params`)."""
+
+    #: PARAM slot -> element dtype
+    slots: dict[int, DType]
+    #: the same by parameter name (`data<slot>`), as the load hooks name the buffers
+    names: dict[str, DType]
+
+    @staticmethod
+    def of(slots: dict[int, DType]) -> Images:
+        return Images(slots, {f"data{slot}": d for slot, d in slots.items()})
+
+
+def _images(k: CKernel) -> Images:
+    if not isinstance(k.plan, Images):
+        raise TypeError(f"kernel {k.name} was not planned by a QCOMRenderer (its plan is {type(k.plan).__name__})")
+    return k.plan
+
+
 class QCOMRenderer(OpenCLRenderer):
     device = "QCOM"
 
@@ -66,7 +90,6 @@ class QCOMRenderer(OpenCLRenderer):
         super().__init__(extensions)
         self.image_dtypes = frozenset(d for d in image_dtypes if d in CHANNEL_TYPES)
         self.image_max_texels = image_max_texels
-        self._images: dict[str, DType] = {}  # while rendering: parameter name -> element dtype
 
     @property
     def uses_images(self) -> bool:
@@ -96,16 +119,16 @@ class QCOMRenderer(OpenCLRenderer):
                 out[p.arg.slot] = p.dtype.scalar
         return out
 
-    def render(self, name: str, program: list[UOp]) -> str:
-        images = self.image_params(program)
-        self._images = {f"data{i}": d for i, d in images.items()}
-        try:
-            src = super().render(name, program)
-        finally:
-            self._images = {}
+    def plan(self, program: list[UOp]) -> Images:
+        return Images.of(self.image_params(program))
+
+    def render_source(self, k: CKernel, params: list[str], var_params: list[str]) -> str:
+        """OpenCL's kernel, with the image read helpers and the image argument list before the kernel function."""
+        src = super().render_source(k, params, var_params)
+        images = _images(k).slots
         if not images:
             return src
-        order = sorted(u.arg.slot for u in program if u.op is Ops.PARAM)  # kernel argument order
+        order = sorted(u.arg.slot for u in k.program if u.op is Ops.PARAM)  # kernel argument order
         mark = IMAGE_ARGS_MARK + "".join(f" {order.index(i)}:{CHANNEL_TYPES[d]}" for i, d in sorted(images.items()))
         helpers = "".join(self._image_read_fn(d) for d in sorted(set(images.values()), key=lambda d: d.name))
         at = src.index(f"{self.kernel_prefix}void ")  # after the pragmas and the half/bf16 helpers
@@ -117,17 +140,16 @@ class QCOMRenderer(OpenCLRenderer):
         # float32, and float16 without cl_khr_fp16: a HALF_FLOAT image read with read_imagef gives floats
         return _IMAGE_READ.format(ret="float", name=IMAGE_READ_FN[d], vec="float4", read="read_imagef")
 
-    def render_param(self, index: int, d: DType, is_output: bool) -> str:
-        if f"data{index}" in self._images:
+    def render_param(self, k: CKernel, index: int, d: DType, is_output: bool) -> str:
+        if index in _images(k).slots:
             return f"read_only image1d_buffer_t data{index}"
-        return super().render_param(index, d, is_output)
+        return super().render_param(k, index, d, is_output)
 
-    def render_vector_load(self, buf: str, idx: str, width: int, d: DType) -> str:
+    def render_vector_load(self, k: CKernel, buf: str, idx: str, width: int, d: DType) -> str:
         """An aligned vector load (the compiler proves idx is a multiple of width) of an image is whole texels:
         one texel read for 4 lanes - the access Adreno's texture path is built for."""
-        if buf not in self._images:
-            return super().render_vector_load(buf, idx, width, d)
-        element = self._images[buf]
+        if (element := _images(k).names.get(buf)) is None:
+            return super().render_vector_load(k, buf, idx, width, d)
         if width % TEXEL_ELEMENTS == 0:
             read = "read_imageh" if element == dtypes.float16 and not self.emulate_half else "read_imagef"
             texels = [f"{read}({buf}, (((int)({idx}))>>2)+{t})" for t in range(width // TEXEL_ELEMENTS)]
@@ -135,9 +157,9 @@ class QCOMRenderer(OpenCLRenderer):
             texels = [f"{IMAGE_READ_FN[element]}({buf}, ((int)({idx}))+{lane})" for lane in range(width)]
         return texels[0] if len(texels) == 1 else f"(({self.vector_type(d, width)})({', '.join(texels)}))"
 
-    def render_load(self, buf: str, idx: str, gate: str | None, d: DType) -> str:
-        if buf not in self._images:
-            return super().render_load(buf, idx, gate, d)
-        val = f"{IMAGE_READ_FN[self._images[buf]]}({buf}, (int)({idx}))"
+    def render_load(self, k: CKernel, buf: str, idx: str, gate: str | None, d: DType) -> str:
+        if (element := _images(k).names.get(buf)) is None:
+            return super().render_load(k, buf, idx, gate, d)
+        val = f"{IMAGE_READ_FN[element]}({buf}, (int)({idx}))"
         return val if gate is None else f"({gate}?{val}:{self.render_const(0, d)})"
 

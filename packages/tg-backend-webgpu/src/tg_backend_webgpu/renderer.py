@@ -27,20 +27,26 @@ run more has its innermost loops unrolled in the source (2 to 32 copies of the b
 so the accumulation and its result are the plain loop's; each copy past the first is guarded unless the factor
 divides a constant trip count); one that still needs more raises LoopLimitError.
 Symbolic sizes (DEFINE_VAR) come in a uniform buffer bound after the data buffers.
+
+State. What the hooks need to know about the whole kernel (bindings, the buffers it writes, its launch, its
+unrolled loops) is its plan (`WGSLRenderer.plan`, a `WGSLPlan`), made before the walk and read from the kernel
+being rendered; the helpers a shader gets are the ones its text calls. The renderer keeps no per-kernel state, so
+threads may share one.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from tinygrad.codegen.work_items import global_size
 from tinygrad.dtype import DType, dtypes
 from tinygrad.renderer.cstyle import C_RENDER_RULES, CKernel, CStyleRenderer, OpFn, cast_entry, line, work_item_id
 from tinygrad.uop.ops import GroupOp, Ops, UOp
 
-from tg_backend_webgpu.wgsl_lib import helper_source
+from tg_backend_webgpu.wgsl_lib import HELPERS, helper_source
 
 #: invocations per workgroup the runtime aims for when a kernel leaves the work-group size to it (no LOCAL or
 #: GROUP opt): enough SIMD rows for lavapipe, few enough that a small output does not run mostly idle lanes
@@ -172,21 +178,32 @@ WGSL_CODE_FOR_OP: dict[Ops, OpFn] = {
 }
 
 
-@dataclass
-class _Kernel:
-    """What the hooks need to know about the kernel being rendered (`WGSLRenderer.render` sets it)."""
+#: an identifier that may name a helper of `wgsl_lib.HELPERS`
+_HELPER_NAME = re.compile(r"\btg_\w+")
+
+
+@dataclass(frozen=True)
+class WGSLPlan:
+    """What the hooks need to know about the whole kernel being rendered: its plan (`WGSLRenderer.plan`), which
+    they read from the kernel's record (`CKernel.plan`)."""
 
     #: buffer slot -> binding: buffers are bound in slot order, the uniform of symbolic variables after them
-    bindings: dict[int, int] = field(default_factory=dict)
+    bindings: dict[int, int]
     #: symbolic variable -> its field in the uniform (by name, as ProgramSpec.var_names orders the values)
-    variables: dict[str, int] = field(default_factory=dict)
+    variables: dict[str, int]
     #: the buffers the kernel stores to: packed ones are atomic words, so their loads are atomic too
-    written: frozenset[str] = frozenset()
+    written: frozenset[str]
     #: the launch's global size per dimension (the sizes of the kernel's SPECIALs); () for one invocation
-    launch: tuple[int, ...] = ()
+    launch: tuple[int, ...]
     #: the innermost loops written `unroll` copies of the body per iteration (see the END entry, `_end`)
-    unrolled: frozenset[UOp] = frozenset()
-    unroll: int = 1
+    unrolled: frozenset[UOp]
+    unroll: int
+
+
+def _plan(k: CKernel) -> WGSLPlan:
+    if not isinstance(k.plan, WGSLPlan):
+        raise TypeError(f"kernel {k.name} was not planned by a WGSLRenderer (its plan is {type(k.plan).__name__})")
+    return k.plan
 
 
 def _loop(r: WGSLRenderer, k: CKernel, u: UOp) -> None:
@@ -199,12 +216,12 @@ def _end(r: WGSLRenderer, k: CKernel, u: UOp) -> None:
     so that the accumulation order (and so the result) is that of the plain loop. Each copy is a block that binds the
     loop's index name, so the body's text serves every copy; copies past the first are guarded against the bound,
     unless the factor divides a constant trip count."""
-    rng = u.src[0]
-    if rng not in r._kernel.unrolled:
+    rng, plan = u.src[0], _plan(k)
+    if rng not in plan.unrolled:
         C_RENDER_RULES[Ops.END](r, k, u)
         return
     lines, pad, name, bound = k.loop_lines(), k.pad(u), k.names[rng], k.names[rng.src[0]]
-    unroll = r._kernel.unroll
+    unroll = plan.unroll
     whole = rng.src[0].op is Ops.CONST and int(rng.src[0].arg) % unroll == 0
     first = f"{name}_first"  # the index of the iteration's first copy
     out = [f"{pad}for (var {first}: i32 = 0i; {first} < {bound}; {first} += {unroll}i) {{"]
@@ -336,15 +353,17 @@ class WGSLRenderer(CStyleRenderer):
         self.max_work_group_size = max_workgroup_invocations
         self.local_max = (max_workgroup_invocations,) * MAX_WORK_ITEM_DIMS
         self.local_mem_max = workgroup_storage
-        self._helpers: set[str] = set()
-        self._kernel = _Kernel()
 
     def supports_dtype(self, dtype: DType) -> bool:
         need = FEATURE_DTYPES.get(dtype.scalar)
         return super().supports_dtype(dtype) and (need is None or need in self.features)
 
-    def helper(self, name: str) -> str:
-        self._helpers.add(name)
+    @staticmethod
+    def helper(name: str) -> str:
+        """The name of the library function `name` (`wgsl_lib.HELPERS`) for an expression to call. A shader gets the
+        source of each helper its text calls (`render_source` looks for them), so nothing is recorded here."""
+        if name not in HELPERS:
+            raise KeyError(f"{name} is not a WGSL helper (wgsl_lib.HELPERS has {sorted(HELPERS)})")
         return name
 
     # ---- constants, casts and bit casts ----
@@ -399,30 +418,30 @@ class WGSLRenderer(CStyleRenderer):
         return expr
 
     # ---- memory ----
-    def render_param(self, index: int, d: DType, is_output: bool) -> str:
+    def render_param(self, k: CKernel, index: int, d: DType, is_output: bool) -> str:
         # a packed buffer the kernel writes is atomic words (see render_store)
         if d.scalar in PACKED:
             elem = "atomic<u32>" if is_output else "u32"
         else:
             elem = self.value_type(d)
-        binding = self._kernel.bindings[index]
+        binding = _plan(k).bindings[index]
         return f"@group(0) @binding({binding}) var<storage, read_write> data{index}: array<{elem}>;"
 
-    def render_var_param(self, name: str, d: DType) -> str:
+    def render_var_param(self, k: CKernel, name: str, d: DType) -> str:
         # a field of the uniform struct TgVars (render_source); the runtime writes the values as int32
-        return f"v{self._kernel.variables[name]}: i32"
+        return f"v{_plan(k).variables[name]}: i32"
 
-    def render_var_ref(self, name: str) -> str:
-        return f"tg_vars.v{self._kernel.variables[name]}"
+    def render_var_ref(self, k: CKernel, name: str) -> str:
+        return f"tg_vars.v{_plan(k).variables[name]}"
 
-    def render_load(self, buf: str, idx: str, gate: str | None, d: DType) -> str:
+    def render_load(self, k: CKernel, buf: str, idx: str, gate: str | None, d: DType) -> str:
         d = d.scalar
         if d not in PACKED:
             val = f"{buf}[{idx}]"
         else:
             per_word = 4 // d.itemsize
             word_idx = f"{buf}[{idx} >> {per_word.bit_length() - 1}u]"
-            word = f"atomicLoad(&{word_idx})" if buf in self._kernel.written else word_idx
+            word = f"atomicLoad(&{word_idx})" if buf in _plan(k).written else word_idx
             bits = d.itemsize * 8
             shift = f"(u32({idx} & {per_word - 1}i) * {bits}u)"
             if d in SIGNED_SMALL:  # the element's top bit to bit 31, then an arithmetic shift back
@@ -451,7 +470,7 @@ class WGSLRenderer(CStyleRenderer):
         return (f"atomicAnd({word}, ~({_mask(d)} << {shift})); "
                 f"atomicOr({word}, {pattern} << {shift});")
 
-    def render_local_load(self, buf: str, idx: str, gate: str | None, d: DType) -> str:
+    def render_local_load(self, k: CKernel, buf: str, idx: str, gate: str | None, d: DType) -> str:
         val = f"{buf}[{idx}]"
         return val if gate is None else f"select({self.render_const(0, d)}, {val}, {gate})"
 
@@ -522,43 +541,44 @@ class WGSLRenderer(CStyleRenderer):
                 total += runs[-1] * FMOD_MAX_ITERATIONS
         return total
 
-    def unroll_factor(self, name: str, program: list[UOp]) -> int:
+    def unroll_factor(self, program: list[UOp]) -> int | None:
         """1 where the kernel stays under the device's loop cap, else the smallest unroll factor that brings it
-        under; LoopLimitError where none does."""
+        under; None where none does (`render` refuses the kernel)."""
         limit = self.max_loop_iterations
-        if limit is None or (iterations := self.loop_iterations(program)) <= limit:
+        if limit is None or self.loop_iterations(program) <= limit:
             return 1
-        for factor in UNROLL_FACTORS:
-            if self.loop_iterations(program, factor) <= limit:
-                return factor
-        most = UNROLL_FACTORS[-1]
-        raise LoopLimitError(
+        return next((factor for factor in UNROLL_FACTORS if self.loop_iterations(program, factor) <= limit), None)
+
+    def loop_limit_error(self, name: str, program: list[UOp]) -> LoopLimitError:
+        """The error for kernel `name`, which no unroll factor brings under the device's loop cap."""
+        iterations, most = self.loop_iterations(program), UNROLL_FACTORS[-1]
+        return LoopLimitError(
             f"kernel {name} runs {iterations} loop iterations per invocation "
-            f"({self.loop_iterations(program, most)} with its innermost loops unrolled {most} times), "
-            f"but this device ({self.max_loop_iterations_reason}) stops every invocation after {limit}: its results "
-            f"would be wrong. Reduce in steps (for example sum over one axis of a reshape at a time), or use "
+            f"({self.loop_iterations(program, most)} with its innermost loops unrolled {most} times), but this "
+            f"device ({self.max_loop_iterations_reason}) stops every invocation after {self.max_loop_iterations}: its "
+            f"results would be wrong. Reduce in steps (for example sum over one axis of a reshape at a time), or use "
             f"another device")
 
-    # ---- the kernel: the base's walk, with this kernel's facts for the hooks ----
+    # ---- the kernel: the base's walk, with this kernel's plan for the hooks ----
     def render(self, name: str, program: list[UOp]) -> str:
+        """The base's walk, after refusing (with the kernel's name) what this device cannot run."""
         # a GROUP reduction's barrier must be reached in uniform control flow: no guard that depends on the
         # invocation may enclose it (the work-item mapping guards a launch past its bounds: a symbolic one)
         if any(u.op is Ops.BARRIER for u in program) and any(u.op is Ops.IF for u in program):
             raise NotImplementedError(f"kernel {name}: a GROUP reduction over a symbolic launch size")
-        unroll = self.unroll_factor(name, program)
+        if self.unroll_factor(program) is None:
+            raise self.loop_limit_error(name, program)
+        return super().render(name, program)
+
+    def plan(self, program: list[UOp]) -> WGSLPlan:
+        unroll = self.unroll_factor(program) or 1  # None is refused by `render` before the walk plans
         unrolled = self.innermost_loops(program) if unroll > 1 else set()
         slots = sorted(u.arg.slot for u in program if u.op is Ops.PARAM)
         variables = sorted({u.arg.name for u in program if u.op is Ops.DEFINE_VAR})
         written = {f"data{u.src[0].src[0].arg.slot}" for u in program
                    if u.op is Ops.STORE and u.src[0].src[0].op is Ops.PARAM}
-        self._helpers = set()
-        self._kernel = _Kernel({slot: i for i, slot in enumerate(slots)}, {v: i for i, v in enumerate(variables)},
-                               frozenset(written), global_size(program), frozenset(program[i] for i in unrolled),
-                               unroll)
-        try:
-            return super().render(name, program)
-        finally:
-            self._kernel = _Kernel()
+        return WGSLPlan({slot: i for i, slot in enumerate(slots)}, {v: i for i, v in enumerate(variables)},
+                        frozenset(written), global_size(program), frozenset(program[i] for i in unrolled), unroll)
 
     def render_source(self, k: CKernel, params: list[str], var_params: list[str]) -> str:
         name, program, body = k.name, k.program, k.body
@@ -568,10 +588,11 @@ class WGSLRenderer(CStyleRenderer):
             decls.append(f"@group(0) @binding({len(params)}) var<uniform> tg_vars: TgVars;")
         decls += k.local_decls  # workgroup variables live at module scope
         uses_f16 = any(u.dtype.scalar == dtypes.float16 for u in program)
-        head = ("enable f16;\n" if uses_f16 else "") + "\n".join(decls) + "\n" + helper_source(self._helpers)
+        called = {name for name in _HELPER_NAME.findall("\n".join(body)) if name in HELPERS}
+        head = ("enable f16;\n" if uses_f16 else "") + "\n".join(decls) + "\n" + helper_source(called)
         # 0 at run time (a launch has far fewer than 2^31 workgroups), unknown to the shader compiler
         opaque = "  let tg_opaque: u32 = tg_nwg.x >> 31u;\n"
-        launch = self._kernel.launch
+        launch = _plan(k).launch
         if not launch:
             entry = f"@compute @workgroup_size(1)\nfn {name}(@builtin(num_workgroups) tg_nwg: vec3<u32>) {{\n"
             return head + entry + opaque + "\n".join(body) + "\n}\n"

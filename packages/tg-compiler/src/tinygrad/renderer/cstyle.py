@@ -1,10 +1,12 @@
 """The C-style base renderer. A C-like target (C, OpenCL C, CUDA, Metal, WGSL, ...) subclasses it and fills in
 its tables - type names (`type_names`), the text of each value op (`code_for_op`, from op to a small function of
-the rendered operands), the rendering of every other op (`render_rules`: loops, work-item ids, stores, scratch
-arrays, barriers, tensor cores; from op to a function of the renderer, the kernel being rendered and the UOp) -
-and the formats that differ (kernel prefix, parameters, types, vector accesses). The walk over the program is
-shared and one pass: each UOp is looked up in the tables; what a target decides about the whole kernel first (the
-CPU: which loops its threads slice) it marks in `plan`, which the walk hands to the entries in `CKernel.plan`.
+the rendered operands), the rendering of every other op (`render_rules`: loops, work-item ids, loads, stores,
+scratch arrays, barriers, tensor cores; from op to a function of the renderer, the kernel being rendered and the
+UOp) - and the formats that differ (kernel prefix, parameters, types, vector accesses). The walk over the program
+is shared and one pass: each UOp is looked up in the tables; what a target decides about the whole kernel first
+(the CPU: which loops its threads slice; WGSL: buffer bindings; QCOM: which buffers are images) it marks in
+`plan`, which the walk hands to the entries and to the hooks that take the kernel in `CKernel.plan`. A renderer
+keeps no state of its own while it renders, so one renderer may render kernels on several threads at once.
 So "how is a WHERE written for OpenCL" is `OpenCLRenderer.code_for_op[Ops.WHERE]`, "how does a CUDA kernel read
 its work-item id" is `CUDARenderer.render_rules[Ops.SPECIAL]`.
 
@@ -36,7 +38,7 @@ MAX_INLINE_CHARS = 1000
 
 
 #: an entry of `CStyleRenderer.code_for_op`: (renderer, result dtype, source UOps, *rendered operands) -> C text.
-#: The operands are the sources' names (a LOAD's: its INDEX's buffer, index and gate; a CONST's: its value).
+#: The operands are the sources' names (a CONST's: its value).
 OpFn = Callable[..., str]
 
 
@@ -101,12 +103,6 @@ def _shift(op: Ops) -> OpFn:
     return fn
 
 
-def _load(r: CStyleRenderer, d: DType, src: tuple[UOp, ...], buf: str, idx: str, gate: str | None = None) -> str:
-    # src[0] is the INDEX, whose first source is the memory: a buffer parameter or the work-group's scratch
-    local = src[0].src[0].op is Ops.DEFINE_LOCAL
-    return (r.render_local_load if local else r.render_load)(buf, idx, gate, d)
-
-
 def c_cast(r: CStyleRenderer, x: str, frm: DType, to: DType) -> str:
     if to.scalar in FP8_FORMATS and frm.scalar == dtypes.float64:  # one rounding, not double -> float -> 8 bits
         return f"{r.rounder(to)}(tg_f64_to_f32_odd({x}))"
@@ -133,9 +129,10 @@ def cast_entry(text: Callable[..., str]) -> OpFn:
 
 #: how C spells each value op the renderer can write. A target overrides entries (or the formats they call)
 #: with `code_for_op = {**CStyleRenderer.code_for_op, Ops.X: ...}`; the walk in `render` only looks ops up here.
+#: Loads are not here but in `render_rules`: what a load reads may depend on the whole kernel (which buffers it
+#: writes, which it reads as images), which the hooks they call (`render_load`) get from the kernel's record.
 C_CODE_FOR_OP: dict[Ops, OpFn] = {
     Ops.CONST: lambda r, d, src, value: r.render_const(value, d),
-    Ops.LOAD: _load,
     Ops.CAST: cast_entry(c_cast), Ops.BITCAST: cast_entry(c_bitcast),
     **{op: _math(op) for op in (Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC)},
     Ops.RECIPROCAL: lambda r, d, src, a: f"({r.render_const(1.0, d)}/{a})",
@@ -241,7 +238,9 @@ class CStyleRenderer(Renderer):
         # type punning through a union is defined C (gcc has no __builtin_bit_cast in C, only in C++)
         return f"((union {{ {frm_type} f; {to_type} t; }}){{.f = ({x})}}).t"
 
-    def render_load(self, buf: str, idx: str, gate: str | None, d: DType) -> str:
+    # the hooks that take `k` (the kernel being rendered) are those whose text may depend on the whole kernel: a target
+    # reads what it decided about the kernel before the walk in `k.plan` (see `plan`), never from the renderer
+    def render_load(self, k: CKernel, buf: str, idx: str, gate: str | None, d: DType) -> str:
         raw = f"{buf}[{idx}]"
         val = f"{self.decoder(d)}({raw})" if is_emulated_float(d) else raw
         return val if gate is None else f"({gate}?{val}:{self.render_const(0, d)})"
@@ -250,15 +249,15 @@ class CStyleRenderer(Renderer):
         v = f"{self.encoder(d)}({value})" if is_emulated_float(d) else value
         return f"{buf}[{idx}] = {v};"
 
-    def render_local_load(self, buf: str, idx: str, gate: str | None, d: DType) -> str:
+    def render_local_load(self, k: CKernel, buf: str, idx: str, gate: str | None, d: DType) -> str:
         """A load from the work-group's scratch array (DEFINE_LOCAL). C reads it like a buffer; a target whose
         buffers hold a storage format (packed words) keeps the scratch in value types instead."""
-        return self.render_load(buf, idx, gate, d)
+        return self.render_load(k, buf, idx, gate, d)
 
     def render_local_store(self, buf: str, idx: str, value: str, d: DType) -> str:
         return self.render_store(buf, idx, value, d)
 
-    def render_param(self, index: int, d: DType, is_output: bool) -> str:
+    def render_param(self, k: CKernel, index: int, d: DType, is_output: bool) -> str:
         const = "" if is_output else "const "
         return f"{self.buffer_prefix}{const}{self.memory_type(d)}* {self.restrict} data{index}"
 
@@ -269,7 +268,7 @@ class CStyleRenderer(Renderer):
     def vector_type(self, d: DType, width: int) -> str:
         raise NotImplementedError(f"{type(self).__name__} declares vector_widths but no vector_type")
 
-    def render_vector_load(self, buf: str, idx: str, width: int, d: DType) -> str:
+    def render_vector_load(self, k: CKernel, buf: str, idx: str, width: int, d: DType) -> str:
         raise NotImplementedError(f"{type(self).__name__} declares vector_widths but no render_vector_load")
 
     def render_vector_lane(self, vec: str, lane: int) -> str:
@@ -278,10 +277,10 @@ class CStyleRenderer(Renderer):
     def render_vector_store(self, buf: str, idx: str, values: list[str], d: DType) -> str:
         raise NotImplementedError(f"{type(self).__name__} declares vector_widths but no render_vector_store")
 
-    def render_var_param(self, name: str, d: DType) -> str:
+    def render_var_param(self, k: CKernel, name: str, d: DType) -> str:
         return f"const {self.value_type(d)} {name}"
 
-    def render_var_ref(self, name: str) -> str:
+    def render_var_ref(self, k: CKernel, name: str) -> str:
         """How the body reads the symbolic variable `name`: in C, by the parameter of that name."""
         return name
 
@@ -340,7 +339,8 @@ class CStyleRenderer(Renderer):
 
     def plan(self, program: list[UOp]) -> object:
         """What this target marks in a program before the walk renders it (`CKernel.plan`, read by its table's
-        entries), so that rendering is one pass; the CPU marks the loops it slices for its threads. None here."""
+        entries and by the hooks that take `k`), so that rendering is one pass and the renderer keeps no per-kernel
+        state; the CPU marks the loops it slices for its threads. None here."""
         return None
 
     # ---- the shared walk over the program ----
@@ -351,10 +351,10 @@ class CStyleRenderer(Renderer):
             if rule is None:
                 raise NotImplementedError(f"{type(self).__name__} cannot render {u.op}")
             rule(self, k, u)
-        param_decls = [self.render_param(i, k.params[i].dtype, i in k.stored) for i in sorted(k.params)]
+        param_decls = [self.render_param(k, i, k.params[i].dtype, i in k.stored) for i in sorted(k.params)]
         # symbolic variables follow the buffers, sorted by name (ProgramSpec.var_names is the same order)
         variables = sorted({u.arg.name: u for u in program if u.op is Ops.DEFINE_VAR}.items())
-        var_decls = [self.render_var_param(name, u.dtype) for name, u in variables]
+        var_decls = [self.render_var_param(k, name, u.dtype) for name, u in variables]
         return self.render_source(k, param_decls, var_decls)
 
 
@@ -463,8 +463,7 @@ RenderRule = Callable[..., None]
 def _value(r: CStyleRenderer, k: CKernel, u: UOp) -> None:
     """A value: its text from `code_for_op` (ALU results also rounded back to their dtype: `render_alu`)."""
     op = u.op
-    sources = u.src[0].src if op is Ops.LOAD else u.src  # a LOAD's operands are its INDEX's
-    operands = [u.arg] if op is Ops.CONST else [k.names[s] for s in sources]
+    operands = [u.arg] if op is Ops.CONST else [k.names[s] for s in u.src]
     expr = r.render_alu(op, u.dtype, operands, u.src) if op in GroupOp.ALU else \
         r.code_for_op[op](r, u.dtype, u.src, *operands)
     if op is Ops.CONST:
@@ -477,13 +476,23 @@ def _vector_index(k: CKernel, access: VectorAccess) -> str:
     return "+".join([k.names[t] for t in access.terms] + [str(access.offset)])
 
 
+def _load(r: CStyleRenderer, k: CKernel, u: UOp) -> None:
+    """A LOAD of one element through its INDEX: the memory (a buffer parameter or the work-group's scratch), the
+    index and, where the INDEX has a third source, the gate (a load whose gate is false gives zero)."""
+    index = u.src[0]
+    buf, idx = k.names[index.src[0]], k.names[index.src[1]]
+    gate = k.names[index.src[2]] if len(index.src) > 2 else None
+    read = r.render_local_load if index.src[0].op is Ops.DEFINE_LOCAL else r.render_load
+    k.emit(u, read(k, buf, idx, gate, u.dtype), VAR_PREFIX[Ops.LOAD])
+
+
 def _load_lane(r: CStyleRenderer, k: CKernel, u: UOp) -> None:
-    """A LOAD: its value's text (`code_for_op`), or its lane of a vector access whose first lane reads it all."""
+    """A LOAD: one element (`_load`), or its lane of a vector access whose first lane reads it all."""
     if (access := k.vectors.get(u)) is None:
-        return _value(r, k, u)
+        return _load(r, k, u)
     if access not in k.vector_names:  # the first lane reads the whole vector
         k.vector_names[access] = vname = k.fresh("vec")
-        load = r.render_vector_load(k.names[u.src[0].src[0]], _vector_index(k, access), access.width, u.dtype)
+        load = r.render_vector_load(k, k.names[u.src[0].src[0]], _vector_index(k, access), access.width, u.dtype)
         k.line(u, r.render_declaration(vname, r.vector_type(u.dtype, access.width), load))
         for lane, m in enumerate(access.members):
             k.names[m] = r.render_vector_lane(vname, lane)
@@ -604,7 +613,7 @@ def tensor_core(lines: Callable[..., list[str]]) -> RenderRule:
 #: `render_rules = {**CStyleRenderer.render_rules, Ops.X: ...}`
 C_RENDER_RULES: dict[Ops, RenderRule] = {
     Ops.PARAM: _param,
-    Ops.DEFINE_VAR: _set_name(lambda r, k, u: r.render_var_ref(u.arg.name)),
+    Ops.DEFINE_VAR: _set_name(lambda r, k, u: r.render_var_ref(k, u.arg.name)),
     Ops.RANGE: _range, Ops.END: _end,
     Ops.SPECIAL: work_item_id(_global_id),
     # work-item guards (`tinygrad.codegen.work_items`): a block that runs where the id is within its bound
