@@ -26,9 +26,6 @@ LEFT_OUT: dict[str, str] = {
     "callify": "tinygrad-internal companion of call",
     "custom_kernel": "kernels written directly in tinygrad's UOp dialect; ours has a different kernel IR",
     "as_param": "tinygrad-internal marker for its function-capture (PARAM slots); our JIT (issue 5) works differently",
-    "linear_with_vars": "exposes tinygrad's LINEAR schedule UOp; our schedule is a list of ScheduleItems "
-                        "(Tensor.schedule())",
-    "schedule_linear": "as linear_with_vars; use Tensor.schedule()",
     "invalids": "tensors of tinygrad's Invalid sentinel value, which our IR does not have",
     "decode_hevc_frame": "hardware video decoding on tinygrad's AMD/NV drivers; no such decoder here",
     "usum": "tinygrad-internal sum over UOp arguments",

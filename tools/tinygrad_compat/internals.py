@@ -19,8 +19,9 @@ MODULES: dict[str, str] = {
     "tinygrad.runtime": "tinygrad's device runtimes (ops_python, HCQ graphs, support.*); our devices are plugins "
                         "(tg-backend-*) behind the device contract (tinygrad.runtime here is the Compiled base, "
                         "runners and compile cache they share)",
-    "tinygrad.engine.realize": "tinygrad's linear-schedule executor (run_linear, compile_linear); ours runs "
-                               "ScheduleItems (tinygrad.engine.dispatch)",
+    "tinygrad.engine.realize": "tinygrad's linear-schedule executor (its lowering, graph batching, ExecItems); ours "
+                               "runs ScheduleItems. The user-level pair is here: run_linear and compile_linear "
+                               "take what Tensor.linear_with_vars returns",
     "tinygrad.engine.schedule": "tinygrad's scheduler internals; ours is tinygrad.engine.dispatch",
     "tinygrad.schedule": "tinygrad's rangeify/kernel-splitting passes",
     "tinygrad.viz.serve": "tinygrad's graph viewer server; ours is tinygrad.viz with its own page",

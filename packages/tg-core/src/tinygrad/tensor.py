@@ -43,8 +43,11 @@ from tinygrad.engine.schedule import (
     ScheduleItem,
     base_buffer,
     buffer_view,
+    held_values,
+    is_held,
     realized_views,
 )
+from tinygrad.engine.schedule_item import Linear
 from tinygrad.errors import BroadcastError, DTypeError
 from tinygrad.gradient import compute_gradient
 from tinygrad.helpers import prod
@@ -649,14 +652,7 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
                 if self._requires_grad is not True or id(self) in Tensor._grad_tensors:
                     self.uop = view
                 return self
-        tensors = (self, *others)
-        for t in tensors:
-            if is_disk(t.device) and t.uop.op is not Ops.COPY:  # a DISK view is a buffer on the same file
-                t.uop = disk_views.realize_view(t.uop)
-        written = [b for t in tensors if (b := written_base(t)) is not None and all(b is not u for u in tensors)] \
-            if others or self._view is not None else None
-        if written:  # `cache[:, i:i+1].assign(x).realize()` writes the cache, as in tinygrad
-            tensors += tuple(dict.fromkeys(written))
+        tensors = self._with_written(others)
         if len(tensors) > 1:
             items, views, out_views = create_schedule([t.uop for t in tensors], [t.device for t in tensors])
         else:
@@ -665,6 +661,24 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
             if keyed is not None:
                 dispatch.learn(keyed[0], keyed[1], items, root.shape)  # type: ignore[arg-type]
         run_schedule(items)
+        Tensor._adopt(tensors, views, out_views)
+        return self
+
+    def _with_written(self, others: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        """The tensors a realize of self and `others` computes: with the bases that views among them write into."""
+        tensors = (self, *others)
+        for t in tensors:
+            if is_disk(t.device) and t.uop.op is not Ops.COPY:  # a DISK view is a buffer on the same file
+                t.uop = disk_views.realize_view(t.uop)
+        written = [b for t in tensors if (b := written_base(t)) is not None and all(b is not u for u in tensors)] \
+            if others or self._view is not None else None
+        if written:  # `cache[:, i:i+1].assign(x).realize()` writes the cache, as in tinygrad
+            tensors += tuple(dict.fromkeys(written))
+        return tensors
+
+    @staticmethod
+    def _adopt(tensors: Sequence[Tensor], views: dict[UOp, UOp], out_views: list[UOp]) -> None:
+        """After a schedule ran: remember where each node's value is, and point the tensors at their buffers."""
         for node, view in views.items():
             realized_views[node] = view
         for t, view in zip(tensors, out_views):
@@ -677,7 +691,36 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
             if (t._requires_grad is not True or id(t) in Tensor._grad_tensors) and \
                     not (shared_buffers and aliases_shared(t.uop)):  # a view of shared memory keeps reading it
                 t.uop = view
-        return self
+
+    def linear_with_vars(self, *others: Tensor) -> tuple[Linear, dict[str, int]]:
+        """tinygrad's: the calls that `realize(*others)` would run, in order, not yet run, and the values of the
+        symbolic variables they take. `tinygrad.engine.realize.run_linear(linear, var_vals)` runs them; then the
+        tensors hold their values, as after realize(). Until it runs, nothing changes.
+
+        Examples:
+            >>> from tinygrad.engine.realize import run_linear
+            >>> t = Tensor([1, 2]) + 1
+            >>> linear, var_vals = t.linear_with_vars()
+            >>> len(linear.src), var_vals
+            (1, {})
+            >>> run_linear(linear, var_vals); t.tolist()
+            [2, 3]
+        """
+        tensors = tuple(t for t in self._with_written(others) if t.device is not None)  # constants alone: no call
+        if not tensors:
+            return Linear(()), {}
+        items, views, out_views = create_schedule([t.uop for t in tensors], [t.device for t in tensors])
+        var_vals = {k: v for si in items for k, v in si.var_vals.items()}
+        return Linear(tuple(items), lambda: Tensor._adopt(tensors, views, out_views)), var_vals
+
+    def schedule_linear(self, *others: Tensor) -> Linear:
+        """tinygrad's: `linear_with_vars` without the variable values (each call keeps its own).
+
+        Examples:
+            >>> len((Tensor([1, 2]) * 2).schedule_linear().src)
+            1
+        """
+        return self.linear_with_vars(*others)[0]
 
     def _buffer(self) -> Buffer:
         if self.device is None:  # constants alone: computed on the default device to be read
@@ -752,7 +795,10 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
             >>> Tensor([[1, 2], [3, 4]]).T.contiguous().tolist()
             [[1, 3], [2, 4]]
         """
-        return self._derive(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+        out = self._derive(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+        if not is_held(out.uop):  # held: computed once by the first realize that reaches it
+            held_values[out.uop] = weakref.ref(out)
+        return out
 
     def contiguous_backward(self) -> Tensor:
         """The same value. tinygrad's spelling for "make the gradient that flows back through here contiguous", a

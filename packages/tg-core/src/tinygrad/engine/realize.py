@@ -10,6 +10,7 @@ from tinygrad.device import Buffer, Device, Runner
 from tinygrad.engine import profile
 from tinygrad.engine.jit_state import check_not_overwritten, overwritten
 from tinygrad.engine.schedule import ScheduleItem
+from tinygrad.engine.schedule_item import Linear
 from tinygrad.helpers import DEBUG, PROFILE, GlobalCounters, colored
 from tinygrad.uop.ops import UOp
 
@@ -101,3 +102,29 @@ def run_schedule(schedule: list[ScheduleItem]) -> None:
             gbs = runner.estimated_bytes / max(elapsed, 1e-9) / 1e9
             print(f"  {colored(si.device, 'yellow')} {runner.display_name:<40} {elapsed * 1e6:9.2f} us  "
                   f"{gflops:8.2f} GFLOPS  {gbs:7.2f} GB/s", file=sys.stderr)
+
+
+def compile_linear(linear: Linear) -> Linear:
+    """tinygrad's: build the runners of a linear's kernels now (together, where the device can), not at the first run.
+    Returns the linear."""
+    _precompile(list(linear.src))
+    for si in linear.src:
+        if not si.is_copy and si.bufs[0].size:
+            Device[si.device].get_runner(si.ast)
+    return linear
+
+
+def run_linear(linear: Linear, var_vals: dict[str, int] | None = None) -> None:
+    """tinygrad's: run the calls of `Tensor.linear_with_vars`, then point its tensors at the buffers they filled.
+    `var_vals` are the values it returned with the linear (other values raise: the calls were built for those); a
+    linear runs once, as the realize it stands for."""
+    if linear.ran:
+        raise RuntimeError("this linear has run already: its tensors hold their values; call linear_with_vars again "
+                           "for new work")
+    bound = {k: v for si in linear.src for k, v in si.var_vals.items()}
+    if var_vals is not None and (wrong := {k: v for k, v in var_vals.items() if k in bound and bound[k] != v}):
+        raise ValueError(f"run_linear got variable values {wrong}, but its calls were built for "
+                         f"{ {k: bound[k] for k in wrong} }; schedule again with the variables bound to the new values")
+    run_schedule(list(linear.src))
+    linear.ran = True
+    linear.adopt()

@@ -24,6 +24,7 @@ so equal kernels over different data share one compiled program.
 
 from __future__ import annotations
 
+import weakref
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -70,6 +71,18 @@ class RealizedViews:
 
 
 realized_views = RealizedViews()
+
+#: CONTIGUOUS nodes made by `Tensor.contiguous()`, with the tensor made (`t = x.contiguous()`): while that tensor
+#: lives and still holds the node, the node is a tensor's value as in tinygrad, computed once by the first realize
+#: that reaches it, and later graphs read its buffer. Weak both ways: the table keeps neither node nor tensor alive,
+#: and a node no tensor holds any longer is an intermediate again, whose memory the planner may reuse.
+held_values: weakref.WeakKeyDictionary[UOp, weakref.ref] = weakref.WeakKeyDictionary()
+
+
+def is_held(node: UOp) -> bool:
+    """Whether the tensor that `Tensor.contiguous()` made for `node` is alive and still holds it."""
+    ref = held_values.get(node)
+    return ref is not None and (t := ref()) is not None and getattr(t, "uop", None) is node
 
 class InPlaceWrite(NamedTuple):
     """The arg of `CONTIGUOUS(WHERE(mask, PAD(value), old), InPlaceWrite(region))`, an assign through a region of a
@@ -446,7 +459,8 @@ def _schedule_graph(given: list[UOp], devices: list[str]) -> tuple[list[Schedule
                           _given_nodes([k.node, *k.stored_too], stands_for), k.var_vals, 1 + len(k.stored_too))
              for k in kernels]
     wanted = set(outputs)
-    visible = {node for node in buffers_of if node in wanted or _stands_for_a_tensor(node)}
+    visible = {node for node in buffers_of if node in wanted or _stands_for_a_tensor(node)
+               or _stands_for_a_tensor(stands_for.get(node, node))}
     plan_memory(items, {buf for node, buf in buffers_of.items() if node not in visible and buf.base is None})
     views = {old: buffer_view(buffers_of[node], node.shape) for node in visible
              if (old := stands_for.get(node, node)) is not None}
@@ -470,11 +484,11 @@ def _given_nodes(nodes: list[UOp], stands_for: dict[UOp, UOp | None]) -> list[UO
     return [old for n in nodes if (old := stands_for.get(n, n)) is not None]
 
 
-def _stands_for_a_tensor(node: UOp) -> bool:
-    """Tagged CONTIGUOUS nodes are a tensor's own value (requires_grad leaves, clones): like the requested outputs,
-    their buffers are remembered for later reads. Every other intermediate is private to its schedule, so the memory
-    planner may give its memory to a later buffer."""
-    return node.op is Ops.CONTIGUOUS and node.arg is not None
+def _stands_for_a_tensor(node: UOp | None) -> bool:
+    """Tagged CONTIGUOUS nodes are a tensor's own value (requires_grad leaves, clones), and so are those a live
+    tensor holds (`held_values`): like the requested outputs, their buffers are remembered for later reads. Every
+    other intermediate is private to its schedule, so the memory planner may give its memory to a later buffer."""
+    return node is not None and node.op is Ops.CONTIGUOUS and (node.arg is not None or is_held(node))
 
 
 def _place_outputs(kernels: list[_Kernel]) -> dict[UOp, Buffer]:
