@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from tg_backend_cpu import device as cpu_device
@@ -52,14 +54,28 @@ def test_results_are_right_in_reused_memory() -> None:
                                    rtol=1e-5, atol=1e-6)
 
 
-def test_big_buffers_are_mappings_aligned_for_huge_pages(monkeypatch: pytest.MonkeyPatch) -> None:
-    # a buffer from HUGE_PAGE_MIN on is its own mapping, cut at a 2 MiB boundary (a huge page can back it); smaller
-    # ones come from numpy, cache-line aligned. Both hold data, reuse and free like any other
-    monkeypatch.setattr(cpu_device, "HUGE_PAGE_MIN", 1 << 20)
+def _mapping_permissions(address: int) -> str:
+    """The permissions of the mapping holding `address`, as /proc/self/maps writes them ("rw-p": private)."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            span, perms = line.split()[:2]
+            lo, hi = (int(x, 16) for x in span.split("-"))
+            if lo <= address < hi:
+                return perms
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+def test_big_buffers_are_private_mappings(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a buffer from MAPPED_MIN on is its own mapping, private (a shared one, Python's default, faults more slowly),
+    # without numpy's advice to use huge pages; smaller ones come from numpy. All are cache-line aligned, hold data,
+    # reuse and free like any other
+    monkeypatch.setattr(cpu_device, "MAPPED_MIN", 1 << 20)
     allocator = cpu_device.HostAllocator()
     n = (1 << 20) + 12345  # not a multiple of any page size
     big = allocator.alloc(n)
-    assert big[0].nbytes == n and (big[1] % cpu_device.HUGE_PAGE == 0 or not hasattr(cpu_device.mmap, "MADV_HUGEPAGE"))
+    assert big[0].nbytes == n and big[1] % cpu_device.ALIGN == 0
+    if hasattr(cpu_device.mmap, "MAP_PRIVATE") and os.path.exists("/proc/self/maps"):
+        assert _mapping_permissions(big[1]).endswith("p"), _mapping_permissions(big[1])
     assert allocator.alloc(4096)[1] % cpu_device.ALIGN == 0
     data = np.random.default_rng(0).integers(0, 256, n, dtype=np.uint8)
     allocator.copyin(big, memoryview(data))

@@ -1,8 +1,9 @@
-"""The LLVM path's register tiles as LLVM vectors (CPU_VECTOR_TILES=1) and its contraction rules (llvm_tiles.py,
-CPU_FMA): a tile's accumulators are `<N x T>` values updated by vector instructions. Under "accumulate" a product
-added to a reduction's accumulator is one `llvm.fmuladd` and no other multiply and add are fused ("all": every
-product that feeds an add, "none": none). Under each of these a kernel computes bit for bit what it computes with
-scalar tiles, and under "accumulate" and "none" an elementwise expression gives the same bits in every kernel."""
+"""The LLVM path's register tiles as LLVM vectors (the default; CPU_VECTOR_TILES=0: scalars) and its contraction
+rules (llvm_tiles.py, CPU_FMA): a tile's accumulators are `<N x T>` values updated by vector instructions. Under
+"accumulate" a product added to a reduction's accumulator is one `llvm.fmuladd` and no other multiply and add are
+fused ("all": every product that feeds an add, "none": none). Under each of these, and under the default
+"contract", a kernel computes bit for bit what it computes with scalar tiles, and under "accumulate" and "none" an
+elementwise expression gives the same bits in every kernel."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from tinygrad import Tensor
 from tinygrad.codegen import ProgramSpec, get_program
 from tinygrad.engine.realize import run_schedule
+from tinygrad.uop.ops import UOp
 
 pytest.importorskip("llvmlite")
 
@@ -51,10 +53,17 @@ CASES = [
     pytest.param(lambda x, w: x.conv2d(w).relu(), (4, 8, 12, 12), (16, 8, 3, 3), id="conv-relu"),
     pytest.param(lambda x, w: (x - 0.5 * w.sum()).relu().sum(axis=0), (64, 256), (4,), id="relu-sums"),
     pytest.param(lambda x, w: (x * w.sum()).max(axis=0), (64, 256), (4,), id="maxima"),
+    # output rows that are not a whole number of vectors: vectors of two parts (the end of one row, the start of the
+    # next: `TileBuilder.parts`)
+    pytest.param(lambda x, w: x.conv2d(w), (2, 4, 28, 28), (8, 4, 5, 5), id="conv-rows-of-24"),
+    pytest.param(lambda x, w: x.conv2d(w), (2, 4, 24, 24), (8, 4, 5, 5), id="conv-rows-of-20"),
+    pytest.param(lambda x, w: x.conv2d(w), (2, 8, 10, 10), (16, 8, 3, 3), id="conv-rows-of-8"),
+    # per lane a value the tile cannot compute as a vector (a square root of a strided load): gathered lanes
+    pytest.param(lambda x, w: (x * (x * x + w.sum()).sqrt()).sum(axis=0), (64, 256), (4,), id="gathered"),
 ]
 
 
-@pytest.mark.parametrize("fma", ["none", "accumulate", "all"])
+@pytest.mark.parametrize("fma", ["contract", "none", "accumulate", "all"])
 @pytest.mark.parametrize("make, x_shape, w_shape", CASES)
 def test_vector_tiles_compute_bit_for_bit_what_scalar_tiles_do(
         make: Callable[[Tensor, Tensor], Tensor], x_shape: tuple[int, ...], w_shape: tuple[int, ...],
@@ -69,6 +78,45 @@ def test_vector_tiles_compute_bit_for_bit_what_scalar_tiles_do(
     got = _run(vector, inputs, want.shape)
     np.testing.assert_array_equal(got, _run(scalar, inputs, want.shape))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    assert "<1 x" not in vector.src  # a part of one lane is a gathered lane, not a vector
+
+
+@pytest.mark.parametrize("x_shape, w_shape", [((2, 4, 28, 28), (8, 4, 5, 5)), ((2, 8, 10, 10), (16, 8, 3, 3))],
+                         ids=["rows-of-24", "rows-of-8"])
+def test_rows_that_do_not_fill_vectors_share_them(x_shape: tuple[int, ...], w_shape: tuple[int, ...]) -> None:
+    # the tile's accumulators fill whole vectors: a row of 24 is not a vector of 16 and one of 8 (which left the
+    # register file short and ran slower than the SLP vectoriser's code), the vector that holds its last 8 lanes
+    # holds the next row's first 8, loaded in two halves and joined
+    spec, _ = _last_kernel(Tensor.empty(*x_shape).conv2d(Tensor.empty(*w_shape)), vector_tiles=True)
+    widths = {int(n) for n in re.findall(r"%vacc\d+ = alloca <(\d+) x float>", spec.src)}
+    assert widths == {16}, (widths, spec.src[:3000])
+    assert re.search(r"shufflevector <16 x float> %t\d+, <16 x float> %t\d+", spec.src), spec.src[:3000]
+
+
+def test_lanes_of_single_scalars_are_not_parts() -> None:
+    # a quantized product's per-row scales (each built from two bytes, not a vector operation): two lanes of different
+    # scalars are gathered, not two parts of one lane, which made tiles of 2 lanes that ran 4x slower than scalars
+    from tg_backend_cpu.llvm_tiles import FusingTileBuilder
+    from tinygrad.dtype import dtypes
+
+    a, b = UOp.const(dtypes.float32, 1.5), UOp.const(dtypes.float32, 2.5)
+    builder = FusingTileBuilder((), set(), {a: False, b: False}, dtypes.int32, {})
+    assert builder.parts((a, b)) is None
+    halves = builder.parts((a, a, b, b))  # two scalars, each broadcast to half of the vector
+    assert halves is not None and halves.kind == "parts" and halves.sizes == (2, 2)
+
+
+def test_vector_tiles_are_the_default_and_the_knob_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tg_backend_cpu.llvm_renderer import vector_tiles_mode
+
+    monkeypatch.delenv("CPU_VECTOR_TILES", raising=False)
+    assert vector_tiles_mode() == "1"
+    for mode in ("1", "full", "0", " FULL "):
+        monkeypatch.setenv("CPU_VECTOR_TILES", mode)
+        assert vector_tiles_mode() == mode.strip().lower()
+    monkeypatch.setenv("CPU_VECTOR_TILES", "yes")
+    with pytest.raises(ValueError, match=r"CPU_VECTOR_TILES='yes' is not a mode: set it to 1"):
+        vector_tiles_mode()
 
 
 def test_a_tiles_scalar_arithmetic_is_not_written() -> None:

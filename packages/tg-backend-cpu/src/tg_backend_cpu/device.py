@@ -45,26 +45,22 @@ def physical_memory() -> int | None:
         return None
 
 
-#: buffers from this size on are mapped for transparent huge pages (where the OS offers them, `madvise` mode); the
-#: last huge page of a buffer is resident whole, which costs a smaller buffer too much memory (at most 1/8 here)
-HUGE_PAGE_MIN = 16 << 20
-HUGE_PAGE = 2 << 20
+#: buffers from this size on are their own private anonymous mappings (`_fresh_memory`)
+MAPPED_MIN = 16 << 20
 
 
 def _fresh_memory(nbytes: int) -> tuple[np.ndarray, int]:
-    """Zero-copy bytes for a buffer of `nbytes`, and the alignment to cut it at. A big buffer is its own anonymous
-    mapping with MADV_HUGEPAGE: its first touch faults once per 2 MiB instead of once per 4 KiB page, and faults
-    are the cost of a training step's first run (in a virtual machine, tens of microseconds each)."""
-    if nbytes >= HUGE_PAGE_MIN and hasattr(mmap, "MADV_HUGEPAGE"):
+    """Zero-copy bytes for a buffer of `nbytes`, and the alignment to cut it at. A big buffer is its own private
+    anonymous mapping in ordinary pages, given back to the OS when freed. Not numpy's memory: numpy advises Linux to
+    back a big array with transparent huge pages, whose first touch (a program's first run) may stop to compact
+    memory for every 2 MiB page, which costs more than the 4 KiB faults it saves. Not Python's default mapping
+    either: that is shared memory, whose faults cost more than private ones (figures in the CHANGELOG)."""
+    if nbytes >= MAPPED_MIN and hasattr(mmap, "MAP_PRIVATE"):
         try:
-            region = mmap.mmap(-1, nbytes + HUGE_PAGE)
+            region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE)
         except OSError as e:
             raise MemoryError(f"cannot map {nbytes} bytes: {e}") from e
-        try:
-            region.madvise(mmap.MADV_HUGEPAGE)
-        except OSError:
-            pass  # no transparent huge pages on this kernel: ordinary pages
-        return np.frombuffer(region, dtype=np.uint8), HUGE_PAGE
+        return np.frombuffer(region, dtype=np.uint8), ALIGN
     return np.empty(nbytes + ALIGN, dtype=np.uint8), ALIGN
 
 

@@ -17,7 +17,7 @@ every op by helper functions defined in the module; float16 is LLVM's `half`, wh
 itself. No instruction carries a fast-math flag (NaN and infinity are tested, and `contract` left the choice of
 fused multiply-adds to LLVM's use counts): a multiply and an add are fused exactly where the contraction rule of
 `llvm_tiles` writes an `llvm.fmuladd` (float32 and float64 only: a fused half multiply-add would round once where the
-reference rounds twice). With CPU_VECTOR_TILES a register tile is written as LLVM vectors (`llvm_tiles`).
+reference rounds twice). A register tile is written as LLVM vectors (`llvm_tiles`; CPU_VECTOR_TILES=0: as scalars).
 """
 
 from __future__ import annotations
@@ -214,6 +214,39 @@ def address_math(program: list[UOp]) -> set[UOp]:
     return set(post_order(indices, skip=lambda u: u.op not in GroupOp.ALU or u.dtype != dtypes.int32))
 
 
+def neighbour_addresses(program: list[UOp], no_wrap: set[UOp]) -> dict[UOp, tuple[UOp, int]]:
+    """The INDEXes written as an offset from the address of another one (INDEX -> (that INDEX, offset in elements)):
+    those of one buffer whose indices differ by a constant (`X + c`: an UPCAST's neighbours, a register tile's row,
+    the outputs of its epilogue), each from the first one written in a scope (loop) that is still open where it
+    stands. The address is the same either way, but an address computed from the buffer's start gives LLVM's
+    induction variable and scalar evolution passes one more expression over the loop counters to analyse per
+    neighbour, and a tile's hundreds of them cost more compile time than the rest of the kernel (the CHANGELOG's
+    measurements); offsets from a neighbour are constants. Gated INDEXes keep their own address (the index may be
+    out of bounds where the gate is false), and so does an index whose sum may wrap (not `no_wrap`)."""
+    out: dict[UOp, tuple[UOp, int]] = {}
+    first: dict[tuple[UOp, UOp, object], tuple[UOp, int, tuple[int, ...]]] = {}
+    scopes: list[int] = []
+    for i, u in enumerate(program):
+        if u.op in (Ops.RANGE, Ops.IF):
+            scopes.append(i)
+        elif u.op in (Ops.END, Ops.ENDIF):
+            scopes.pop()
+        if u.op is not Ops.INDEX or len(u.src) != 2:
+            continue
+        idx = u.src[1]
+        if idx.op is Ops.ADD and idx in no_wrap and idx.src[1].op is Ops.CONST:
+            term, offset = idx.src[0], int(idx.src[1].arg)
+        else:
+            term, offset = idx, 0
+        key = (u.src[0], term, u.dtype)
+        seen = first.get(key)
+        if seen is not None and tuple(scopes[:len(seen[2])]) == seen[2]:
+            out[u] = (seen[0], offset - seen[1])
+        else:
+            first[key] = (u, offset, tuple(scopes))
+    return out
+
+
 #: loop metadata that keeps LLVM from vectorising or unrolling a loop (`gathering_loops`)
 SCALAR_LOOP = 900
 SCALAR_LOOP_METADATA = (f"\n!{SCALAR_LOOP} = distinct !{{!{SCALAR_LOOP}, !{SCALAR_LOOP + 1}, !{SCALAR_LOOP + 2}}}\n"
@@ -286,6 +319,20 @@ def gathering_loops(program: list[UOp]) -> set[UOp]:
 
 
 
+#: the values of CPU_VECTOR_TILES (`LLVMRenderer.vector_tiles`)
+VECTOR_TILE_MODES = ("1", "full", "0")
+
+
+def vector_tiles_mode() -> str:
+    """CPU_VECTOR_TILES: "1" (the default) every register tile as LLVM vectors, "full" only in kernels whose tiles all
+    fill a SIMD register, "0" none."""
+    mode = os.environ.get("CPU_VECTOR_TILES", "").strip().lower() or "1"
+    if mode not in VECTOR_TILE_MODES:
+        raise ValueError(f"CPU_VECTOR_TILES={mode!r} is not a mode: set it to 1 (every register tile as LLVM vectors, "
+                         f"the default), full (only kernels whose tiles fill a SIMD register) or 0 (none)")
+    return mode
+
+
 def fma_rule() -> str:
     """The contraction rule of the LLVM path (`llvm_tiles`), from CPU_FMA: by default "contract", LLVM's choice (the
     `contract` flag on float32/float64 arithmetic: a product is fused into its single use, so the same expression can
@@ -320,18 +367,18 @@ class LLVMRenderer(Renderer):
     uneven_rows_channels_last = True
 
     # a register tile's accumulators as LLVM vectors (`llvm_tiles`): explicit vector code that needs no SLP
-    # vectoriser, and half the compile time of the scalar tile. CPU_VECTOR_TILES=1: every tile the plan finds;
-    # "full": only kernels whose tiles all fill a SIMD register (a row of 24 floats as 16 + 8 lanes ran slower than
-    # the SLP vectoriser's code from scalar tiles; the CHANGELOG's measurements); 0 or unset: none
-    vector_tiles = os.environ.get("CPU_VECTOR_TILES", "").strip().lower() in ("1", "full")
-    full_vector_tiles_only = os.environ.get("CPU_VECTOR_TILES", "").strip().lower() == "full"
+    # vectoriser, in less than half the compile time of the scalar tile and with the same bits. CPU_VECTOR_TILES=1 or
+    # unset: every tile the plan finds; "full": only kernels whose tiles all fill a SIMD register; 0: none (the SLP
+    # vectoriser's code from scalar tiles)
+    vector_tiles = vector_tiles_mode() != "0"
+    full_vector_tiles_only = vector_tiles_mode() == "full"
     # the contraction rule (`llvm_tiles`): every float32/float64 multiply feeding an add fused, or none
     fma = fma_rule()
 
     def render(self, name: str, program: list[UOp]) -> str:
         fused = fused_adds(program, self.fma)
         builder = functools.partial(FusingTileBuilder, fused=fused)
-        tiles = plan_vector_tiles(program, self.simd_bytes, builder) if self.vector_tiles else []
+        tiles = plan_vector_tiles(program, self.simd_bytes, builder, parts=True) if self.vector_tiles else []
         if self.full_vector_tiles_only and any(len(t.accs) * t.accs[0].dtype.itemsize < self.simd_bytes for t in tiles):
             tiles = []
         return _Kernel(name, program, plan_split(program), tiles, fused, self.fma == "contract").render()
@@ -362,7 +409,9 @@ class _Kernel:
         self.helper_ops: set[Ops] = set()
         self.scalar_loops = gathering_loops(program)
         self.tiles = TileWriter(self, tiles, self.contract)
-        self.rendered = rendered_uops(program, tiles, fused)
+        # an address a constant number of elements from a neighbour's is written as that offset from it
+        self.rebased = neighbour_addresses(program, self.no_wrap)
+        self.rendered = rendered_uops(program, tiles, fused, self.rebased)
 
     # ---- emitting ----
     def fresh(self, prefix: str = "t") -> str:
@@ -426,6 +475,10 @@ class _Kernel:
                 ranges += 1
             elif op is Ops.END:
                 self.close_loop(u)
+            elif op is Ops.INDEX and u in self.rebased:
+                base, delta = self.rebased[u]
+                self.ref[u] = self.ins(f"getelementptr inbounds {memory_type(u.dtype)}, ptr {self.ref[base]}, "
+                                       f"i64 {delta}")
             elif op is Ops.INDEX:
                 gated = len(u.src) > 2
                 offset = f"i64 {self.ref[u.src[1]]}" if u.src[1] in self.wide else \

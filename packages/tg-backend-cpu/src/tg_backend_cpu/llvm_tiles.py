@@ -19,7 +19,9 @@ maxima, conversions and `llvm.fmuladd` under the rule above, lane for lane what 
 bit: the same operations in the same order per lane). LLVM then
 has nothing left to vectorise in the tile: it was the SLP vectoriser's work, and with InstCombine and the code
 generator over hundreds of scalar accumulators most of a big kernel's compile time. The scalar code the tile
-replaces is not written at all (`rendered_uops`).
+replaces is not written at all (`rendered_uops`). Rows that are not a whole number of vectors share them: a vector of
+two parts (`TileBuilder.parts`), written as loads of a power of two lanes each, widened and blended, which x86 code
+generation turns into the same half-vector loads and inserts as the SLP vectoriser's code for the scalar tile.
 """
 
 from __future__ import annotations
@@ -69,7 +71,10 @@ def fused_adds(program: list[UOp], rule: str) -> dict[UOp, int]:
 class FusingTileBuilder(TileBuilder):
     """The C path's lanes, with the fused multiply-adds of the contraction rule: an ADD of three operands is
     `fmuladd(a, b, c)` (a SUB's subtrahend, or the product it is subtracted from, negated: exact), so that every
-    lane computes what the scalar code computes for it (`fused`: the adds the rule fuses, `fused_adds`)."""
+    lane computes what the scalar code computes for it (`fused`: the adds the rule fuses, `fused_adds`); and with
+    vectors of two parts (`TileBuilder.parts`), which `TileWriter` writes as two loads and a shuffle."""
+
+    parts_allowed = True
 
     def __init__(self, accs: tuple[UOp, ...], read_only: set[UOp], has_acc: dict[UOp, bool], mask: DType,
                  fused: dict[UOp, int]):
@@ -98,6 +103,11 @@ class FusingTileBuilder(TileBuilder):
         return Lanes("alu", d, op=Ops.ADD, args=(a, b, c))
 
 
+def _powers_of_two(n: int) -> list[int]:
+    """n as a sum of powers of two, the largest first (12: 8 and 4)."""
+    return [1 << b for b in reversed(range(n.bit_length())) if n >> b & 1]
+
+
 def _leaves(lanes: Lanes) -> list[UOp]:
     """The scalar values a tile's update reads."""
     if lanes.kind in ("splat", "load", "gather"):
@@ -112,10 +122,13 @@ def scalar_sources(u: UOp, fused: dict[UOp, int]) -> tuple[UOp, ...]:
     return u.src
 
 
-def rendered_uops(program: list[UOp], tiles: list[VectorTile], fused: dict[UOp, int]) -> set[UOp]:
+def rendered_uops(program: list[UOp], tiles: list[VectorTile], fused: dict[UOp, int],
+                  rebased: dict[UOp, tuple[UOp, int]] | None = None) -> set[UOp]:
     """The UOps the kernel writes: every one with an effect (a store, a loop, an accumulator), and the values these
     read, with a tile's update reading only its leaves (`_leaves`) and the tile's other updates nothing. A product
-    that only fused adds read, or a lane's arithmetic that only its tile read, is not written."""
+    that only fused adds read, or a lane's arithmetic that only its tile read, is not written; nor is the index sum
+    of an INDEX written as an offset from a neighbour's address (`rebased`: INDEX -> (that neighbour, offset))."""
+    rebased = rebased or {}
     tile_of = {a: t for t in tiles for a in t.assigns}
     keep: set[UOp] = set()
     for u in reversed(program):  # a linearized program lists each value before its readers
@@ -127,7 +140,7 @@ def rendered_uops(program: list[UOp], tiles: list[VectorTile], fused: dict[UOp, 
             continue
         if u in keep or u.op not in PURE_OPS:
             keep.add(u)
-            keep.update(scalar_sources(u, fused))
+            keep.update((u.src[0], rebased[u][0]) if u in rebased else scalar_sources(u, fused))
     return keep
 
 
@@ -201,10 +214,10 @@ class TileWriter:
         et = "i1" if is_mask(lanes) else value_type(lanes.dtype)
         return vector_type(width, et), et
 
-    def _emit(self, lanes: Lanes, tile: VectorTile, done: dict[Lanes, str]) -> str:
-        if lanes in done:  # an operand shared by two parts of the update is computed once
-            return done[lanes]
-        width = len(tile.accs)
+    def _emit(self, lanes: Lanes, tile: VectorTile, done: dict[tuple[Lanes, int], str], width: int = 0) -> str:
+        width = width or len(tile.accs)  # a part of a vector has fewer lanes than the tile
+        if (lanes, width) in done:  # an operand shared by two parts of the update is computed once
+            return done[(lanes, width)]
         vt, et = self._lane_type(lanes, width)
         k = self.k
         if lanes.kind == "acc":
@@ -218,10 +231,48 @@ class TileWriter:
             out = "poison"
             for lane, u in enumerate(lanes.uops):
                 out = k.ins(f"insertelement {vt} {out}, {et} {k.val(u)}, i64 {lane}")
+        elif lanes.kind == "parts":
+            out = self._parts(lanes, tile, done, width, vt, et)
         else:
-            out = self._alu(lanes, vt, [self._emit(a, tile, done) for a in lanes.args], width)
-        done[lanes] = out
+            out = self._alu(lanes, vt, [self._emit(a, tile, done, width) for a in lanes.args], width)
+        done[(lanes, width)] = out
         return out
+
+    def _parts(self, lanes: Lanes, tile: VectorTile, done: dict[tuple[Lanes, int], str], width: int, vt: str,
+               et: str) -> str:
+        """A vector of parts (`TileBuilder.parts`) from pieces of a power of two lanes each (a row's 12 floats as
+        loads of 8 and 4, which x86 code generation inserts into the vector whole; a load of 12 it built lane by
+        lane), each widened to the whole vector at its lanes and blended into the others."""
+        pieces: list[tuple[str, int, int]] = []  # (value, lanes, first lane)
+        lane = 0
+        for part, size in zip(lanes.args, lanes.sizes):
+            done_in_part = 0
+            for n in _powers_of_two(size):
+                if part.kind == "load":
+                    ptr = self.k.ref[part.uops[0]]
+                    if done_in_part:
+                        ptr = self.k.ins(f"getelementptr inbounds {et}, ptr {ptr}, i64 {done_in_part}")
+                    value = self.k.ins(f"load {vector_type(n, et)}, ptr {ptr}, align {part.dtype.itemsize}")
+                else:
+                    value = self._emit(part, tile, done, n)
+                pieces.append((value, n, lane))
+                lane, done_in_part = lane + n, done_in_part + n
+        out = ""
+        for value, n, first in pieces:
+            # widened: its lanes at [first, first + n), the others poison
+            mask = ["poison"] * width
+            mask[first:first + n] = [str(i) for i in range(n)]
+            wide = self._shuffle(vector_type(n, et), value, "poison", mask)
+            if not out:
+                out = wide
+                continue
+            blend = [str(width + i) if first <= i < first + n else str(i) for i in range(width)]
+            out = self._shuffle(vt, out, wide, blend)
+        return out
+
+    def _shuffle(self, t: str, a: str, b: str, mask: list[str]) -> str:
+        lanes = ", ".join(f"i32 {m}" for m in mask)
+        return self.k.ins(f"shufflevector {t} {a}, {t} {b}, <{len(mask)} x i32> <{lanes}>")
 
     def _alu(self, lanes: Lanes, vt: str, args: list[str], width: int) -> str:
         op, d, k = lanes.op, lanes.dtype, self.k

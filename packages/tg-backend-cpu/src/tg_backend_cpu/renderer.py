@@ -17,13 +17,14 @@ Next to the kernel the source defines, for `tg_backend_cpu.program`:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tinygrad.dtype import DType, dtypes
 from tinygrad.renderer.cstyle import C_CODE_FOR_OP, C_RENDER_RULES, CKernel, CStyleRenderer, c_cast, cast_entry
 from tinygrad.renderer.vectorize import split_index
-from tinygrad.uop.ops import AxisKind, GroupOp, Ops, UOp
+from tinygrad.uop.ops import AxisKind, GroupOp, Ops, UOp, post_order
 from tinygrad.uop.rewrite import PatternMatcher, UPat
 
 from tg_backend_cpu import program as launch_plan
@@ -202,13 +203,15 @@ class Lanes:
     """One value of a vector tile, lane by lane: how it is computed, as a vector of `dtype` (a mask: int32 or int64
     lanes, all bits set where true). `kind` is "acc" (the tile's accumulators), "splat" (one scalar in every lane:
     `uops[0]`), "load" (consecutive elements of a read-only buffer, lane 0's INDEX is `uops[0]`), "alu" (`op` of the
-    `args`, lane by lane; CAST converts), or "gather" (each lane's scalar, `uops`)."""
+    `args`, lane by lane; CAST converts), "parts" (the `args`, each a "load" or a "splat" of `sizes[i]` lanes, side
+    by side: the ends of two rows of a tile in one vector), or "gather" (each lane's scalar, `uops`)."""
 
     kind: str
     dtype: DType
     uops: tuple[UOp, ...] = ()
     op: Ops | None = None
     args: tuple[Lanes, ...] = ()
+    sizes: tuple[int, ...] = ()
 
     def count(self, kind: str) -> int:
         return (self.kind == kind) + sum(a.count(kind) for a in self.args)
@@ -231,12 +234,27 @@ def _contiguous(loads: tuple[UOp, ...], read_only: set[UOp]) -> bool:
     if any(i.op is not Ops.INDEX or len(i.src) != 2 or i.src[0] is not indices[0].src[0] for i in indices) or \
             indices[0].src[0] not in read_only:
         return False
-    splits = [split_index(i.src[1]) for i in indices]
+    splits = [_split(i.src[1]) for i in indices]
     return all(t == splits[0][0] and c == splits[0][1] + lane for lane, (t, c) in enumerate(splits))
 
 
+@functools.lru_cache(maxsize=1 << 14)
+def _split(idx: UOp) -> tuple[tuple[UOp, ...], int]:
+    """`split_index`, once per index (a tile's plan asks about each load's index for every run it tries)."""
+    return split_index(idx)
+
+
+#: at most this many parts in a vector of a tile's "parts" (`TileBuilder.parts`), each of at least this many lanes
+#: (lanes of single scalars side by side are a gather: a quantized product's per-row scales)
+MAX_PARTS, MIN_PART_LANES = 2, 2
+
+
 class TileBuilder:
-    """`lanes`: how to compute a tuple of values (one per lane) as a vector, or None where it cannot."""
+    """`lanes`: how to compute a tuple of values (one per lane) as a vector, or None where it cannot. With
+    `parts_allowed` (a renderer that writes "parts"), lanes that are two runs of consecutive elements or of one
+    scalar (the end of one row of a tile and the start of the next) are one vector of two parts."""
+
+    parts_allowed = False
 
     def __init__(self, accs: tuple[UOp, ...], read_only: set[UOp], has_acc: dict[UOp, bool], mask: DType):
         self.accs, self.read_only, self.has_acc, self.mask = accs, read_only, has_acc, mask
@@ -263,7 +281,28 @@ class TileBuilder:
                 return Lanes("alu", d, op=first.op, args=tuple(a for a in args if a is not None))
         if first.dtype == dtypes.bool or any(self.has_acc[v] for v in values):
             return None
-        return Lanes("gather", d, values)
+        return (self.parts(values) if self.parts_allowed else None) or Lanes("gather", d, values)
+
+    def parts(self, values: tuple[UOp, ...]) -> Lanes | None:
+        """The lanes as up to `MAX_PARTS` runs, each one scalar or consecutive elements of a read-only buffer (a
+        vector load of its own), or None. A register tile whose rows are not a whole number of vectors (24 floats
+        with 16 lanes) has vectors that hold the end of one row and the start of the next: the SLP vectoriser builds
+        the same from two half-width loads."""
+        cuts = [j for j in range(1, len(values)) if not self._continues(values[j - 1], values[j])]
+        if not 0 < len(cuts) < MAX_PARTS:
+            return None
+        runs = [values[a:b] for a, b in zip([0, *cuts], [*cuts, len(values)])]
+        if any(len(run) < MIN_PART_LANES for run in runs):
+            return None
+        parts = [self.lanes(run) for run in runs]  # each checked whole: one scalar, or one load of a row
+        if any(p is None or p.kind not in ("load", "splat") for p in parts):
+            return None
+        return Lanes("parts", values[0].dtype, args=tuple(p for p in parts if p is not None),
+                     sizes=tuple(len(r) for r in runs))
+
+    def _continues(self, a: UOp, b: UOp) -> bool:
+        """Whether lane value `b` continues the run of `a`: the same scalar, or the next element of its row."""
+        return b is a or (a.op is Ops.LOAD and b.op is Ops.LOAD and _contiguous((a, b), self.read_only))
 
     def _fits(self, u: UOp, d: DType, args: list[Lanes]) -> bool:
         """Whether the operands' vectors have the lanes `u`'s vector needs."""
@@ -285,7 +324,7 @@ class TileBuilder:
 TileBuilderFactory = Callable[[tuple[UOp, ...], set[UOp], dict[UOp, bool], DType], TileBuilder]
 
 
-def _tile(program: list[UOp], run: tuple[UOp, ...], assigns: tuple[UOp, ...], loop_of: dict[UOp, UOp | None],
+def _tile(branches: list[int], run: tuple[UOp, ...], assigns: tuple[UOp, ...], loop_of: dict[UOp, UOp | None],
           position: dict[UOp, int], reads: dict[UOp, list[UOp]], read_only: set[UOp],
           has_acc: dict[UOp, bool], builder: TileBuilderFactory) -> VectorTile | None:
     first = run[0]
@@ -296,12 +335,13 @@ def _tile(program: list[UOp], run: tuple[UOp, ...], assigns: tuple[UOp, ...], lo
     # between the first update and the last, a lane's accumulator is the vector's: nothing else may read it there,
     # and the last update sees every lane's operands (no block of their own in between)
     lo, hi = min(position[s] for s in assigns), max(position[s] for s in assigns)
-    if any(u.op in (Ops.IF, Ops.ENDIF) for u in program[lo:hi]):
+    if branches[hi] != branches[lo]:  # an IF or ENDIF in [lo, hi)
         return None
     values = tuple(s.src[1] for s in assigns)
     for acc, value in zip(run, values, strict=True):
-        inside = value.toposort()
-        if any(lo <= position[r] <= hi and r not in inside for r in reads.get(acc, [])):
+        # (the update itself reads the accumulator: acc + a*b)
+        between = [r for r in reads.get(acc, []) if lo <= position[r] <= hi and r is not value]
+        if between and any(r not in value.toposort() for r in between):
             return None
     update = builder(run, read_only, has_acc, _MASK_OF[first.dtype.itemsize]).lanes(values)
     # worth it where a row of the tile is one vector load, or where the vector operations are many for each lane
@@ -312,8 +352,42 @@ def _tile(program: list[UOp], run: tuple[UOp, ...], assigns: tuple[UOp, ...], lo
     return VectorTile(run, assigns, update, max(assigns, key=position.__getitem__))
 
 
+def _by_shared_operands(accs: list[UOp], assign_of: dict[UOp, UOp | None], lanes: int) -> list[UOp]:
+    """The accumulators reordered so that those that read the same broadcast operand are side by side (a stable sort
+    by the loads that at least a vector's worth of accumulators read: a convolution's weight, one per output
+    channel, read by every output of the channel's rows). A tile whose program order runs along its rows first and
+    then its channels (rows of 24: [row][channel][24]) would otherwise put two channels in one vector, with two
+    broadcasts side by side in it; in this order each vector holds the ends of two rows of one channel, under one
+    broadcast, as the SLP vectoriser groups them."""
+    loads: dict[UOp, list[UOp]] = {}
+    readers: dict[UOp, int] = {}
+    below: dict[UOp, tuple[UOp, ...]] = {}
+
+    def loads_of(u: UOp) -> tuple[UOp, ...]:  # the LOADs an update reads (not those its addresses are computed from)
+        if u not in below:
+            below[u] = (u,) if u.op is Ops.LOAD else tuple(dict.fromkeys(x for s in u.src for x in loads_of(s)))
+        return below[u]
+    for acc in accs:
+        assign = assign_of[acc]
+        assert assign is not None
+        loads[acc] = list(loads_of(assign.src[1]))
+        for u in loads[acc]:
+            readers[u] = readers.get(u, 0) + 1
+    order = {u: i for i, u in enumerate(readers)}
+    return sorted(accs, key=lambda a: [order[u] for u in loads[a] if readers[u] >= lanes])
+
+
+class _ReadsAnAccumulator(dict[UOp, bool]):
+    """Whether a value reads an accumulator, found when first asked (a tile's plan asks about its operands only)."""
+
+    def __missing__(self, u: UOp) -> bool:
+        for node in post_order((u,), skip=self.__contains__):  # sources first; what is known is not entered
+            self[node] = node.op is Ops.DEFINE_ACC or any(self[s] for s in node.src)
+        return self[u]
+
+
 def plan_vector_tiles(program: list[UOp], simd_bytes: int,
-                      builder: TileBuilderFactory = TileBuilder) -> list[VectorTile]:
+                      builder: TileBuilderFactory = TileBuilder, parts: bool = False) -> list[VectorTile]:
     """The register tile's accumulators as vectors, for compilers that do not vectorise a tile held in scalars
     (gcc's SLP vectoriser does not start from a loop's accumulators: a convolution's tile ran one lane at a time).
 
@@ -323,31 +397,40 @@ def plan_vector_tiles(program: list[UOp], simd_bytes: int,
     input (a row of the tile, one vector load); a lane may read only its own accumulator. Arithmetic, comparisons,
     selects, maxima and conversions to floats are computed on vectors; anything else (a division, a math function)
     is taken as lanes gathered from the scalar code, or where it reads an accumulator, makes no tile. `builder` reads
-    the lanes (the LLVM path's also fuses multiply-adds)."""
-    position = {u: i for i, u in enumerate(program)}
+    the lanes (the LLVM path's also fuses multiply-adds). With `parts` (a builder that makes vectors of two parts),
+    the accumulators are taken in the order of their broadcast operands (`_by_shared_operands`)."""
+    if not any(u.op is Ops.ASSIGN for u in program):
+        return []
+    position: dict[UOp, int] = {}
+    branches = [0]  # branches[i]: the IFs and ENDIFs before program[i]
     loop_of: dict[UOp, UOp | None] = {}
     open_loops: list[UOp] = []
-    for u in program:
-        if u.op is Ops.END:
-            open_loops.pop()
-        loop_of[u] = open_loops[-1] if open_loops else None
-        if u.op is Ops.RANGE:
-            open_loops.append(u)
     assign_of: dict[UOp, UOp | None] = {}
     reads: dict[UOp, list[UOp]] = {}
-    for u in program:
-        for s in u.src:
-            if s.op is Ops.DEFINE_ACC and u.op is not Ops.ASSIGN:
-                reads.setdefault(s, []).append(u)
-        if u.op is Ops.ASSIGN:
+    stored: set[UOp] = set()
+    for i, u in enumerate(program):
+        op = u.op
+        position[u] = i
+        branches.append(branches[-1] + (op is Ops.IF or op is Ops.ENDIF))
+        if op is Ops.END:
+            open_loops.pop()
+        loop_of[u] = open_loops[-1] if open_loops else None
+        if op is Ops.RANGE:
+            open_loops.append(u)
+        elif op is Ops.ASSIGN:
             # an accumulator assigned twice is not one the tile's single update can replace
             assign_of[u.src[0]] = u if u.src[0] not in assign_of else None
-    has_acc: dict[UOp, bool] = {}
-    for u in program:
-        has_acc[u] = u.op is Ops.DEFINE_ACC or any(has_acc.get(s, False) for s in u.src)
-    read_only = {u for u in program if u.op is Ops.PARAM} - \
-        {u.src[0].src[0] for u in program if u.op is Ops.STORE and u.src[0].op is Ops.INDEX}
+        elif op is Ops.STORE and u.src[0].op is Ops.INDEX:
+            stored.add(u.src[0].src[0])
+        if op is not Ops.ASSIGN:
+            for src in u.src:
+                if src.op is Ops.DEFINE_ACC:
+                    reads.setdefault(src, []).append(u)
+    has_acc = _ReadsAnAccumulator()
+    read_only = {u for u in program if u.op is Ops.PARAM} - stored
     accs = [u for u in program if u.op is Ops.DEFINE_ACC and u.dtype in _ACC_ELEMENTS and assign_of.get(u)]
+    if parts and accs:
+        accs = _by_shared_operands(accs, assign_of, simd_bytes // accs[0].dtype.itemsize)
     tiles: list[VectorTile] = []
     i = 0
     while i < len(accs):
@@ -355,7 +438,7 @@ def plan_vector_tiles(program: list[UOp], simd_bytes: int,
         for width in (w for w in (64, 32, 16, 8, 4, 2) if w <= widest and i + w <= len(accs)):
             run = tuple(accs[i:i + width])
             assigns = tuple(a for a in (assign_of[acc] for acc in run) if a is not None)
-            tile = _tile(program, run, assigns, loop_of, position, reads, read_only, has_acc, builder)
+            tile = _tile(branches, run, assigns, loop_of, position, reads, read_only, has_acc, builder)
             if tile is not None:
                 tiles.append(tile)
                 i += width
