@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
-import threading
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,6 +16,7 @@ pytest.importorskip("tg_backend_qcom", reason="tg-backend-qcom is not installed"
 from cl_helpers import cl_alu
 from tg_backend_qcom.renderer import IMAGE_ARGS_MARK, Images, QCOMRenderer, image_args, texels_for
 from tinygrad.codegen import get_program
+from tinygrad.conformance.render_threads import recorded_render, renders_on_threads
 from tinygrad.dtype import DType, dtypes
 from tinygrad.renderer.cstyle import CKernel
 from tinygrad.uop.ops import Ops, UOp
@@ -200,33 +198,12 @@ def test_a_vectorised_matmul_reads_texels(tmp_path: Path) -> None:
 
 # ---- one renderer on several threads: which buffers are images is each kernel's plan, not renderer state ----
 
-def _linear(ast: UOp, r: QCOMRenderer, monkeypatch: pytest.MonkeyPatch) -> tuple[str, list[UOp], str]:
+def _linear(ast: UOp, r: QCOMRenderer) -> tuple[str, list[UOp], str]:
     """(kernel name, the linearized program the renderer walks, its source) for `ast`."""
-    seen: list[tuple[str, list[UOp]]] = []
-    render = r.render
-
-    def recording(name: str, program: list[UOp]) -> str:
-        seen.append((name, program))
-        return render(name, program)
-    with monkeypatch.context() as m:
-        m.setattr(r, "render", recording)
-        src = src_of(ast, r)
-    return seen[-1][0], seen[-1][1], src
+    return recorded_render(r, lambda: src_of(ast, r))
 
 
-@pytest.fixture
-def fast_thread_switches() -> Iterator[None]:
-    """Threads take turns every microsecond instead of every 5 ms, so that their renders interleave."""
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(interval)
-
-
-def test_one_renderer_renders_two_kernels_on_two_threads_at_once(monkeypatch: pytest.MonkeyPatch,
-                                                                 fast_thread_switches: None) -> None:
+def test_one_renderer_renders_two_kernels_on_two_threads_at_once() -> None:
     r = renderer(FP16)
     n = 16
     # images: the float32 buffers 1 and 2 in one kernel, the float16 buffer 4 in the other (whose float32 buffer 3
@@ -234,26 +211,8 @@ def test_one_renderer_renders_two_kernels_on_two_threads_at_once(monkeypatch: py
     a = kernel((param(0, dtypes.float32, n), param(1, dtypes.float32, n) * param(2, dtypes.float32, n)))
     b = kernel((param(3, dtypes.float32, n), param(3, dtypes.float32, n) + param(4, dtypes.float16, n).cast(
         dtypes.float32)))
-    jobs = [_linear(a, r, monkeypatch), _linear(b, r, monkeypatch)]
+    jobs = [_linear(a, r), _linear(b, r)]
     assert image_args(jobs[0][2]) == {1: "FLOAT", 2: "FLOAT"} and image_args(jobs[1][2]) == {1: "HALF_FLOAT"}
 
-    start = threading.Barrier(len(jobs))
-    wrong: list[str] = []
-
-    def work(which: int, name: str, program: list[UOp], alone: str) -> None:
-        start.wait()
-        for i in range(200):  # enough renders that the two walks interleave many times
-            try:
-                src = r.render(name, program)
-            except Exception as e:  # a hook that read the other kernel's images may fail outright
-                wrong.append(f"kernel {which} ({name}), render {i}: {type(e).__name__}: {e}")
-                return
-            if src != alone:
-                wrong.append(f"kernel {which} ({name}), render {i}: differs from its render alone")
-                return
-    threads = [threading.Thread(target=work, args=(which, *job)) for which, job in enumerate(jobs)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    wrong = renders_on_threads(r, jobs)
     assert not wrong, wrong

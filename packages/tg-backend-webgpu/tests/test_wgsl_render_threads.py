@@ -4,22 +4,15 @@ rendered at once come out as each does alone. No device is needed: only the rend
 
 from __future__ import annotations
 
-import sys
-import threading
-from collections.abc import Iterator
-
 import pytest
 
 pytest.importorskip("tg_backend_webgpu", reason="tg-backend-webgpu is not installed")
 
 from tg_backend_webgpu.renderer import WGSLRenderer
 from tinygrad.codegen import get_program
+from tinygrad.conformance.render_threads import recorded_render, renders_on_threads
 from tinygrad.dtype import DType, dtypes
 from tinygrad.uop.ops import Ops, UOp
-
-#: renders per thread: enough that, with the interpreter switching threads every few microseconds, the walks of the
-#: two kernels interleave many times
-RENDERS = 200
 
 
 def _param(slot: int, d: DType, n: int) -> UOp:
@@ -30,33 +23,12 @@ def _kernel(*stores: tuple[UOp, UOp]) -> UOp:
     return UOp(Ops.SINK, dtypes.void, tuple(UOp(Ops.STORE, dtypes.void, s) for s in stores))
 
 
-def _linear(ast: UOp, renderer: WGSLRenderer, monkeypatch: pytest.MonkeyPatch) -> tuple[str, list[UOp], str]:
+def _linear(ast: UOp, renderer: WGSLRenderer) -> tuple[str, list[UOp], str]:
     """(kernel name, the linearized program the renderer walks, its source) for `ast` compiled without opts."""
-    seen: list[tuple[str, list[UOp]]] = []
-    render = renderer.render
-
-    def recording(name: str, program: list[UOp]) -> str:
-        seen.append((name, program))
-        return render(name, program)
-    with monkeypatch.context() as m:
-        m.setattr(renderer, "render", recording)
-        src = get_program(ast, renderer, opts=()).src
-    return seen[-1][0], seen[-1][1], src
+    return recorded_render(renderer, lambda: get_program(ast, renderer, opts=()).src)
 
 
-@pytest.fixture
-def fast_thread_switches() -> Iterator[None]:
-    """Threads take turns every microsecond instead of every 5 ms, so that their renders interleave."""
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(interval)
-
-
-def test_one_renderer_renders_two_kernels_on_two_threads_at_once(monkeypatch: pytest.MonkeyPatch,
-                                                                 fast_thread_switches: None) -> None:
+def test_one_renderer_renders_two_kernels_on_two_threads_at_once() -> None:
     r = WGSLRenderer(max_loop_iterations=100, max_loop_iterations_reason="a test cap")
     # a sum of rows past the cap: its loop is unrolled; float data in buffers 0 and 1
     rows, n = 4, 350
@@ -67,28 +39,10 @@ def test_one_renderer_renders_two_kernels_on_two_threads_at_once(monkeypatch: py
     m = 37
     out, y = _param(0, dtypes.int8, m), _param(3, dtypes.int8, m)
     divide = _kernel((out, UOp(Ops.IDIV, dtypes.int8, (out, y))))
-    jobs = [_linear(sums, r, monkeypatch), _linear(divide, r, monkeypatch)]
+    jobs = [_linear(sums, r), _linear(divide, r)]
     # what tells the two apart, so that a render that read the other kernel's facts would differ
     assert "ridx0_first" in jobs[0][2] and "atomicLoad" not in jobs[0][2] and "tg_idiv_i32" not in jobs[0][2]
     assert "atomicLoad" in jobs[1][2] and "fn tg_idiv_i32" in jobs[1][2] and "@binding(1)" in jobs[1][2]
 
-    start = threading.Barrier(len(jobs))
-    wrong: list[str] = []
-
-    def work(which: int, name: str, program: list[UOp], alone: str) -> None:
-        start.wait()
-        for i in range(RENDERS):
-            try:
-                src = r.render(name, program)
-            except Exception as e:  # a hook that read the other kernel's facts may fail outright
-                wrong.append(f"kernel {which} ({name}), render {i}: {type(e).__name__}: {e}")
-                return
-            if src != alone:
-                wrong.append(f"kernel {which} ({name}), render {i}: differs from its render alone")
-                return
-    threads = [threading.Thread(target=work, args=(which, *job)) for which, job in enumerate(jobs)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    wrong = renders_on_threads(r, jobs)
     assert not wrong, wrong
