@@ -229,6 +229,73 @@ def test_tiny_llama_generates_as_dequantized(tmp_path, qtype, tie):
     assert list(model.generate(prompt, 8)) == list(reference.generate(prompt, 8))
 
 
+# ---- memory ---------------------------------------------------------------------------------------------------------
+
+
+def _track_allocations(monkeypatch) -> tuple[list[int], list[int]]:
+    """(the sizes the default device's allocator hands out, the peak of live plus pooled bytes at each), from now on.
+    Pooled: freed buffers the allocator keeps for reuse (the CPU's `_free_bytes`; a device without a pool, 0)."""
+    from tinygrad import Device
+
+    allocator = Device[Device.DEFAULT].allocator
+    sizes: list[int] = []
+    peak = [0]
+    alloc = allocator.alloc
+
+    def tracked(nbytes: int, *args):
+        sizes.append(nbytes)
+        peak[0] = max(peak[0], GlobalCounters.mem_used + getattr(allocator, "_free_bytes", 0) + nbytes)
+        return alloc(nbytes, *args)
+
+    monkeypatch.setattr(allocator, "alloc", tracked)
+    return sizes, peak
+
+
+def test_loading_holds_the_blocks_once(tmp_path, monkeypatch):
+    """Each layer's blocks are read from the file, repacked into a buffer of their own and dropped: once loaded, the
+    device holds the file's bytes once (plus the rope tables), and while loading, at most one tensor more; freed
+    blocks do not stay behind in the allocator's pool (one buffer of every size that no later tensor reuses)."""
+    import gc
+
+    from tinygrad import Device
+
+    path = tmp_path / "tiny.gguf"
+    write_llama(path, Q.Q4_K, tie=False)
+    data = [int(t.n_bytes) for t in gguf.GGUFReader(str(path)).tensors]
+    gc.collect()
+    # what earlier tests left in the allocator's pool would count in the peak: emptied first, where it can be
+    getattr(Device[Device.DEFAULT].allocator, "release", lambda: None)()
+    before = GlobalCounters.mem_used + getattr(Device[Device.DEFAULT].allocator, "_free_bytes", 0)
+    _, peak = _track_allocations(monkeypatch)
+    model = llama_from_gguf(path, max_context=16)
+    gc.collect()
+    rope = 2 * 16 * (DIM // HEADS) * 4  # cos and sin tables, float32
+    held = GlobalCounters.mem_used - before
+    assert held <= sum(data) + 2 * rope, (held, sum(data))
+    assert peak[0] - before <= sum(data) + max(data) + 2 * rope, (peak[0] - before, sum(data), max(data))
+    assert isinstance(model.lm_head, QuantizedLinear)
+
+
+def test_prefill_product_dequantizes_a_chunk_of_rows_at_a_time(tmp_path, monkeypatch):
+    """A product of many rows makes the layer's float weight a chunk of rows at a time (whole tiles of the packed
+    layout, the last chunk shorter), so that no buffer as large as the whole float weight is made."""
+    from tinygrad.llm import quant
+
+    rng = np.random.default_rng(40)
+    out, cols = 320, 256  # tiles of 64 rows
+    raw = quantized(rng, Q.Q8_0, (out, cols))
+    write(tmp_path / "w.gguf", {"w": (raw, Q.Q8_0)})
+    _, ts = gguf_load_quantized(tmp_path / "w.gguf")
+    layer = QuantizedLinear(ts["w"])
+    x = Tensor(rng.standard_normal((FUSED_MAX_ROWS + 4, cols)).astype(np.float32)).realize()
+    whole = out * cols * 4
+    monkeypatch.setattr(quant, "PREFILL_CHUNK_BYTES", whole // 2)  # two chunks: 192 rows (3 tiles), then 128
+    sizes, _ = _track_allocations(monkeypatch)
+    y = layer(x).numpy()
+    np.testing.assert_allclose(y, x.numpy() @ dequantize(raw, Q.Q8_0).T, rtol=1e-4, atol=1e-4 * np.abs(y).max())
+    assert max(sizes) < whole and 192 * cols * 4 in sizes and 128 * cols * 4 in sizes, sizes
+
+
 # ---- bad input ------------------------------------------------------------------------------------------------------
 
 

@@ -29,7 +29,7 @@ import numpy as np
 from tinygrad import Device, Tensor, dtypes
 from tinygrad.helpers import prod
 from tinygrad.nn.gguf import QuantizedTensor, dequantize_blocks
-from tinygrad.nn.transformer import SparseMoE
+from tinygrad.nn.transformer import SparseMoE, _host_reads_allowed
 
 __all__ = ["FUSED_MAX_ROWS", "QuantizedEmbedding", "QuantizedExperts", "QuantizedLinear", "QuantizedSparseMoE",
            "llama_from_gguf"]
@@ -40,6 +40,8 @@ FUSED_MAX_ROWS = 4
 SUB_BLOCK = {"Q4_K": 32, "Q5_K": 32, "Q6_K": 16, "IQ4_XS": 32}
 #: output rows whose bytes are interleaved in the packed layout (see the module's doc)
 MAX_TILE_ROWS = 128
+#: the most bytes of float32 weight that a product of many rows (a prefill) dequantizes at once
+PREFILL_CHUNK_BYTES = 64 << 20
 
 
 class QuantizedLinear:
@@ -107,11 +109,33 @@ class QuantizedLinear:
             w = w.reshape(*w.shape[:-1], self.block_elems // sub, sub)
             xb = x.reshape(*lead, 1, 1, self.n_blocks, self.block_elems // sub, sub)
             y = (xb * w).sum((-3, -2, -1)).reshape(*lead, self.out_features)
-        else:
+        elif _host_reads_allowed():  # outside a TinyJit capture: run now, as a prefill does
+            y = self._by_row_chunks(x)
+        else:  # inside a TinyJit capture: one product, whose float weight the capture's memory planner places
             y = x.linear(self.dequantize().contiguous().T)
         if self.bias is not None:
             y = y + self.bias
         return y.cast(x.dtype) if x.dtype.is_float and y.dtype != x.dtype else y
+
+    def _by_row_chunks(self, x: Tensor) -> Tensor:
+        """x @ W.T for many rows of x, run now, a chunk of W's rows at a time: each chunk's float weight is made (one
+        kernel), used by an ordinary matmul and dropped before the next. Left lazy, a layer's products would be one
+        schedule holding several of its float weights at once, each with the matmul's packed copy of it (a float32
+        weight is 7x its 4-bit blocks: a large model's layer would add a fifth of the whole file to the resident
+        memory); chunked, at most PREFILL_CHUNK_BYTES of float weight (and its copy) live, and the device's pool of
+        freed buffers keeps a few chunks' worth for the next layer."""
+        # x computed once: left lazy, its graph (a norm, SwiGLU's silu(gate) * up) would be fused into every
+        # chunk's matmul and recomputed for each of the chunk's columns
+        x = x.realize()
+        chunks = -(-self.out_features * self.in_features * 4 // PREFILL_CHUNK_BYTES)
+        step = -(-self.out_features // chunks // self.tile) * self.tile  # whole tiles of the packed layout
+        parts = []
+        for start in range(0, self.out_features, step):
+            stop = min(start + step, self.out_features)
+            rows = self._packed[start // self.tile:-(-stop // self.tile)].permute(0, 3, 1, 2)
+            w = dequantize_blocks(rows.reshape(-1, self.n_blocks, self.block_bytes), self.type_name)
+            parts.append(x.linear(w.reshape(stop - start, self.in_features).contiguous().T).realize())
+        return parts[0] if len(parts) == 1 else parts[0].cat(*parts[1:], dim=-1)
 
     def __repr__(self) -> str:
         return f"QuantizedLinear({self.in_features}, {self.out_features}, {self.type_name})"
@@ -230,20 +254,22 @@ def _planes_k(f: _Fields, qh_at: int | None, qs_at: int) -> _Planes:
 
 
 def _planes_q6_k(f: _Fields) -> _Planes:
-    """8 planes of 32: plane 4h + j takes nibble j // 2 of ql bytes 64h + 32 (j % 2) + k and bits 2j of qh byte
-    32h + k; its two halves of 16 have scales 8h + 2j and 8h + 2j + 1 (int8, times d)."""
-    scales = f.f16(208) * f.bytes(192, 208).bitcast(dtypes.int8).cast(dtypes.float32)  # (..., n_blocks, 16, tile)
+    """16 planes of 16, one per scale: plane 8h + 2j + g takes nibble j // 2 of ql bytes 64h + 32 (j % 2) + 16g + k
+    and bits 2j of qh byte 32h + 16g + k, and has scale 8h + 2j + g (int8, times d). With a scale per plane, the
+    scale depends on the block only: the kernel computes it once per block, not once per value (with planes of 32
+    and a scale per half, it was picked per value). The six bits are put together as a byte and offset there, so a
+    value is one conversion to float."""
+    d = f.f16(208)
+    scales = f.bytes(192, 208).bitcast(dtypes.int8)
     out = []
     for h in (0, 1):
-        qh = f.bytes(128 + 32 * h, 160 + 32 * h)
         for j in range(4):
-            low = _nibble(f.bytes(64 * h + 32 * (j % 2), 64 * h + 32 * (j % 2) + 32), j // 2)
-            q = low + (((qh >> (2 * j)) & 3) << 4).cast(dtypes.float32) - 32
-            s = f.plane(scales, 8 * h + 2 * j, 8 * h + 2 * j + 2)
-            lead = s.shape[:-2]
-            s = s.reshape(*lead, 2, 1, f.tile).expand(*lead, 2, 16, f.tile).reshape(*lead, 32, f.tile)
-            out.append(s * q)
-    return _Planes(32, out, None, None)
+            for g in (0, 1):
+                ql_at, qh_at = 64 * h + 32 * (j % 2) + 16 * g, 128 + 32 * h + 16 * g
+                ql, qh = f.bytes(ql_at, ql_at + 16), f.bytes(qh_at, qh_at + 16)
+                q = ((ql >> 4) if j // 2 else (ql & 0xF)) | (((qh >> (2 * j)) & 3) << 4)
+                out.append(d * f.plane(scales, 8 * h + 2 * j + g).cast(dtypes.float32) * (q.cast(dtypes.float32) - 32))
+    return _Planes(16, out, None, None)
 
 
 #: the types whose decode product runs by planes (the others unpack their values as `dequantize_blocks` does)
@@ -251,7 +277,7 @@ _PLANES: dict[str, Callable[[_Fields], _Planes]] = {
     "Q8_0": _planes_q8_0, "Q4_0": _planes_q4_0, "Q4_1": _planes_q4_1, "Q4_K": lambda f: _planes_k(f, None, 16),
     "Q5_K": lambda f: _planes_k(f, 16, 48), "Q6_K": _planes_q6_k}
 #: planes per block of each type in _PLANES
-_PLANE_COUNT = {"Q8_0": 1, "Q4_0": 2, "Q4_1": 2, "Q4_K": 8, "Q5_K": 8, "Q6_K": 8}
+_PLANE_COUNT = {"Q8_0": 1, "Q4_0": 2, "Q4_1": 2, "Q4_K": 8, "Q5_K": 8, "Q6_K": 16}
 
 
 def _planes_product(blocks: Tensor, type_name: str, xr: Tensor) -> Tensor:
@@ -479,16 +505,24 @@ def llama_from_gguf(path: str | pathlib.Path, max_context: int | None = None, de
     del inputs
     model = Llama(config, max_context, None, device, rope_freq_factors=factors)
     model.eos_token_ids = _eos_ids(meta.get("tokenizer.ggml.eos_token_id"), config.vocab_size)
-    _place_linear(model, kept, weights, meta.get("general.architecture") == "llama")
-    _place_experts(model, experts, weights)
+    release = _pool_release(model.device)
+    _place_linear(model, kept, weights, meta.get("general.architecture") == "llama", release)
+    _place_experts(model, experts, weights, release)
     # the float weights (norms, biases, what stayed float) with the float path's checks of names and shapes
     _install(model, weights, f"the GGUF file {path}")
-    # the file-order blocks, freed as each layer was repacked, may wait in the device's pool of freed buffers for an
-    # allocation of their size; a pool that can give its memory back (the CPU's) does so now
-    release = getattr(Device[model.device or Device.DEFAULT].allocator, "release", None)
-    if callable(release):
-        release()
+    release()
     return model
+
+
+def _pool_release(device: str | None) -> Callable[[], None]:
+    """What empties the device's pool of freed buffers, where the device has one that can give its memory back (the
+    CPU's; elsewhere nothing). Each layer's file-order blocks are freed once repacked and wait in the pool for an
+    allocation of their size, which only a later tensor of the same size makes: the pool would keep one buffer of
+    every other size (the token embedding's, the output projection's, each type's projections), for a large
+    vocabulary most of a gigabyte, so loading empties it after each repacked tensor. The repacked copies then take
+    fresh memory, whose first touch costs a page fault per huge page."""
+    release = getattr(Device[device or Device.DEFAULT].allocator, "release", None)
+    return release if callable(release) else (lambda: None)
 
 
 _EXPERT_TENSORS = {"ffn_gate_exps.weight": "gate", "ffn_up_exps.weight": "up", "ffn_down_exps.weight": "down"}
@@ -522,51 +556,65 @@ def _split(tensors: dict[str, Tensor | QuantizedTensor], device: str | None) -> 
 
 
 def _place_linear(model: Any, kept: dict[str, tuple[str, str, QuantizedTensor]], weights: dict[str, Tensor],
-                  llama_rope: bool) -> None:
+                  llama_rope: bool, release: Callable[[], None]) -> None:
     """Each kept tensor into the model as a QuantizedLinear (or QuantizedEmbedding) in place of its float layer, its
     float weight taken out of `weights`; one that is not a plain linear layer's weight goes into `weights`
-    dequantized."""
-    from tinygrad.nn.transformer import Linear
-
+    dequantized. `release` runs after each tensor, once its file-order blocks are dropped (see _pool_release)."""
     config = model.config
     heads = {"attn_q.weight": config.num_attention_heads, "attn_k.weight": config.num_key_value_heads}
     for name in list(kept):
         target, within, t = kept.pop(name)  # dropped as placed: nothing else holds the blocks once repacked
         unpermute = heads[within] if llama_rope and within in heads else None
-        if target == "model.embed_tokens.weight":
-            table = QuantizedLinear(t)
-            # the model's attributes are annotated with its float layers; these take the same calls
-            model.model.embed_tokens = QuantizedEmbedding(table)
-            if config.tie_word_embeddings:
-                model.lm_head = QuantizedLinear.sharing(table)
-            weights.pop(target, None)
-            continue
-        owner, leaf = _parent(model, target)
-        if leaf != "weight" or not isinstance(owner, Linear) or tuple(t.shape) != tuple(owner.weight.shape):
-            # not a plain linear layer here (or not the shape the model expects, which _install then names)
-            full = t.dequantize()
-            weights[target] = full if unpermute is None else _unpermute_rows(full, unpermute)
-            continue
-        grand, attr = _parent(model, target.rsplit(".", 1)[0])
-        setattr(grand, attr, QuantizedLinear._unpermuting(t, owner.bias, unpermute))
-        weights.pop(target)
+        _place_one(model, target, t, unpermute, weights)
+        del t
+        release()
 
 
-def _place_experts(model: Any, experts: dict[str, dict[str, QuantizedTensor]], weights: dict[str, Tensor]) -> None:
+def _place_one(model: Any, target: str, t: QuantizedTensor, unpermute: int | None, weights: dict[str, Tensor]) -> None:
+    from tinygrad.nn.transformer import Linear
+
+    if target == "model.embed_tokens.weight":
+        table = QuantizedLinear(t)
+        # the model's attributes are annotated with its float layers; these take the same calls
+        model.model.embed_tokens = QuantizedEmbedding(table)
+        if model.config.tie_word_embeddings:
+            model.lm_head = QuantizedLinear.sharing(table)
+        weights.pop(target, None)
+        return
+    owner, leaf = _parent(model, target)
+    if leaf != "weight" or not isinstance(owner, Linear) or tuple(t.shape) != tuple(owner.weight.shape):
+        # not a plain linear layer here (or not the shape the model expects, which _install then names)
+        full = t.dequantize()
+        weights[target] = full if unpermute is None else _unpermute_rows(full, unpermute)
+        return
+    grand, attr = _parent(model, target.rsplit(".", 1)[0])
+    setattr(grand, attr, QuantizedLinear._unpermuting(t, owner.bias, unpermute))
+    weights.pop(target)
+
+
+def _place_experts(model: Any, experts: dict[str, dict[str, QuantizedTensor]], weights: dict[str, Tensor],
+                   release: Callable[[], None]) -> None:
     """Each layer's kept experts into the model: its SparseMoE becomes a QuantizedSparseMoE over them (the router
-    stays the layer's, filled from `weights` later), and the stand-ins of their float weights leave `weights`."""
+    stays the layer's, filled from `weights` later), and the stand-ins of their float weights leave `weights`.
+    `release` runs after each layer, once its file-order blocks are dropped (see _pool_release)."""
     for layer in list(experts):
         found = experts.pop(layer)  # dropped as placed: the packed copy replaces the file's blocks
-        block = model.model.layers[int(layer)]
-        moe = getattr(block, block._ffn_name)
-        prefix = f"model.layers.{layer}.{block._ffn_name}.experts"
-        if not isinstance(moe, SparseMoE):
-            # a layer the file's metadata made dense: _install names the stand-ins as unexpected weights
-            continue
-        quantized = QuantizedExperts(found["gate"], found["up"], found["down"])
-        if (quantized.n_experts, quantized.dim, quantized.hidden_dim) != (moe.experts.n_experts, moe.experts.dim,
-                                                                         moe.experts.hidden_dim):
-            continue  # _install names the shapes that differ
-        setattr(block, block._ffn_name, QuantizedSparseMoE(moe.gate, quantized, moe.top_k, moe.norm_topk_prob))
-        weights.pop(f"{prefix}.gate_up")
-        weights.pop(f"{prefix}.down")
+        _place_layer_experts(model, layer, found, weights)
+        del found
+        release()
+
+
+def _place_layer_experts(model: Any, layer: str, found: dict[str, QuantizedTensor], weights: dict[str, Tensor]) -> None:
+    block = model.model.layers[int(layer)]
+    moe = getattr(block, block._ffn_name)
+    prefix = f"model.layers.{layer}.{block._ffn_name}.experts"
+    if not isinstance(moe, SparseMoE):
+        # a layer the file's metadata made dense: _install names the stand-ins as unexpected weights
+        return
+    quantized = QuantizedExperts(found["gate"], found["up"], found["down"])
+    if (quantized.n_experts, quantized.dim, quantized.hidden_dim) != (moe.experts.n_experts, moe.experts.dim,
+                                                                     moe.experts.hidden_dim):
+        return  # _install names the shapes that differ
+    setattr(block, block._ffn_name, QuantizedSparseMoE(moe.gate, quantized, moe.top_k, moe.norm_topk_prob))
+    weights.pop(f"{prefix}.gate_up")
+    weights.pop(f"{prefix}.down")
