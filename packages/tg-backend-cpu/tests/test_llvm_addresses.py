@@ -5,6 +5,7 @@ evolution passes to analyse."""
 
 from __future__ import annotations
 
+import os
 import re
 
 import numpy as np
@@ -51,6 +52,9 @@ def test_the_loads_of_a_scalar_tile_are_offsets_from_their_rows_first() -> None:
     assert from_buffer <= 4 and from_neighbour >= loads - from_buffer, src[:4000]
 
 
+@pytest.mark.skipif(os.environ.get("CPU_COMPILER", "llvm").lower() not in ("llvm", ""),
+                    reason="the convolution's layout (channels-last operands, its tile) is chosen by the CPU device's "
+                           "compiler path; this kernel is the LLVM path's, which CI's tests sessions run")
 def test_a_tiles_strided_stores_are_offsets_from_the_first() -> None:
     # output channels as the tile's SIMD axis, stored 100 floats apart (the MNIST example's largest compile)
     x, w = Tensor.empty(8, 64, 12, 12), Tensor.empty(64, 32, 3, 3)
