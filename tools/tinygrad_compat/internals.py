@@ -42,11 +42,13 @@ NAMES: dict[str, dict[str, str]] = {
         "UPat": "pattern of tinygrad's rewrite engine",
         "graph_rewrite": "tinygrad's rewrite driver",
         "track_rewrites": "tinygrad's rewrite tracing",
+        "Ops.CUSTOM_FUNCTION": "the op of tinygrad's runtime graph calls (a batch of kernels as one call, HCQ "
+                               "submissions) in a captured linear; no call here is one (docs/jit.md)",
+        "Ops.PROGRAM": "the op of tinygrad's compiled-program nodes; calls here hold the kernel's SINK",
         "deconstruct_function": "pickles the lambdas of tinygrad's rewrite patterns by their code objects; ours "
                                 "pickle no functions (a pickled TinyJit leaves its function out)",
     },
     "tinygrad.engine.jit": {
-        "graph_class": "tinygrad's per-device graph-runner classes; our TinyJit replays through the device contract",
         "MultiGraphRunner": "tinygrad's multi-device graph runner",
         "GraphRunner": "tinygrad's graph runner base class",
         "ExecItem": "tinygrad's executor item; captured steps here are tinygrad.engine.jit_capture records",

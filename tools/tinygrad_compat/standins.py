@@ -87,8 +87,19 @@ def stand_in(path: str, name: str) -> Any:
     return StandInValue(path)
 
 
+def _member_stand_ins(module: types.ModuleType) -> None:
+    """Listed members of a class the module has (`Ops.CUSTOM_FUNCTION`) that the class lacks become stand-ins on it:
+    `u.op is Ops.CUSTOM_FUNCTION` is then False, and any other use raises."""
+    for dotted in NAMES.get(module.__name__, {}):
+        owner_name, _, member = dotted.partition(".")
+        owner = module.__dict__.get(owner_name)
+        if member and owner is not None and not hasattr(owner, member):
+            setattr(owner, member, StandInValue(f"{module.__name__}.{dotted}"))
+
+
 def _fallback_getattr(module: types.ModuleType, everything: bool) -> None:
     """Give `module` a module-level __getattr__ that answers its listed names (all names when `everything`)."""
+    _member_stand_ins(module)
     own = module.__dict__.get("__getattr__")
     listed = NAMES.get(module.__name__, {})
 

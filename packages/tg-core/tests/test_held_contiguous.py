@@ -75,3 +75,35 @@ def test_held_values_inside_tinyjit():
         p, q = step(Tensor([float(i), 1.0]).realize())
         np.testing.assert_allclose(p.numpy(), [3.0 * i + 1, 4.0])
         np.testing.assert_allclose(q.numpy(), [6.0 * i, 6.0])
+
+
+def test_a_held_fill_is_read_from_its_buffer():
+    # tinygrad's embedding idiom: a weight that is a contiguous() of zeros, read by one graph after another
+    w = Tensor.zeros(20, 30).contiguous()
+    idx = Tensor([1, 5, 9])
+    assert kernel_count(w[idx]) == 2  # the fill, then the gather
+    w[idx].realize()
+    assert kernel_count(w[idx] + 1) == 1  # the fill is not run again: w reads the buffer it was filled into
+    np.testing.assert_equal((w[idx] + 1).numpy(), np.ones((3, 30), np.float32))
+
+
+def test_a_fill_written_twice_is_two_values():
+    # the same constants made contiguous twice are one node (hash-consing): each tensor keeps a value of its own
+    a, b = Tensor.zeros(4).contiguous(), Tensor.zeros(4).contiguous()
+    (a + 1).realize()
+    before = b + 1  # built before a's assign: the rule of values says it sees zeros
+    a.assign(Tensor.ones(4)).realize()
+    np.testing.assert_equal(before.numpy(), [1, 1, 1, 1])
+    np.testing.assert_equal(b.numpy(), [0, 0, 0, 0])
+    np.testing.assert_equal(a.numpy(), [1, 1, 1, 1])
+
+
+def test_a_fill_held_on_one_device_is_not_read_on_another():
+    # CPU:1 is a device of its own (numbered devices are separate), with buffers apart from CPU's
+    here, there = Tensor.zeros(4, device="CPU").contiguous(), Tensor.zeros(4, device="CPU:1").contiguous()
+    assert here.uop is there.uop  # one node for both devices
+    (there + 1).realize()  # filled on the other device: here must not take that buffer
+    assert (here + 2).device == "CPU" and here.tolist() == [0, 0, 0, 0]
+    np.testing.assert_equal((here + 2).numpy(), [2, 2, 2, 2])
+    np.testing.assert_equal((there + 2).numpy(), [2, 2, 2, 2])
+    assert (there + 2).device == "CPU:1"

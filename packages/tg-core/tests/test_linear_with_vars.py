@@ -65,3 +65,40 @@ def test_realized_or_deviceless_tensors_need_no_call():
     linear, var_vals = Tensor(UOp.const(2.0).cast(dtypes.float)).linear_with_vars()
     assert linear.src == () and var_vals == {}
     run_linear(linear, var_vals)
+
+
+def test_a_captured_jit_reads_as_a_linear():
+    from tinygrad import Device, TinyJit
+    from tinygrad.engine.jit import graph_class
+
+    @TinyJit
+    def step(a: Tensor, b: Tensor) -> Tensor:
+        c = (a + b).realize()
+        return (c * 2).realize()
+
+    for i in range(3):
+        out = step(Tensor([float(i), 1.0]).realize(), Tensor([1.0, 1.0]).realize())
+    assert out.tolist() == [6.0, 4.0]
+    assert step.captured is not None
+    linear = step.captured.linear
+    assert kernels(linear) == len(linear.src) == step.captured_kernels == 2  # the replay's two launches, in order
+    assert [call.src[0].op for call in linear.src] == [Ops.SINK, Ops.SINK]
+    with pytest.raises(RuntimeError, match="has run already"):
+        run_linear(linear)  # a record of what replays, not work to run
+    assert graph_class(Device[Device.DEFAULT]) is None  # replays batch through run_together, not a graph class
+
+
+def test_a_pruned_capture_leaves_the_pruned_launches_out():
+    from tinygrad import TinyJit
+
+    weights = Tensor([1.0, 2.0, 3.0]).realize()
+
+    def f(x: Tensor) -> Tensor:
+        return (weights * 2).contiguous() + x  # weights * 2 reads no input: computed once, at the capture
+
+    pruned, full = TinyJit(f, prune=True), TinyJit(f)
+    for i in range(3):
+        x = Tensor([float(i)] * 3).realize()
+        np.testing.assert_equal(pruned(x).numpy(), full(x).numpy())
+    assert pruned.captured is not None and full.captured is not None
+    assert len(pruned.captured.linear.src) == 1 and len(full.captured.linear.src) == 2

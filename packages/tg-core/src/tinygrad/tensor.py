@@ -681,6 +681,8 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
         """After a schedule ran: remember where each node's value is, and point the tensors at their buffers."""
         for node, view in views.items():
             realized_views[node] = view
+            if node.op is Ops.CONTIGUOUS and node.arg is None:
+                Tensor._hand_fill(node, view)
         for t, view in zip(tensors, out_views):
             if view is not t.uop and views.get(t.uop) is not view:  # an output the schedule did not remember
                 realized_views[t.uop] = view
@@ -691,6 +693,20 @@ class Tensor(_CastShortcuts, CreationMixin, ElementwiseMixin, UnaryMixin, Moveme
             if (t._requires_grad is not True or id(t) in Tensor._grad_tensors) and \
                     not (shared_buffers and aliases_shared(t.uop)):  # a view of shared memory keeps reading it
                 t.uop = view
+
+    @staticmethod
+    def _hand_fill(node: UOp, view: UOp) -> None:
+        """A held `contiguous()` of constants (`Tensor.zeros(n).contiguous()`) is one node wherever, and on whatever
+        device, it is written (hash-consing), so later graphs do not read its buffer through the node, which may be
+        another tensor's: the tensor that holds it is pointed at the buffer it was filled into, as realize() points
+        its outputs, and its later graphs read that buffer instead of filling it again."""
+        ref = held_values.get(node)
+        holder = ref() if ref is not None else None
+        if holder is None or holder.uop is not node or view.device != holder.device or \
+                not dispatch._is_constant_graph(node.src[0]):
+            return
+        if holder._requires_grad is not True or id(holder) in Tensor._grad_tensors:
+            holder.uop = view
 
     def linear_with_vars(self, *others: Tensor) -> tuple[Linear, dict[str, int]]:
         """tinygrad's: the calls that `realize(*others)` would run, in order, not yet run, and the values of the

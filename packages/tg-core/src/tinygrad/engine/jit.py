@@ -65,7 +65,7 @@ from tinygrad.uop.ops import UOp, unbind
 
 R = TypeVar("R")
 
-__all__ = ["JitError", "TinyJit"]
+__all__ = ["JitError", "TinyJit", "graph_class"]
 
 #: how many keys (values of the non-tensor arguments) one TinyJit captures before a new one raises
 MAX_CAPTURES = 8
@@ -209,6 +209,13 @@ class TinyJit(Generic[R]):
     @property
     def _name(self) -> str:
         return getattr(self.fn if self.fn is not None else self, "__qualname__", repr(self.fn))
+
+
+def graph_class(device: Any) -> type | None:
+    """tinygrad's: the graph-runner class that a device batches a replay's launches with (the device's `graph`).
+    None on every device here: a replay runs consecutive launches of a backend from one native call through the
+    backend's `run_together` (docs/jit.md), and no class stands for that."""
+    return getattr(device, "graph", None)
 
 
 def _jit_from_pickle(name: str, prune: bool, captures: list[tuple[tuple, tuple, Capture]],

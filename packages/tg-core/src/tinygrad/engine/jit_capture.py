@@ -39,6 +39,7 @@ from tinygrad.engine.jit_io import (
 from tinygrad.engine.jit_reads import Location, find_reads
 from tinygrad.engine.jit_state import JitError
 from tinygrad.engine.schedule import ScheduleItem
+from tinygrad.engine.schedule_item import Linear
 from tinygrad.helpers import DEBUG, PROFILE, GlobalCounters
 from tinygrad.tensor import Tensor
 from tinygrad.uop.ops import Ops, UOp
@@ -126,6 +127,13 @@ class Capture:
     pruned: list[Recorded] = field(default_factory=list)
     pruned_reads: set[int] = field(default_factory=set)  # ids of the memory the pruned launches read
     freed: bool = False  # free_intermediates() dropped the memory between launches: the next replay reallocates it
+
+    @property
+    def linear(self) -> Linear:
+        """tinygrad's view of a capture: the calls a replay makes, in launch order (`src`; each call's `src[0]` is
+        its kernel's SINK or the COPY), the launches a prune took out of replays left out. A record of what replays,
+        not work to run: `run_linear` refuses it, as a linear that has run (call the jit to replay)."""
+        return Linear(tuple(r.item for r in self.recorded), ran=True)
 
     def __reduce__(self) -> tuple:
         from tinygrad.engine.jit_pickle import pickled_capture  # loaded by the first pickle, not by `import tinygrad`
