@@ -25,10 +25,14 @@ def _conv_opts(cin: int, cout: int, size: int, stride: int) -> list[str]:
     return [str(o) for o in get_program(ast, CPURenderer()).applied_opts]
 
 
-def test_a_strided_convolution_tiles_output_channels() -> None:
+@pytest.mark.parametrize("fma_chains", [4, 8])
+def test_a_strided_convolution_tiles_output_channels(monkeypatch: pytest.MonkeyPatch, fma_chains: int) -> None:
+    # the tiles are chosen for a CPU with this many FMA chains in flight (`host_fma_chains`), not this host's
+    monkeypatch.setattr(CPURenderer, "fma_chains", fma_chains)
     # axes: batch, output channels, output rows, output columns. Rows of 16: the columns are the SIMD axis and 8
-    # output channels the reuse axis, no tile along output rows
-    assert _conv_opts(16, 32, 32, 2) == ["UPCAST(3,16)", "UPCAST(1,8)"]
+    # output channels the reuse axis, no tile along output rows; 8 vectors of accumulators, which 8 FMA chains (an
+    # Intel core's) need twice over: 16 output channels there
+    assert _conv_opts(16, 32, 32, 2) == ["UPCAST(3,16)", "UPCAST(1,8)"] + (["UPCAST(1,2)"] if fma_chains == 8 else [])
     # padded rows of 8: the weight is read channels-last, its 32 output channels are the SIMD axis and 8 images
     # the reuse axis (tg-core's layout pass, `engine/layout.py`)
     assert _conv_opts(16, 32, 16, 2) == ["UPCAST(1,32)", "UPCAST(0,8)"]

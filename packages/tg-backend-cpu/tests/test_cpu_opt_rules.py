@@ -169,6 +169,47 @@ def test_the_rules_tile_short_rows_by_output_channels_and_images(monkeypatch: py
         assert len(Tensor.empty(*x).conv2d(Tensor.empty(*w)).schedule()) == 1
 
 
+class IntelCpuRules(CpuRules):
+    """The CPU's rules for a core with two 512-bit FMA units of 4 cycles: 8 chains of multiply-adds in flight."""
+
+    fma_chains = 8
+
+
+def test_the_rules_grow_a_big_convolutions_tile_to_twice_the_fma_chains(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tinygrad import Device, Tensor
+    monkeypatch.setattr(Device[Device.DEFAULT].renderer, "conv_border_copy", False)
+    # a padded row of 8 read against a channels-last weight: 16 output channels times 8 images is 8 vector
+    # accumulators, as many as 8 FMA chains; the tile grows to the whole 32 channels (16 vectors), twice the chains.
+    # With 4 chains (AMD's Zen 4, the default) 8 vectors are twice the chains already: no growth (the previous test)
+    ast = Tensor.empty(32, 32, 8, 8).conv2d(Tensor.empty(32, 32, 3, 3), padding=1).schedule()[-1].ast
+    assert optimize(lower_kernel(ast), IntelCpuRules()).applied == (
+        Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 2))
+    # tiles of 16 vectors or more, and kernels without a window, are as before
+    ast = Tensor.empty(8, 32, 24, 24).conv2d(Tensor.empty(32, 32, 5, 5)).schedule()[-1].ast
+    assert optimize(lower_kernel(ast), IntelCpuRules()).applied == optimize(lower_kernel(ast), CpuRules()).applied
+    big = lower_kernel(matmul_ast(1024, 1024, 1024))
+    assert optimize(big, IntelCpuRules()).applied == optimize(big, CpuRules()).applied
+
+
+@pytest.mark.parametrize("vendor, flags, chains", [
+    ("GenuineIntel", "fpu avx2 avx512f avx512bw", 8), ("GenuineIntel", "fpu avx2", 4),
+    ("AuthenticAMD", "fpu avx2 avx512f avx512bw", 4), (None, "", 4)])
+def test_the_fma_chains_follow_the_hosts_cpu(monkeypatch: pytest.MonkeyPatch, vendor: str | None, flags: str,
+                                             chains: int) -> None:
+    import io
+
+    from tg_backend_cpu import compiler
+    text = f"processor\t: 0\nvendor_id\t: {vendor}\nflags\t\t: {flags}\n" if vendor else "processor\t: 0\n"
+
+    def fake_open(path: str, *args: object, **kwargs: object) -> io.StringIO:
+        assert path == "/proc/cpuinfo"
+        return io.StringIO(text)
+    monkeypatch.setattr(compiler, "open", fake_open, raising=False)
+    assert compiler.host_fma_chains.__wrapped__() == chains
+    # both CPU renderers read the host's
+    assert LLVMRenderer.fma_chains == compiler.host_fma_chains()
+
+
 def test_the_rules_grow_the_tile_of_a_batch_one_convolution_but_not_of_a_small_matmul(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import numpy as np

@@ -94,6 +94,26 @@ def host_vector_bits() -> int | None:
 
 
 @functools.cache
+def host_fma_chains() -> int:
+    """Vector multiply-adds in flight that keep this CPU's FMA units busy (their latency times their number), which
+    a convolution's register tile needs twice over (`opt_rules._grow`): 8 on Intel cores with AVX-512 (two 512-bit
+    units of 4 cycles); 4 elsewhere (AMD's Zen 4 runs a 512-bit multiply-add on both of its 256-bit units, where the
+    bigger tile measured slower) and where /proc/cpuinfo does not say."""
+    vendor, flags = "", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("vendor_id") and not vendor:
+                    vendor = line.split(":", 1)[-1].strip()
+                elif line.startswith("flags"):
+                    flags = set(line.split(":", 1)[-1].split())
+                    break
+    except OSError:
+        return 4
+    return 8 if vendor == "GenuineIntel" and "avx512f" in flags else 4
+
+
+@functools.cache
 def clang_major(path: str) -> int | None:
     """The major version of a clang, or None if `path` is not clang."""
     try:

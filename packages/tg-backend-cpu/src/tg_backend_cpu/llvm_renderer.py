@@ -355,6 +355,7 @@ class LLVMRenderer(Renderer):
     simd_bytes = CPURenderer.simd_bytes
     vector_registers = CPURenderer.vector_registers
     channels_last_min = CPURenderer.channels_last_min
+    fma_chains = CPURenderer.fma_chains
     opt_rules = cpu_opt_rules  # the C path's tuning rules
     # a padded convolution tests the border in every lane of its rows, and LLVM 22 builds each such row from scalar
     # loads and shuffles (the ResNet's padded 16x16 layers three times slower than over a copy with the border

@@ -65,6 +65,8 @@ CPU_ROWS_ALONG_THE_REDUCTION = (4, 2)
 #: a transposing elementwise kernel (`_transpose_tile`) of at least this many outputs moves blocks of this size
 CPU_TRANSPOSE_MIN = 1 << 16
 CPU_TRANSPOSE_BLOCK = 4
+#: FMA chains (`_Cpu.fma_chains`) of a renderer that does not say: one 512-bit multiply-add per cycle, 4 cycles
+DEFAULT_FMA_CHAINS = 4
 
 
 class _Cpu:
@@ -83,6 +85,9 @@ class _Cpu:
         #: and the output tiles)
         self.l2_budget = knobs.l2_cache_bytes // 2
         self.lanes, self.registers = lanes, knobs.vector_registers
+        #: vector multiply-adds in flight that keep the FMA units busy (latency times units): the renderer's
+        #: `fma_chains` (tg_backend_cpu.compiler.host_fma_chains), 4 where it has none
+        self.fma_chains: int = getattr(renderer, "fma_chains", DEFAULT_FMA_CHAINS)
 
     def uneven_row(self, simd_amt: int) -> bool:
         """A SIMD row longer than half a register that does not fill whole registers (a convolution's output row
@@ -198,7 +203,8 @@ def _simd_upcast(state: OptState, renderer: Renderer, cpu: _Cpu, globals_: list[
     amt = cpu.simd_amount(n) if r is not globals_[0] or n >= 64 else None
     if amt == n and n >= 2 * cpu.lanes and _broadcasts_a_window(state, r):
         # output channels of a convolution read from a channels-last weight: half of the axis in registers, the
-        # whole of it leaves too few registers for the broadcast input rows
+        # whole of it leaves too few registers for the broadcast input rows (where half is too few accumulators for
+        # the CPU's FMA chains, `_grow` takes the other half back)
         amt = largest_divisor(n, tuple(a for a in cpu.simd if a <= n // 2))
     if amt is None:
         return state, 1
@@ -223,10 +229,14 @@ def _grow(state: OptState, renderer: Renderer, cpu: _Cpu, outer_id: int, reuse_i
           red_size: int) -> OptState:
     """A small tile grown along more reuse axes (`_grow_tile`) while one fits. Not for little work, where the
     bigger unrolled body costs more compile time than it saves, unless the kernel has a window: a small
-    convolution gains from each input row reused across its window, up to a tile of half the registers."""
+    convolution gains from each input row reused across its window, up to a tile of half the registers. A big
+    convolution's tile grows to twice the CPU's FMA chains (`_Cpu.fma_chains`) where `min_tile` is less: its reduce
+    loop is a nest of short loops (a 3x3 window), and with no more accumulators than chains each multiply-add waits
+    for the one before it in its chain whenever a load or a loop exit is late."""
     windowed = len(state.ranges(AxisKind.REDUCE)) > 1
     grow_from = CPU_SMALL_WINDOW_WORK if windowed else CPU_SMALL_WORK
-    target = cpu.max_tile if windowed and out_size * red_size < CPU_SMALL_WORK else cpu.min_tile
+    target = cpu.max_tile if windowed and out_size * red_size < CPU_SMALL_WORK else \
+        max(cpu.min_tile, 2 * cpu.fma_chains * cpu.lanes) if windowed else cpu.min_tile
     while state.upcast_size() < target and out_size * red_size >= grow_from:
         grown = _grow_tile(state, renderer, cpu.max_tile, outer_id, reuse_id)
         if grown is state:

@@ -29,7 +29,7 @@ from tinygrad.uop.rewrite import PatternMatcher, UPat
 
 from tg_backend_cpu import program as launch_plan
 from tg_backend_cpu import vector_math
-from tg_backend_cpu.compiler import clang_major, find_c_compiler
+from tg_backend_cpu.compiler import clang_major, find_c_compiler, host_fma_chains
 from tg_backend_cpu.opt_rules import cpu_opt_rules
 
 SLICE_PARAMS = ("tg_start", "tg_end", "tg_total")
@@ -650,6 +650,9 @@ class CPURenderer(CStyleRenderer):
     simd_bytes = 64  # AVX-512
     vector_registers = 32
     channels_last_min = 8
+    # read from the host, unlike the knobs above: the register tile a convolution needs to keep the FMA units busy
+    # (`opt_rules._Cpu.fma_chains`), where Intel's two 512-bit units and AMD's split ones differ
+    fma_chains = host_fma_chains()
     target_rewrites = C_TARGET_REWRITES
     opt_rules = cpu_opt_rules  # the CPU's tuning rules (`tg_backend_cpu.opt_rules`)
     render_rules = CPU_RENDER_RULES
