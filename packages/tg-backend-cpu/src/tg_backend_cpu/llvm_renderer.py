@@ -14,10 +14,11 @@ give poison (x/0 = 0, MIN/-1 wraps, shifts past the width give 0 or -1), MAX is 
 beats -0.0), float -> int conversions saturate instead of giving poison (only in-range values are defined by the
 reference). bfloat16 and the 8-bit floats are held as their bit patterns and computed in float, rounded after
 every op by helper functions defined in the module; float16 is LLVM's `half`, which rounds after every op by
-itself. No instruction carries a fast-math flag (NaN and infinity are tested, and `contract` left the choice of
-fused multiply-adds to LLVM's use counts): a multiply and an add are fused exactly where the contraction rule of
-`llvm_tiles` writes an `llvm.fmuladd` (float32 and float64 only: a fused half multiply-add would round once where the
-reference rounds twice). A register tile is written as LLVM vectors (`llvm_tiles`; CPU_VECTOR_TILES=0: as scalars).
+itself. No instruction carries a fast-math flag but `contract` (NaN and infinity are tested), and that only on
+the multiply and add of a pair that the contraction rule of `llvm_tiles` fuses (`CPU_FMA=contract`: on all float
+arithmetic, leaving the choice to LLVM); a vector tile writes its fused pairs as `llvm.fmuladd` (float32 and float64
+only: a fused half multiply-add would round once where the reference rounds twice). A register tile is written as
+LLVM vectors (`llvm_tiles`; CPU_VECTOR_TILES=0: as scalars).
 """
 
 from __future__ import annotations
@@ -334,16 +335,16 @@ def vector_tiles_mode() -> str:
 
 
 def fma_rule() -> str:
-    """The contraction rule of the LLVM path (`llvm_tiles`), from CPU_FMA: by default "contract", LLVM's choice (the
-    `contract` flag on float32/float64 arithmetic: a product is fused into its single use, so the same expression can
-    round differently in two kernels); "accumulate" a product fused into a reduction's accumulator and no other (an
-    elementwise value is the same whether its product is computed in the kernel that adds it or stored by another
-    kernel first), "all" every float32/float64 product that feeds an add, "none" none. The other rules are not the
-    default because the scalar register tiles they leave to the SLP vectoriser ran slower (the CHANGELOG)."""
-    rule = os.environ.get("CPU_FMA", "").strip().lower() or "contract"
+    """The contraction rule of the LLVM path (`llvm_tiles`), from CPU_FMA: by default "accumulate", a product fused
+    into a reduction's accumulator and no other, so an elementwise value is the same whether its product is computed
+    in the kernel that adds it or stored by another kernel first (tinygrad's `test_batchnorm_axis` compares two such
+    kernels bit for bit); "contract" LLVM's choice (the `contract` flag on float32/float64 arithmetic: a product is
+    fused into its single use, so the same expression can round differently in two kernels), "all" every
+    float32/float64 product that feeds an add, "none" none."""
+    rule = os.environ.get("CPU_FMA", "").strip().lower() or "accumulate"
     if rule not in FMA_RULES:
         raise ValueError(f"CPU_FMA={rule!r} is not a contraction rule: set it to one of {', '.join(FMA_RULES)} "
-                         "(or leave it unset for 'contract')")
+                         "(or leave it unset for 'accumulate')")
     return rule
 
 
@@ -373,7 +374,7 @@ class LLVMRenderer(Renderer):
     # vectoriser's code from scalar tiles)
     vector_tiles = vector_tiles_mode() != "0"
     full_vector_tiles_only = vector_tiles_mode() == "full"
-    # the contraction rule (`llvm_tiles`): every float32/float64 multiply feeding an add fused, or none
+    # the contraction rule (`llvm_tiles`, CPU_FMA): which float32/float64 multiplies are fused with the add they feed
     fma = fma_rule()
 
     def render(self, name: str, program: list[UOp]) -> str:
@@ -686,17 +687,17 @@ class _Kernel:
         return self.ins(f"icmp {pred} {t} {a}, {b}")
 
     def fused_multiply_add(self, u: UOp, side: int) -> str:
-        """`a*b + c`, `a*b - c` or `c - a*b` as one llvm.fmuladd (the contraction rule of `llvm_tiles`; negating an
-        operand is exact)."""
+        """`a*b + c`, `a*b - c` or `c - a*b` fused (the contraction rule of `llvm_tiles`): a multiply and an add or
+        subtract that carry the `contract` flag, where the product has no other use, so the code generator makes them
+        one FMA as a vector tile's `llvm.fmuladd` is, and the SLP vectoriser still takes them (it leaves a tile of
+        `llvm.fmuladd` calls scalar); no other instruction carries the flag."""
         product, other = u.src[side], u.src[1 - side]
         t = value_type(u.dtype)
         a, b, c = self.val(product.src[0]), self.val(product.src[1]), self.val(other)
-        if u.op is Ops.SUB:
-            if side == 0:
-                c = self.ins(f"fneg {t} {c}")
-            else:
-                a = self.ins(f"fneg {t} {a}")
-        return self.intrinsic(f"llvm.fmuladd.{float_suffix(t)}", t, [(t, a), (t, b), (t, c)])
+        p = self.ins(f"fmul contract {t} {a}, {b}")
+        if u.op is Ops.ADD:
+            return self.ins(f"fadd contract {t} {p}, {c}" if side == 0 else f"fadd contract {t} {c}, {p}")
+        return self.ins(f"fsub contract {t} {p}, {c}" if side == 0 else f"fsub contract {t} {c}, {p}")
 
     def float_alu(self, op: Ops, d: DType, t: str, srcs: list[str]) -> str:
         # a multiply and an add are fused only where `fused_multiply_add` writes them as one, or, under the "contract"

@@ -1,8 +1,10 @@
 """The LLVM path's contraction rule, and its register tiles written as LLVM vectors.
 
-Contraction. No instruction carries the `contract` flag, and with the target machine's default fusion mode LLVM
-fuses a multiply and an add only where they are written as one `llvm.fmuladd` (on a target with FMA instructions
-always, without them never). The renderer writes one where the rule (`fused_adds`, CPU_FMA) says: by default
+Contraction. With the target machine's default fusion mode LLVM fuses a multiply and an add only where they are
+written as one `llvm.fmuladd` or as a product whose one use is an add, both with the `contract` flag (on a target with
+FMA instructions always, without them never). The renderer writes a vector tile's as `llvm.fmuladd` and the others
+as such a flagged pair (the SLP vectoriser leaves scalar `llvm.fmuladd` calls scalar), where the rule (`fused_adds`,
+CPU_FMA) says, and flags nothing else: by default
 ("accumulate") a float32/float64 product added to a reduction's accumulator (`acc + a*b`, a matmul's and a
 convolution's inner step), and no other product. So an elementwise value rounds the same whether its product is
 computed in the kernel that adds it or stored by another kernel first (a batch norm of random numbers computed in
