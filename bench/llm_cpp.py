@@ -8,7 +8,14 @@
 
 It needs llama-cpp-python (`pip install llama-cpp-python`: pip builds llama.cpp from the source distribution
 with cmake and a C++ compiler, for this machine's CPU). Without it the bench says so and exits: nothing here can
-stand in for llama.cpp. It is not a CI dependency.
+stand in for llama.cpp. It is not a CI dependency. On a virtual machine whose CPU flags list AMX (amx_tile,
+amx_int8) without the hypervisor letting a process use the tiles, the default build (-march=native) picks ggml's
+AMX matrix products and dies with SIGSEGV at its first `ldtilecfg`, in any batch of more than one token (a prompt);
+build it without AMX there (AMX_FREE_BUILD below; the report's failed row says so too), e.g. into a folder of its
+own that PYTHONPATH puts first:
+
+    CMAKE_ARGS="$AMX_FREE_BUILD" pip install --no-deps --target /tmp/llama-cpp-no-amx llama-cpp-python
+    PYTHONPATH=/tmp/llama-cpp-no-amx python bench/llm_cpp.py ...
 
 The model: a LLaMA of random weights (seeded numpy normals, scaled so that activations stay near 1) written by the
 gguf package one tensor at a time (float32, or float16 with --f16, the default for --shape 8b), with a vocabulary
@@ -65,6 +72,12 @@ FTYPES = {"Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q6_K": 18, "Q4
 WORKER_TIMEOUT_S = 3600
 #: the context length the files' metadata names (LLaMA-3's); each run loads with the context its prompt needs
 CONTEXT = 8192
+#: cmake flags for llama.cpp with the AVX-512 paths (VNNI included) that -march=native would pick, but no AMX
+AMX_FREE_BUILD = ("-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON "
+                  "-DGGML_AVX_VNNI=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON "
+                  "-DGGML_AVX512_BF16=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF")
+CPP_SEGFAULT = ("llama.cpp died with SIGSEGV; where the CPU lists AMX but the machine does not let processes use it, "
+                "build llama-cpp-python with CMAKE_ARGS=\"{flags}\" (see the module's doc)")
 NO_LLAMA_CPP = ("llama_cpp is not importable ({error}): this bench compares against llama.cpp through "
                 "llama-cpp-python. Install it with `pip install llama-cpp-python` (pip builds llama.cpp from the "
                 "source distribution; it needs cmake and a C++ compiler) and run the bench again.")
@@ -346,6 +359,8 @@ def main() -> None:
                 cold = {"TINYGRAD_CACHE_DIR": str(work / "kernel-cache")}
                 argv = ["--worker", fw, "--model", str(path), *extra]
                 results[fw] = spawn_json(HERE, argv, {**env, **cold}, args.timeout)
+                if fw == "cpp" and isinstance(results[fw], str) and str(results[fw]).startswith("exit -11"):
+                    results[fw] = f"{results[fw]} ({CPP_SEGFAULT.format(flags=AMX_FREE_BUILD)})"
                 print(f"{type_name} {fw}: {summary(results[fw])}", file=sys.stderr, flush=True)
             rows += report_rows(type_name, path.stat().st_size, results)
             if not args.workdir:

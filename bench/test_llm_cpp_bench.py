@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parent
 
 
@@ -21,6 +23,10 @@ def test_llm_cpp_bench_runs_or_says_what_is_missing() -> None:
         assert not done.stdout
         return
     rows = [line for line in done.stdout.splitlines() if line.startswith(("| Q8_0 |", "| Q4_0 |", "| Q4_K_M |"))]
+    if rows and all("llama.cpp died with SIGSEGV" in row and "GGML_AMX_INT8=OFF" in row for row in rows):
+        # the bench named the cause and the fix; the installed llama.cpp cannot run a prompt on this machine
+        pytest.skip("the installed llama-cpp-python was built with AMX, which this machine lists but does not let "
+                    "processes use: rebuild it with bench/llm_cpp.py's AMX_FREE_BUILD flags to compare")
     assert len(rows) == 3 and not any("FAILED" in row for row in rows), done.stdout
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]

@@ -162,6 +162,35 @@ def test_decode_product_reads_only_the_blocks_and_x(tmp_path, qtype):
     inputs = sorted((b.dtype.name, b.size) for b in schedule[0].bufs[1:])
     assert inputs == sorted([("float32", cols), ("uint8", raw.nbytes)]), inputs
 
+@pytest.mark.parametrize("qtype,tile", [(Q.Q8_0, 16), (Q.Q4_0, 16), (Q.Q4_1, 16), (Q.Q4_K, 128), (Q.Q6_K, 128)],
+                         ids=lambda v: getattr(v, "name", str(v)))
+def test_decode_product_reads_tiles_by_type_and_stores_one_axis_of_rows(tmp_path, qtype, tile):
+    """Types with one scale per block are packed in tiles of 16 rows, the K-quants in tiles of 128 (see quant's doc).
+    With 16-row tiles, the decode product's kernel has one output axis, the layer's rows, even where its consumer
+    reads the output by heads: with two, (tiles, rows of a tile), the CPU's matrix-vector rule would tile only a
+    tile's 16 rows, one stream, instead of 128 rows from 8 tiles."""
+    from tinygrad.codegen.lowerer import lower_kernel
+    from tinygrad.codegen.opt import OptState
+    from tinygrad.uop.ops import AxisKind
+
+    rng = np.random.default_rng(50 + int(qtype))
+    rows, cols = 512, gguf.GGML_QUANT_SIZES[qtype][0] * 2
+    raw = quantized(rng, qtype, (rows, cols))
+    write(tmp_path / "w.gguf", {"w": (raw, qtype)})
+    _, ts = gguf_load_quantized(tmp_path / "w.gguf")
+    layer = QuantizedLinear(ts["w"])
+    assert layer.tile == tile and layer._packed.shape[-1] == tile
+    x = Tensor(rng.standard_normal((1, cols)).astype(np.float32)).realize()
+    y = layer(x).reshape(1, 8, rows // 8) * 2  # read by heads, as attention reads q, k and v
+    kernels = [OptState.from_lowered(lower_kernel(si.ast)) for si in y.schedule()]
+    products = [k for k in kernels if k.ranges(AxisKind.REDUCE)]
+    assert len(products) == 1
+    outputs = [r.vmax + 1 for r in products[0].ranges(AxisKind.GLOBAL)]
+    assert outputs == [rows] if tile < 128 else outputs[-1] >= 64, outputs
+    np.testing.assert_allclose(y.numpy().reshape(1, rows), 2 * x.numpy() @ dequantize(raw, qtype).T, rtol=1e-4,
+                               atol=1e-4)
+
+
 def test_quantized_embedding_picks_dequantized_rows(tmp_path):
     rng = np.random.default_rng(4)
     raw = quantized(rng, Q.Q5_1, (11, 64))
@@ -282,18 +311,19 @@ def test_prefill_product_dequantizes_a_chunk_of_rows_at_a_time(tmp_path, monkeyp
     from tinygrad.llm import quant
 
     rng = np.random.default_rng(40)
-    out, cols = 320, 256  # tiles of 64 rows
+    out, cols = 336, 256  # tiles of 16 rows (Q8_0's)
     raw = quantized(rng, Q.Q8_0, (out, cols))
     write(tmp_path / "w.gguf", {"w": (raw, Q.Q8_0)})
     _, ts = gguf_load_quantized(tmp_path / "w.gguf")
     layer = QuantizedLinear(ts["w"])
     x = Tensor(rng.standard_normal((FUSED_MAX_ROWS + 4, cols)).astype(np.float32)).realize()
     whole = out * cols * 4
-    monkeypatch.setattr(quant, "PREFILL_CHUNK_BYTES", whole // 2)  # two chunks: 192 rows (3 tiles), then 128
+    monkeypatch.setattr(quant, "PREFILL_CHUNK_BYTES", whole // 2)  # two chunks: 176 rows (11 tiles), then 160
     sizes, _ = _track_allocations(monkeypatch)
     y = layer(x).numpy()
     np.testing.assert_allclose(y, x.numpy() @ dequantize(raw, Q.Q8_0).T, rtol=1e-4, atol=1e-4 * np.abs(y).max())
-    assert max(sizes) < whole and 192 * cols * 4 in sizes and 128 * cols * 4 in sizes, sizes
+    assert layer.tile == 16
+    assert max(sizes) < whole and 176 * cols * 4 in sizes and 160 * cols * 4 in sizes, sizes
 
 
 # ---- bad input ------------------------------------------------------------------------------------------------------

@@ -6,6 +6,10 @@ byte) to tiles of rows, (row tile, block, byte, row in the tile): the same bytes
 the same position of a block holds for the rows of a tile lie side by side. A matrix-vector product computes many
 output rows at a time (the compiler vectorises along them), so each of its loads reads neighbouring bytes instead
 of bytes a row apart, and a tile's bytes are one sequential stream through memory, with no page crossed per load.
+The CPU's matrix-vector kernel computes 128 rows at a time (8 registers of 16). Types with one scale per block
+(SMALL_TILE_TYPES: Q8_0, Q4_0, Q4_1) are packed in tiles of 16 rows, so those 128 rows come from 8 tiles: 8
+sequential streams in flight per thread instead of one, which memory serves faster than one stream. The K-quants
+keep 128-row tiles: their per-sub-block scales and mins, read per tile, cost more than the streams gain.
 
 The product. `x @ W.T` is written with Tensor ops as one reduction over the blocks and the values of a plane of
 a block (`_planes_product`): a plane is a run of values unpacked by the same constant shifts (the low nibbles of a
@@ -40,6 +44,9 @@ FUSED_MAX_ROWS = 4
 SUB_BLOCK = {"Q4_K": 32, "Q5_K": 32, "Q6_K": 16, "IQ4_XS": 32}
 #: output rows whose bytes are interleaved in the packed layout (see the module's doc)
 MAX_TILE_ROWS = 128
+#: the tile of the types with one scale per block (SMALL_TILE_TYPES): see the module's doc
+SMALL_TILE_ROWS = 16
+SMALL_TILE_TYPES = frozenset({"Q8_0", "Q4_0", "Q4_1"})
 #: the most bytes of float32 weight that a product of many rows (a prefill) dequantizes at once
 PREFILL_CHUNK_BYTES = 64 << 20
 
@@ -60,7 +67,8 @@ class QuantizedLinear:
         self.out_features, self.in_features = weight.shape
         self.type_name, self.block_elems, self.block_bytes = weight.type_name, weight.block_elems, weight.block_bytes
         self.n_blocks = self.in_features // self.block_elems
-        self.tile = _tile_rows(self.out_features)
+        self.tile = _tile_rows(self.out_features, SMALL_TILE_ROWS if self.type_name in SMALL_TILE_TYPES else
+                               MAX_TILE_ROWS)
         self._packed = _pack(weight, self.tile, unpermute_heads)
         self.bias = bias
 
@@ -100,6 +108,12 @@ class QuantizedLinear:
             planes = _PLANE_COUNT[self.type_name]
             xr = x.float().reshape(*lead, 1, self.n_blocks, planes, self.block_elems // planes)
             y = _planes_product(self._packed, self.type_name, xr).reshape(*lead, self.out_features)
+            if self.tile < MAX_TILE_ROWS:
+                # stored in the layer's output shape, one axis of rows: a consumer that reads it by heads would
+                # otherwise leave the kernel two output axes (tiles, rows of a tile), and the CPU's rule for a
+                # matrix-vector product tiles the inner one only, a small tile's one stream (see the module's doc).
+                # 128-row tiles go without: the copy costs more than it gains there
+                y = y.contiguous()
         elif all(isinstance(s, int) for s in lead) and prod(lead) <= FUSED_MAX_ROWS:
             # (tiles, tile, n_blocks, sub-blocks, values), never realized. The reduction runs over blocks, their
             # sub-blocks and the values of one: a sub-block's scale then depends on the outer loops only, and is
@@ -141,9 +155,9 @@ class QuantizedLinear:
         return f"QuantizedLinear({self.in_features}, {self.out_features}, {self.type_name})"
 
 
-def _tile_rows(rows: int) -> int:
-    """Output rows per tile of the packed layout: the largest power of two up to MAX_TILE_ROWS dividing rows."""
-    tile = MAX_TILE_ROWS
+def _tile_rows(rows: int, most: int = MAX_TILE_ROWS) -> int:
+    """Output rows per tile of the packed layout: the largest power of two up to `most` dividing rows."""
+    tile = most
     while rows % tile:
         tile //= 2
     return tile
