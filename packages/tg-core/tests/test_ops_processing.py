@@ -548,6 +548,56 @@ def test_a_half_right_operand_is_packed_as_half() -> None:
     np.testing.assert_allclose(out.numpy().astype(np.float32), ref, rtol=2e-3, atol=2e-2)
 
 
+def test_a_private_elementwise_right_operand_is_packed_from_its_computation() -> None:
+    """A right operand that is a `contiguous()` of an elementwise computation only the product reads (a weight
+    dequantized for a prefill) is packed straight from the computation: one kernel fewer, the same bits. A
+    contiguous that a tensor holds, that something else reads too, or that holds a reduction keeps its kernel."""
+    from tinygrad.device import Device
+    from tinygrad.dtype import dtypes
+    knobs = Device[Device.DEFAULT].knobs
+    if not knobs.l2_cache_bytes or 256 * 1024 * 4 < knobs.l2_cache_bytes or 40 < 2 * knobs.simd_lanes(dtypes.float32):
+        pytest.skip(f"{Device.DEFAULT} packs no right operand of 1 MiB read by 40 rows")
+    rng = np.random.default_rng(2)
+    an = rng.standard_normal((40, 256)).astype(np.float32)
+    qn = rng.integers(-8, 8, (1024, 256)).astype(np.int8)
+    sn = rng.standard_normal((1024, 1)).astype(np.float32)
+    a, q, s = Tensor(an).realize(), Tensor(qn).realize(), Tensor(sn).realize()
+
+    def weight() -> Tensor:
+        return q.cast(dtypes.float32) * s  # (1024, 256), elementwise in two buffers
+
+    def kernels(t: Tensor) -> int:
+        return len(t.schedule())
+
+    private = a @ weight().contiguous().T
+    assert kernels(private) == 2  # the packed copy computed from q and s, the product
+    private_value = private.numpy()
+    held_weight = weight().contiguous()  # the same node as private's (equal graphs are one node), held now
+    held = a @ held_weight.T
+    assert kernels(held) == 3  # the held weight, its packed copy, the product
+    np.testing.assert_array_equal(private_value, held.numpy())
+    np.testing.assert_allclose(private_value, an @ (qn.astype(np.float32) * sn).T, rtol=1e-5, atol=1e-4)
+    del held_weight
+
+    def read_twice(keep: bool) -> Tensor:
+        w = weight().contiguous()
+        out = (a @ w.T) + w.sum()
+        return out if not keep else out.cat(w[:1, :40].T, dim=1)  # the held weight is read a third time
+
+    shared, shared_held = read_twice(False), read_twice(True)
+    assert kernels(shared) == kernels(shared_held) - 1  # the weight keeps its kernel; the cat is one kernel more
+    np.testing.assert_allclose(shared.numpy(), an @ (qn.astype(np.float32) * sn).T + (qn * sn).sum(),
+                               rtol=1e-4, atol=1e-2)
+
+    def with_a_reduction() -> Tensor:  # 0 * a reduction + the weight: the weight, after a reduction in its kernel
+        return ((a.T @ a)[:, :1].expand(256, 1024) * 0 + weight().T).contiguous()
+
+    reduced = a @ with_a_reduction()
+    held_reduced = with_a_reduction()
+    assert kernels(reduced) == kernels(a @ held_reduced) == 4  # a.T @ a, the weight, its packed copy, the product
+    np.testing.assert_allclose(reduced.numpy(), an @ (qn.astype(np.float32) * sn).T, rtol=1e-5, atol=1e-4)
+
+
 def test_batch_chunk_of_a_weight_gradient_divides_the_batch_and_fits_the_budget() -> None:
     from tinygrad.engine import layout
     budget = 512 * 1024  # half of the 1 MiB L2 the CPU renderer declares

@@ -10,7 +10,9 @@ with a copy of it in another memory layout, as the knobs of the device the node 
   from memory. A copy laid out as (..., m/PANEL, k, PANEL) makes a strip one contiguous block that caches and
   prefetchers keep (BLAS libraries pack B the same way). Only a B of at least the device's L2 is packed (a smaller
   one stays in L2 whole), and only when at least PANEL rows of A read it: the copy is a pass over B as long as the
-  product itself for a single row.
+  product itself for a single row. Where B is a private `contiguous()` of an elementwise computation (a weight
+  dequantized for a prefill's matmul), the panels are computed from that computation: one pass writes them,
+  instead of one that stores B and another that copies it.
 * **Convolution operands** (`ConvOperand`). Where the device asks (`conv_border_copy`), a padded convolution reads
   a copy of its input with the zero border written out, instead of testing the border in its inner loop. A
   convolution whose output rows are shorter than a SIMD register reads its weight with the output channels
@@ -31,6 +33,7 @@ from collections.abc import Callable
 from tinygrad.device import Buffer, Device, DeviceKnobs
 from tinygrad.dtype import DType, dtypes
 from tinygrad.helpers import prod
+from tinygrad.uop import GroupOp
 from tinygrad.uop.layout import BatchChunked, ConvOperand, PanelPacked, WeightGradOperand
 from tinygrad.uop.ops import Ops, UOp, post_order
 from tinygrad.uop.windows import weight_gradient
@@ -41,28 +44,54 @@ from tinygrad.uop.windows import weight_gradient
 BORDER_COPY_MAX_RATIO = 8
 
 
-def layout_settings(devices: list[str], nodes: list[UOp], inputs: list[Buffer]) -> tuple:
+def layout_settings(devices: list[str], nodes: list[UOp], inputs: list[Buffer],
+                    keeps: Callable[[UOp], bool] | None = None) -> tuple:
     """What the pass's output for the graph of `nodes` depends on besides the graph (part of the schedule cache's
-    key): the knobs of the devices its hints may run on, read anew each time (a test may change a device's knobs);
-    nothing for a graph without hints, which is most of them and all of an eager step's."""
+    key): the knobs of the devices its hints may run on, read anew each time (a test may change a device's knobs),
+    and which CONTIGUOUS nodes `keeps` (see `lower_layouts`); nothing for a graph without hints, which is most of
+    them and all of an eager step's."""
     if not any(node.op is Ops.LAYOUT for node in nodes):
         return ()
-    return tuple(_knob_values(Device[d].knobs) for d in sorted({*devices, *(b.device for b in inputs)}))
+    kept = tuple(i for i, node in enumerate(nodes) if node.op is Ops.CONTIGUOUS and (keeps is None or keeps(node)))
+    return (*(_knob_values(Device[d].knobs) for d in sorted({*devices, *(b.device for b in inputs)})), kept)
 
 
 def _knob_values(k: DeviceKnobs) -> tuple:
     return (k.l2_cache_bytes, k.simd_bytes, k.channels_last_min, k.conv_border_copy, k.uneven_rows_channels_last)
 
 
-def lower_layouts(outputs: list[UOp], place: Callable[[UOp], dict[UOp, str]]
-                  ) -> tuple[list[UOp], dict[UOp, UOp | None]]:
+def lower_layouts(outputs: list[UOp], place: Callable[[UOp], dict[UOp, str]],
+                  keeps: Callable[[UOp], bool] | None = None) -> tuple[list[UOp], dict[UOp, UOp | None]]:
     """`outputs` with every LAYOUT node lowered for the device `place(sink)` assigns it, and for each node of the new
-    graph that is not in the given one, the given node it stands for (None for the copies the pass added)."""
+    graph that is not in the given one, the given node it stands for (None for the copies the pass added).
+
+    `keeps(node)`: whether a CONTIGUOUS node must keep its own buffer (a tensor holds it, or a later graph reads
+    it); a packed operand computes the others' values itself where they serve it alone. None: every one is kept."""
     sink = UOp(Ops.SINK, src=tuple(outputs))
     given = sink.toposort()
     if not any(node.op is Ops.LAYOUT for node in given):
         return outputs, {}
     device_of = place(sink)
+    users: dict[UOp, int] = {}
+    for node in given:
+        for s in set(node.src):
+            users[s] = users.get(s, 0) + 1
+
+    def private_source(y: UOp) -> UOp:
+        """y without a CONTIGUOUS under its movement ops that only y reads, that no one keeps, and whose value is
+        elementwise in realized buffers (computing it in the packing pass costs what storing it did); else y."""
+        chain: list[UOp] = []
+        node = y
+        while node.op in _MOVES_WITHOUT_BROADCAST and users.get(node, 0) <= 1:
+            chain.append(node)
+            node = node.src[0]
+        if node.op is not Ops.CONTIGUOUS or users.get(node, 0) != 1 or node._realized is not None or keeps is None \
+                or keeps(node) or not _elementwise(node.src[0]):
+            return y
+        out = node.src[0]
+        for moved in reversed(chain):
+            out = moved.replace(src=(out, *moved.src[1:]))
+        return out
     new_of: dict[UOp, UOp] = {}
     for node in given:
         if node.op is Ops.SINK:
@@ -73,6 +102,8 @@ def lower_layouts(outputs: list[UOp], place: Callable[[UOp], dict[UOp, str]]
             knobs = Device[device_of[node]].knobs
             if isinstance(node.arg, BatchChunked):
                 new = _batch_chunked(node, new.src[0], knobs, new_of)
+            elif isinstance(node.arg, PanelPacked) and new.src[0] is node.src[0]:
+                new = _panel_packed(new.src[0], node.arg, knobs, private_source)
             else:
                 new = lower_hint(new.src[0], node.arg, knobs)
         if new is not node:
@@ -89,6 +120,28 @@ def lower_layouts(outputs: list[UOp], place: Callable[[UOp], dict[UOp, str]]
         if node.op is not Ops.SINK and node not in given and node not in stands_for:
             stands_for[node] = None
     return new_outputs, stands_for
+
+
+#: movement ops through which an operand's elements are its source's, each once (an EXPAND repeats them)
+_MOVES_WITHOUT_BROADCAST = GroupOp.Movement - {Ops.EXPAND}
+#: where the value of a node stops depending on computation in the graph: realize points and leaves
+_STORED = frozenset({Ops.BUFFER, Ops.CONST, Ops.CONTIGUOUS, Ops.COPY})
+
+
+def _elementwise(value: UOp) -> bool:
+    """Whether `value` is computed from stored values by elementwise and movement ops only: each of its elements
+    costs a few operations on a few loads, wherever it is computed."""
+    seen: set[UOp] = set()
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if node in seen or node.op in _STORED or node._realized is not None:
+            continue
+        if node.op not in GroupOp.Elementwise and node.op not in GroupOp.Movement:
+            return False
+        seen.add(node)
+        stack.extend(node.src)
+    return True
 
 
 def lower_hint(value: UOp, hint: object, knobs: DeviceKnobs) -> UOp:
@@ -111,8 +164,10 @@ def lower_hint(value: UOp, hint: object, knobs: DeviceKnobs) -> UOp:
 
 # ---- matmul ----
 
-def _panel_packed(y: UOp, hint: PanelPacked, knobs: DeviceKnobs) -> UOp:
-    """y (..., k, m) read from a copy laid out as (..., m/PANEL, k, PANEL), where the device's knobs make it pay."""
+def _panel_packed(y: UOp, hint: PanelPacked, knobs: DeviceKnobs,
+                  source: Callable[[UOp], UOp] = lambda y: y) -> UOp:
+    """y (..., k, m) read from a copy laid out as (..., m/PANEL, k, PANEL), where the device's knobs make it pay;
+    the copy is made from `source(y)`, the same value."""
     shape = y.shape
     if not all(isinstance(s, int) for s in shape):
         return y  # symbolic sizes: the layout would change with the variable's value
@@ -124,7 +179,7 @@ def _panel_packed(y: UOp, hint: PanelPacked, knobs: DeviceKnobs) -> UOp:
     lead = shape[:-2]
     n = len(lead)
     order = (*range(n), n + 1, n, n + 2)
-    panels = _contiguous(y.reshape(lead + (k, m // panel, panel)).permute(order))
+    panels = _contiguous(source(y).reshape(lead + (k, m // panel, panel)).permute(order))
     return panels.permute(order).reshape(lead + (k, m))
 
 

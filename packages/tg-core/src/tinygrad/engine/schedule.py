@@ -401,7 +401,8 @@ def _create_schedule(outputs: list[UOp], devices: list[str]) -> tuple[list[Sched
         walked = graph_key(outputs, devices)
         assert walked is not None, "graph_key gives up only at realized nodes when asked to"
     key, topo, inputs = walked
-    key = (key, split_settings(), layout_settings(devices, topo, inputs))  # the graph passes' settings too
+    # the graph passes' settings too
+    key = (key, split_settings(), layout_settings(devices, topo, inputs, _stands_for_a_tensor))
     if (template := schedule_cache.get(key)) is not None:
         return _named_back(template.instantiate(topo, inputs), renamed)
     items, views, out_views = _schedule_graph(outputs, devices)
@@ -412,7 +413,8 @@ def _create_schedule(outputs: list[UOp], devices: list[str]) -> tuple[list[Sched
 def _schedule_graph(given: list[UOp], devices: list[str]) -> tuple[list[ScheduleItem], dict[UOp, UOp], list[UOp]]:
     # graph passes first; `stands_for` maps the nodes they rebuilt back to the given graph, which is what the
     # caller (and the schedule cache) knows: realized views, and each kernel's outputs, are reported in its terms
-    laid_out, layout_for = lower_layouts(given, lambda sink: _assign_devices(sink, given, devices))
+    laid_out, layout_for = lower_layouts(given, lambda sink: _assign_devices(sink, given, devices),
+                                         _stands_for_a_tensor)
     outputs, split_for = split_large_reductions(laid_out)
     stands_for = _composed(layout_for, split_for)
     sink = UOp(Ops.SINK, src=tuple(outputs))

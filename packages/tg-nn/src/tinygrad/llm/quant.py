@@ -19,7 +19,8 @@ the blocks, sub-blocks and values of the unpacking of `tinygrad.nn.gguf`. Nothin
 scheduler fuses the unpacking into the reduction, and a decode step's product is one kernel that reads the bytes.
 With more rows of input than a few (a prompt's prefill), the unpacking would be repeated per row: there the layer's
 float weight is made first, one kernel, and the product is an ordinary matmul; the float weight lives only while the
-layer runs.
+layer runs. Where the device packs a matmul's right operand into panels (the CPU), the scheduler computes the float
+weight straight into the packed copy, since nothing else reads it (engine/layout.py).
 """
 
 from __future__ import annotations
@@ -133,7 +134,8 @@ class QuantizedLinear:
 
     def _by_row_chunks(self, x: Tensor) -> Tensor:
         """x @ W.T for many rows of x, run now, a chunk of W's rows at a time: each chunk's float weight is made (one
-        kernel), used by an ordinary matmul and dropped before the next. Left lazy, a layer's products would be one
+        kernel: where the device packs the matmul's operand, the packed copy itself), used by an ordinary matmul and
+        dropped before the next. Left lazy, a layer's products would be one
         schedule holding several of its float weights at once, each with the matmul's packed copy of it (a float32
         weight is 7x its 4-bit blocks: a large model's layer would add a fifth of the whole file to the resident
         memory); chunked, at most PREFILL_CHUNK_BYTES of float weight (and its copy) live, and the device's pool of
