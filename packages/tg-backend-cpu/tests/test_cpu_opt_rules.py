@@ -322,6 +322,28 @@ def test_the_rules_move_a_big_transpose_in_4x4_blocks() -> None:
     assert last_kernel_opts(Tensor.empty(16384, 16).T.contiguous()) == ()
 
 
+def test_the_rules_give_a_copy_of_grouped_rows_explicit_vector_lanes() -> None:
+    """A copy whose innermost stored axis reads its source through a division (tiles of 16 rows copied into panels
+    of 32, as a dequantized weight is packed for a prefill): that axis UPCAST by a vector of float32 lanes, and
+    the values are numpy's. A plain copy, or a small one, gets nothing."""
+    import numpy as np
+    from tg_backend_cpu.opt_rules import CPU_TRANSPOSE_MIN
+    from tinygrad import Tensor
+
+    lanes = _Cpu(CpuRules()).lanes
+
+    def panels(t: Tensor) -> Tensor:  # (n, 2, k, 16) -> (n, k, 32): two tiles of 16 rows side by side
+        n, _, k, _ = t.shape
+        return t.permute(0, 2, 1, 3).reshape(n, k, 32).contiguous()
+
+    assert last_kernel_opts(panels(Tensor.empty(64, 2, 2048, 16))) == (Opt(OptOps.UPCAST, 2, lanes),)
+    assert last_kernel_opts(Tensor.empty(64, 2048, 32).contiguous() + 1) == ()
+    assert 2 * 2 * 64 * 16 < CPU_TRANSPOSE_MIN
+    assert last_kernel_opts(panels(Tensor.empty(2, 2, 64, 16))) == ()
+    src = np.arange(8 * 2 * 512 * 16, dtype=np.float32).reshape(8, 2, 512, 16)
+    np.testing.assert_array_equal(panels(Tensor(src)).numpy(), src.transpose(0, 2, 1, 3).reshape(8, 512, 32))
+
+
 def test_the_rules_compute_a_small_windows_outputs_for_8_images_side_by_side() -> None:
     from tinygrad import Tensor
 

@@ -19,7 +19,9 @@ The kernel is a loop nest that the C compiler or LLVM vectorises; the rules choo
   is UPCAST whole first, and the reduce axis unrolled by 4.
 * a small window (a pool): several images side by side, or the window unrolled whole.
 * elementwise kernels: nothing, the C compiler vectorises the innermost loop already; except a big transpose
-  (stored along one axis, loaded along another), which moves 4x4 blocks.
+  (stored along one axis, loaded along another), which moves 4x4 blocks, and a big kernel whose loads along the
+  stored innermost axis go through a division (a source in groups along it: weight blocks packed in tiles of rows),
+  which is UPCAST by a vector of lanes, where the compiler's loop vectoriser sees through no division.
 
 The outermost global axis always stays a plain loop, so that the thread pool can split it. The thresholds and
 tile shapes were chosen by timing kernels (with BEAM's choices as a guide); the numbers are in this package's
@@ -31,6 +33,7 @@ from __future__ import annotations
 from tinygrad.codegen.opt.actions import Opt, OptOps, OptState, const_size
 from tinygrad.codegen.opt.heuristics import (
     access_strides,
+    accesses,
     accesses_in_the_loop,
     axis_index,
     gated_ranges,
@@ -43,7 +46,7 @@ from tinygrad.codegen.opt.heuristics import (
 )
 from tinygrad.dtype import dtypes
 from tinygrad.renderer import Renderer
-from tinygrad.uop.ops import AxisKind, UOp
+from tinygrad.uop.ops import AxisKind, Ops, UOp
 
 #: register tile: rows along the reuse axis (the SIMD axis's amounts come from the renderer's knobs, `_Cpu`)
 CPU_REUSE = (8, 6, 4, 3, 2)
@@ -113,7 +116,8 @@ def cpu_opt_rules(renderer: Renderer, state: OptState) -> OptState:
     globals_, reduces = state.ranges(AxisKind.GLOBAL), state.ranges(AxisKind.REDUCE)
     out_size, red_size = work_sizes(state)
     if not reduces:
-        return _transpose_tile(state, renderer, globals_, out_size)
+        tiled = _transpose_tile(state, renderer, globals_, out_size)
+        return tiled if tiled is not state else _grouped_loads(state, renderer, globals_, out_size)
     cpu = _Cpu(renderer)
     if red_size < 16:
         return _small_window(state, renderer, cpu, globals_, reduces)
@@ -323,6 +327,29 @@ def _transpose_tile(state: OptState, renderer: Renderer, globals_: list[UOp], ou
                 return state
             return try_opt(tiled, Opt(OptOps.UPCAST, ax, CPU_TRANSPOSE_BLOCK), renderer)
     return state
+
+
+def _grouped_loads(state: OptState, renderer: Renderer, globals_: list[UOp], out_size: int) -> OptState:
+    """An elementwise kernel stored contiguously along its innermost axis with a load whose index along that axis is
+    not affine (divided or taken modulo: its source lies in groups along the axis, such as a weight's blocks packed
+    in tiles of 16 rows, copied into panels of 32): that axis UPCAST by a vector of float32 lanes, so that each
+    lane's index is explicit and a group's loads are neighbours the compiler joins into vector loads. Not for small
+    kernels, whose compile time it would only add to."""
+    if out_size < CPU_TRANSPOSE_MIN or not globals_:
+        return state
+    inner = globals_[-1]
+    along = access_strides(state, inner)
+    stored = stores(state)
+    if sum(stored) != 1 or along[stored.index(True)] != 1:
+        return state
+    if not any(node.op in (Ops.IDIV, Ops.MOD) and inner in node.toposort()
+               for u, st in zip(accesses(state), stored) if not st for node in u.src[1].toposort()):
+        return state
+    lanes = renderer.knobs.simd_lanes(dtypes.float32)
+    amount = largest_divisor(const_size(inner) or 1, (lanes, lanes // 2))
+    if amount is None or (inner is globals_[0] and (const_size(inner) or 1) // amount < 64):
+        return state  # the outermost axis stays a loop of many iterations for the threads to split
+    return try_opt(state, Opt(OptOps.UPCAST, state.axes.index(inner), amount), renderer)
 
 
 def _partial_sums(state: OptState, renderer: Renderer, globals_: list[UOp]) -> tuple[OptState, bool]:
