@@ -63,6 +63,13 @@ def test_the_rules_block_a_big_matmul_for_l2_and_leave_a_small_one() -> None:
     assert sizes(big, AxisKind.GLOBAL) == [8, 128, 4]
     small = optimize(lower_kernel(matmul_ast(64, 64, 64)), CpuRules())
     assert OptOps.TILE not in [o.op for o in small.applied] and small.applied
+    # a long reduction over few rows (a prefill's projection): a strip of 8192 * 32 floats (1 MiB) outgrows the L2
+    # budget alone, so no block; the column tiles go outermost, each strip read from memory once
+    budget = _Cpu(CpuRules()).l2_budget
+    assert 8192 * 32 * 4 > budget
+    long = optimize(lower_kernel(matmul_ast(64, 8192, 2048)), CpuRules())
+    assert [o.op for o in long.applied] == [OptOps.UPCAST, OptOps.UPCAST, OptOps.SWAP]
+    assert sizes(long, AxisKind.GLOBAL) == [2048 // 32, 64 // 8]
 
 
 def test_the_rules_tile_a_matmul() -> None:

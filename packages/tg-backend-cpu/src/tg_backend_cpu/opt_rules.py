@@ -462,12 +462,17 @@ def _block_for_l2(state: OptState, renderer: Renderer, l2_budget: int, simd_id: 
     SIMD axis reads (a tile's columns of B, over the whole reduction) outgrow the L2 budget, TILE the SIMD axis
     into blocks whose strips fit and SWAP the block loop outermost. Each block of B then stays in L2 while
     every row tile of A passes it, and A (read by broadcasts, a quarter of the bytes per FMA) streams from
-    farther away instead of B."""
+    farther away instead of B. Where not even two strips fit, the SIMD axis itself goes outermost."""
     globals_ = state.ranges(AxisKind.GLOBAL)
     outer = next((g for g in globals_ if g.arg.axis == simd_id), None)
     if outer is None or outer is globals_[0] or (tiles := const_size(outer)) is None:
         return state
     strip = red_size * simd_amt * 4
+    if l2_budget // strip < 2:
+        # no two strips fit: no block to TILE, but with the SIMD axis outermost each strip is read from memory once,
+        # and again from the caches by the other row tiles, where a loop over row tiles outside would stream all of
+        # B from memory for each (a long reduction over few rows: a prefill's projections)
+        return try_opt(state, Opt(OptOps.SWAP, 0, state.axes.index(outer)), renderer) if tiles >= 8 else state
     # at least 8 blocks where there are tiles enough: the block loop is the one a threaded backend splits
     per_block = max(1, min(l2_budget // strip, tiles // 8))
     if per_block >= tiles:
