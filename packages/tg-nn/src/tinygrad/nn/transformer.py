@@ -245,6 +245,11 @@ class Attention:
         B, T, _ = x.shape
         q, k, v = self._project(x)
         q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        if T > 1:
+            # computed once: the scores read each query once per key, and a query rotated in their kernel would be
+            # rotated again for every key (its projection is a buffer already where the weights are quantized, so
+            # the scheduler has no reduction to compute it with)
+            q = q.contiguous()
         keys, values = self._cache.update(k, v, start_pos)
         out = attend(q, keys, values, mask)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
