@@ -116,8 +116,8 @@ def cpu_opt_rules(renderer: Renderer, state: OptState) -> OptState:
     globals_, reduces = state.ranges(AxisKind.GLOBAL), state.ranges(AxisKind.REDUCE)
     out_size, red_size = work_sizes(state)
     if not reduces:
-        tiled = _transpose_tile(state, renderer, globals_, out_size)
-        return tiled if tiled is not state else _grouped_loads(state, renderer, globals_, out_size)
+        blocks = _transpose_tile(state, renderer, globals_, out_size)
+        return blocks if blocks is not state else _grouped_loads(state, renderer, globals_, out_size)
     cpu = _Cpu(renderer)
     if red_size < 16:
         return _small_window(state, renderer, cpu, globals_, reduces)
