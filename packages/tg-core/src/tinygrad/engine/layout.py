@@ -131,17 +131,11 @@ _STORED = frozenset({Ops.BUFFER, Ops.CONST, Ops.CONTIGUOUS, Ops.COPY})
 def _elementwise(value: UOp) -> bool:
     """Whether `value` is computed from stored values by elementwise and movement ops only: each of its elements
     costs a few operations on a few loads, wherever it is computed."""
-    seen: set[UOp] = set()
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        if node in seen or node.op in _STORED or node._realized is not None:
-            continue
-        if node.op not in GroupOp.Elementwise and node.op not in GroupOp.Movement:
-            return False
-        seen.add(node)
-        stack.extend(node.src)
-    return True
+    def stored(node: UOp) -> bool:
+        return node.op in _STORED or node._realized is not None
+
+    nodes = post_order((value,), lambda node: () if stored(node) else node.src)
+    return all(stored(n) or n.op in GroupOp.Elementwise or n.op in GroupOp.Movement for n in nodes)
 
 
 def lower_hint(value: UOp, hint: object, knobs: DeviceKnobs) -> UOp:
