@@ -12,6 +12,13 @@ side. A driver imports the example's code unchanged, builds it at a tiny size wi
 from a fixed seed (the two tinygrads' random generators differ), runs it and saves its outputs with `seconds`, the
 wall time of the measured part, into OUT.npz. The driver's module-level RTOL and ATOL (defaults below) are the
 tolerance of the comparison. The report is a markdown table on stdout; the exit status is 0 whatever it says.
+
+A driver that sets `SEQUENTIAL_SUMS = True` (a training run on raw pixel values, whose gradients depend on how
+accurately float32 reductions are summed, and whose Adam steps amplify the difference) is also run on this project
+with one float32 accumulator per output, as tinygrad 0.14.0 sums (`NOOPT=1 SPLIT_REDUCE=0`, `SEQUENTIAL_ENV`): its
+verdict compares that run with tinygrad's, and the cell gives the default run's difference too. The default sums
+in chunks and several accumulators, closer to the exact sum (test_accuracy_of_sums.py in tg-nn compares such a
+model's gradients with float64).
 """
 
 from __future__ import annotations
@@ -40,9 +47,15 @@ class Result:
     seconds: float = float("nan")
 
 
-def tolerance(driver: Path) -> tuple[float, float]:
-    """The driver's module-level RTOL/ATOL constants, read without importing it (it imports tinygrad)."""
-    found = {"RTOL": RTOL, "ATOL": ATOL}
+#: how this project sums when a driver asks for tinygrad's summation order: one accumulator per output (no kernel
+#: opts, so no unrolled partial sums) and no reduction split into chunks
+SEQUENTIAL_ENV = {"NOOPT": "1", "SPLIT_REDUCE": "0"}
+
+
+def driver_constants(driver: Path) -> dict[str, float]:
+    """The driver's module-level RTOL, ATOL and SEQUENTIAL_SUMS constants (defaults for those it does not set), read
+    without importing it (it imports tinygrad)."""
+    found = {"RTOL": RTOL, "ATOL": ATOL, "SEQUENTIAL_SUMS": 0.0}
     for node in ast.parse(driver.read_text()).body:
         if not isinstance(node, ast.Assign):
             continue
@@ -52,6 +65,12 @@ def tolerance(driver: Path) -> tuple[float, float]:
             for name, value in zip(names, values):
                 if isinstance(name, ast.Name) and name.id in found and isinstance(value, ast.Constant):
                     found[name.id] = float(value.value)
+    return found
+
+
+def tolerance(driver: Path) -> tuple[float, float]:
+    """The driver's RTOL/ATOL."""
+    found = driver_constants(driver)
     return found["RTOL"], found["ATOL"]
 
 
@@ -67,6 +86,7 @@ def first_line(log: str) -> str:
 def run_driver(side: Side, driver: Path, ws: Path, out_dir: Path, timeout: int) -> Result:
     out = out_dir / f"{driver.stem}-{side.key}.npz"
     log = out_dir / f"{driver.stem}-{side.key}.log"
+    out.unlink(missing_ok=True)  # a kept folder's output of an earlier run is not this run's
     # the workspace first: its examples/ package is what `import examples.x` means
     env = {**os.environ, "DEV": "CPU", "PYTHONPATH": os.pathsep.join([str(ws), str(HERE)]), **side.env}
     start = time.perf_counter()
@@ -96,13 +116,29 @@ def compare(a: dict[str, np.ndarray], b: dict[str, np.ndarray], rtol: float, ato
             return f"DIFF: {k} has shape {x.shape} vs {y.shape}"
         if x.size == 0:
             continue
-        diff = np.abs(x - y)
-        diff[np.isnan(x) & np.isnan(y)] = 0
+        both_nan = np.isnan(x) & np.isnan(y)  # (a test accuracy neither side computed yet)
+        diff = np.where(both_nan, 0.0, np.abs(x - y))
         worst_abs = max(worst_abs, float(np.nanmax(diff)) if not np.isnan(diff).all() else float("inf"))
+        scale = np.where(both_nan, 0.0, np.abs(y))
         # relative to the value, or to ATOL where the value is smaller (near zero every difference is large)
-        worst_rel = max(worst_rel, float(np.max(diff / np.maximum(np.abs(y), max(atol, 1e-30)))))
-        ok = ok and bool(np.all(diff <= atol + rtol * np.abs(y)))
+        worst_rel = max(worst_rel, float(np.max(diff / np.maximum(scale, max(atol, 1e-30)))))
+        ok = ok and bool(np.all(diff <= atol + rtol * scale))  # a NaN on one side only is a difference
     return f"{'ok' if ok else 'DIFF'} {worst_abs:.1e} / {worst_rel:.1e}"
+
+
+def sequential_verdict(results: dict[str, Result], driver: Path, ws: Path, out_dir: Path, timeout: int,
+                       chosen: list[Side], default_diff: str) -> str:
+    """For a SEQUENTIAL_SUMS driver: this project run again summing as tinygrad does, compared with tinygrad's
+    outputs; the default run's difference follows in brackets."""
+    ours = next(s for s in chosen if s.key == "ours")
+    side = Side("ours-sequential", f"{ours.label}, {' '.join(f'{k}={v}' for k, v in SEQUENTIAL_ENV.items())}",
+                ours.python, {**ours.env, **SEQUENTIAL_ENV})
+    print(f"[examples] {side.label}: {driver.stem}", file=sys.stderr, flush=True)
+    seq, theirs = run_driver(side, driver, ws, out_dir, timeout), results["tinygrad"]
+    if seq.outputs is None or theirs.outputs is None:
+        return f"{side.label} failed: {seq.error} (default sums: {default_diff})"
+    verdict = compare(seq.outputs, theirs.outputs, *tolerance(driver))
+    return f"{verdict} summed as tinygrad (default sums: {default_diff})"
 
 
 def main() -> int:
@@ -134,6 +170,8 @@ def main() -> int:
         if ours and theirs and ours.outputs is not None and theirs.outputs is not None:
             diff = compare(ours.outputs, theirs.outputs, *tolerance(driver))
             time_ratio = f"{ours.seconds / theirs.seconds:.2f} ({ours.seconds:.2f} s / {theirs.seconds:.2f} s)"
+            if driver_constants(driver)["SEQUENTIAL_SUMS"]:
+                diff = sequential_verdict(results, driver, ws, out_dir, args.timeout, chosen, diff)
         rows.append(f"| {driver.stem} | " + " | ".join(c.replace("|", "/") for c in cells) +
                     f" | {diff} | {time_ratio} |")
         print(f"[examples] {rows[-1]}", file=sys.stderr, flush=True)

@@ -92,3 +92,24 @@ def test_the_runner_reads_junit_and_copies_no_tinygrad_package(tmp_path: Path) -
     assert (got.passed, got.failed, got.errors, got.skipped) == (["a.T::ok"], ["a.T::bad"], ["a.T::err"],
                                                                 ["a.T::skip"])
     assert got.cell() == "1 / 1 / 1 / 1"
+
+
+def test_the_examples_runner_compares_nans_and_reads_a_drivers_summing(tmp_path: Path) -> None:
+    sys.path.insert(0, str(TOOLS))
+    try:
+        import numpy as np
+        import run_examples
+    finally:
+        sys.path.remove(str(TOOLS))
+    nan = float("nan")
+    same = {"acc": np.array(nan), "w": np.array([1.0, 2.0])}
+    assert run_examples.compare(same, dict(same), 1e-3, 1e-3).startswith("ok")  # NaN on both sides: the same
+    assert run_examples.compare({"acc": np.array(1.0), "w": same["w"]}, same, 1e-3, 1e-3).startswith("DIFF")
+    assert run_examples.compare({"acc": np.array(nan), "w": np.array([1.0, 2.1])}, same, 1e-3, 1e-3).startswith("DIFF")
+    driver = tmp_path / "d.py"
+    driver.write_text("SEQUENTIAL_SUMS = True\nRTOL, ATOL = 1e-3, 2e-3\n")
+    assert run_examples.driver_constants(driver) == {"RTOL": 1e-3, "ATOL": 2e-3, "SEQUENTIAL_SUMS": 1.0}
+    assert run_examples.tolerance(driver) == (1e-3, 2e-3)
+    (tmp_path / "e.py").write_text("x = 1\n")
+    assert run_examples.driver_constants(tmp_path / "e.py")["SEQUENTIAL_SUMS"] == 0.0
+    assert run_examples.SEQUENTIAL_ENV == {"NOOPT": "1", "SPLIT_REDUCE": "0"}

@@ -13,9 +13,12 @@ from tinygrad import Tensor, nn
 
 import examples.beautiful_mnist as bm
 
-# tinygrad 0.14.0 sums the (raw pixel sized) activations of the BatchNorm statistics in float32 with a relative
-# error near 1e-4 (this project's sums are closer to float64); training steps amplify that
-RTOL, ATOL = 5e-2, 1e-3
+# tinygrad 0.14.0 sums each reduction of the (raw pixel sized) activations in one float32 accumulator: its
+# gradients are off by up to 1e-2 of their size from float64's (this project's default sums by 1e-5), and Adam's
+# steps amplify that. So the comparison is with this project summing the same way (run_examples.py's
+# SEQUENTIAL_SUMS), where the two agree closely
+SEQUENTIAL_SUMS = True
+RTOL, ATOL = 1e-3, 1e-3
 STEPS, WARMUP = 4, 2  # TinyJit runs the first call plainly and captures on the second
 
 reseed = patch_random()
