@@ -4,6 +4,7 @@ against the same file dequantized up front, and bad input."""
 
 from __future__ import annotations
 
+import gc
 import struct
 
 import numpy as np
@@ -324,6 +325,16 @@ def test_prefill_product_dequantizes_a_chunk_of_rows_at_a_time(tmp_path, monkeyp
     np.testing.assert_allclose(y, x.numpy() @ dequantize(raw, Q.Q8_0).T, rtol=1e-4, atol=1e-4 * np.abs(y).max())
     assert layer.tile == 16
     assert max(sizes) < whole and 176 * cols * 4 in sizes and 160 * cols * 4 in sizes, sizes
+    # the next prefill unpacks the same chunks' graphs again (built once, kept unrealized): its own product, the float
+    # weights made again, a chunk at a time, and dropped, none of them held by the layer afterwards
+    gc.collect()
+    before, sizes[:] = GlobalCounters.mem_used, []
+    x2 = Tensor(rng.standard_normal((FUSED_MAX_ROWS + 7, cols)).astype(np.float32)).realize()
+    y2 = layer(x2).numpy()
+    np.testing.assert_allclose(y2, x2.numpy() @ dequantize(raw, Q.Q8_0).T, rtol=1e-4, atol=1e-4 * np.abs(y2).max())
+    assert max(sizes) < whole and 176 * cols * 4 in sizes and 160 * cols * 4 in sizes, sizes
+    gc.collect()
+    assert GlobalCounters.mem_used - before < 176 * cols * 4, GlobalCounters.mem_used - before
 
 
 # ---- bad input ------------------------------------------------------------------------------------------------------

@@ -72,6 +72,8 @@ class QuantizedLinear:
                                MAX_TILE_ROWS)
         self._packed = _pack(weight, self.tile, unpermute_heads)
         self.bias = bias
+        #: the float weight of each chunk of rows `_by_row_chunks` makes, as lazy graphs (built once: see there)
+        self._chunk_weights: list[Tensor] | None = None
 
     @classmethod
     def _unpermuting(cls, weight: QuantizedTensor, bias: Tensor | None, unpermute_heads: int | None) -> QuantizedLinear:
@@ -143,15 +145,25 @@ class QuantizedLinear:
         # x computed once: left lazy, its graph (a norm, SwiGLU's silu(gate) * up) would be fused into every
         # chunk's matmul and recomputed for each of the chunk's columns
         x = x.realize()
-        chunks = -(-self.out_features * self.in_features * 4 // PREFILL_CHUNK_BYTES)
-        step = -(-self.out_features // chunks // self.tile) * self.tile  # whole tiles of the packed layout
-        parts = []
-        for start in range(0, self.out_features, step):
-            stop = min(start + step, self.out_features)
-            rows = self._packed[start // self.tile:-(-stop // self.tile)].permute(0, 3, 1, 2)
-            w = dequantize_blocks(rows.reshape(-1, self.n_blocks, self.block_bytes), self.type_name)
-            parts.append(x.linear(w.reshape(stop - start, self.in_features).contiguous().T).realize())
+        parts = [x.linear(w.contiguous().T).realize() for w in self._float_chunks()]
         return parts[0] if len(parts) == 1 else parts[0].cat(*parts[1:], dim=-1)
+
+    def _float_chunks(self) -> list[Tensor]:
+        """The float weight of each chunk of W's rows, lazy: graphs of the unpacking over the packed blocks, never
+        realized themselves (a product realizes a `contiguous()` of one, which it drops), built at the first prefill
+        and kept: they are the same graphs every time, and building one costs as much Python as the scheduler
+        spends on the chunk's whole product."""
+        if self._chunk_weights is None:
+            chunks = -(-self.out_features * self.in_features * 4 // PREFILL_CHUNK_BYTES)
+            step = -(-self.out_features // chunks // self.tile) * self.tile  # whole tiles of the packed layout
+            weights = []
+            for start in range(0, self.out_features, step):
+                stop = min(start + step, self.out_features)
+                rows = self._packed[start // self.tile:-(-stop // self.tile)].permute(0, 3, 1, 2)
+                w = dequantize_blocks(rows.reshape(-1, self.n_blocks, self.block_bytes), self.type_name)
+                weights.append(w.reshape(stop - start, self.in_features))
+            self._chunk_weights = weights
+        return self._chunk_weights
 
     def __repr__(self) -> str:
         return f"QuantizedLinear({self.in_features}, {self.out_features}, {self.type_name})"
