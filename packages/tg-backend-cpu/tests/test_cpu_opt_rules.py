@@ -351,6 +351,31 @@ def test_the_rules_give_a_copy_of_grouped_rows_explicit_vector_lanes() -> None:
     np.testing.assert_array_equal(panels(Tensor(src)).numpy(), src.transpose(0, 2, 1, 3).reshape(8, 512, 32))
 
 
+def test_the_rules_unpack_values_sharing_a_groups_scale_a_few_positions_at_a_time() -> None:
+    """Values unpacked into panels of 32 with a scale per group of 32 positions of the middle axis (a quantized
+    weight's blocks made float for a prefill's matmul): the middle axis UPCAST by CPU_GROUP_SHARED, so that the
+    group's scale is read and converted once per few positions, and the stored axis by two vectors; the values are
+    numpy's. Without the group (a scale per position), or small, it gets nothing."""
+    import numpy as np
+    from tg_backend_cpu.opt_rules import CPU_GROUP_SHARED, CPU_TRANSPOSE_MIN
+    from tinygrad import Tensor
+
+    lanes = _Cpu(CpuRules()).lanes
+
+    def unpacked(q: Tensor, scale: Tensor) -> Tensor:  # q (n, k, 32), scale (n, k // 32, 32): one per 32 of k
+        n, k, w = q.shape
+        return (q * scale.reshape(n, k // 32, 1, w).expand(n, k // 32, 32, w).reshape(n, k, w)).contiguous()
+
+    assert last_kernel_opts(unpacked(Tensor.empty(64, 2048, 32), Tensor.empty(64, 64, 32))) == \
+        (Opt(OptOps.UPCAST, 2, 2 * lanes), Opt(OptOps.UPCAST, 1, CPU_GROUP_SHARED))
+    assert last_kernel_opts((Tensor.empty(64, 2048, 32) * Tensor.empty(64, 2048, 32)).contiguous()) == ()
+    assert 2 * 64 * 32 < CPU_TRANSPOSE_MIN
+    assert last_kernel_opts(unpacked(Tensor.empty(2, 64, 32), Tensor.empty(2, 2, 32))) == ()
+    rng = np.random.default_rng(0)
+    q, scale = rng.standard_normal((4, 1024, 32), dtype=np.float32), rng.standard_normal((4, 32, 32), dtype=np.float32)
+    np.testing.assert_array_equal(unpacked(Tensor(q), Tensor(scale)).numpy(), q * np.repeat(scale, 32, axis=1))
+
+
 def test_the_rules_compute_a_small_windows_outputs_for_8_images_side_by_side() -> None:
     from tinygrad import Tensor
 

@@ -21,7 +21,9 @@ The kernel is a loop nest that the C compiler or LLVM vectorises; the rules choo
 * elementwise kernels: nothing, the C compiler vectorises the innermost loop already; except a big transpose
   (stored along one axis, loaded along another), which moves 4x4 blocks, and a big kernel whose loads along the
   stored innermost axis go through a division (a source in groups along it: weight blocks packed in tiles of rows),
-  which is UPCAST by a vector of lanes, where the compiler's loop vectoriser sees through no division.
+  which is UPCAST by a vector of lanes, where the compiler's loop vectoriser sees through no division; and a big
+  kernel stored along its innermost axis that reads a value shared by a group of another axis's positions (a
+  quantized block's scale, unpacked into a matmul's panels): a few positions of that axis computed together.
 
 The outermost global axis always stays a plain loop, so that the thread pool can split it. The thresholds and
 tile shapes were chosen by timing kernels (with BEAM's choices as a guide); the numbers are in this package's
@@ -68,6 +70,8 @@ CPU_ROWS_ALONG_THE_REDUCTION = (4, 2)
 #: a transposing elementwise kernel (`_transpose_tile`) of at least this many outputs moves blocks of this size
 CPU_TRANSPOSE_MIN = 1 << 16
 CPU_TRANSPOSE_BLOCK = 4
+#: positions of an axis computed together where they share a group's loads (`_shared_group_values`)
+CPU_GROUP_SHARED = 4
 #: FMA chains (`_Cpu.fma_chains`) of a renderer that does not say: one 512-bit multiply-add per cycle, 4 cycles
 DEFAULT_FMA_CHAINS = 4
 
@@ -116,8 +120,10 @@ def cpu_opt_rules(renderer: Renderer, state: OptState) -> OptState:
     globals_, reduces = state.ranges(AxisKind.GLOBAL), state.ranges(AxisKind.REDUCE)
     out_size, red_size = work_sizes(state)
     if not reduces:
-        blocks = _transpose_tile(state, renderer, globals_, out_size)
-        return blocks if blocks is not state else _grouped_loads(state, renderer, globals_, out_size)
+        for rule in (_transpose_tile, _grouped_loads, _shared_group_values):
+            if (ruled := rule(state, renderer, globals_, out_size)) is not state:
+                return ruled
+        return state
     cpu = _Cpu(renderer)
     if red_size < 16:
         return _small_window(state, renderer, cpu, globals_, reduces)
@@ -350,6 +356,34 @@ def _grouped_loads(state: OptState, renderer: Renderer, globals_: list[UOp], out
     if amount is None or (inner is globals_[0] and (const_size(inner) or 1) // amount < 64):
         return state  # the outermost axis stays a loop of many iterations for the threads to split
     return try_opt(state, Opt(OptOps.UPCAST, state.axes.index(inner), amount), renderer)
+
+
+def _shared_group_values(state: OptState, renderer: Renderer, globals_: list[UOp], out_size: int) -> OptState:
+    """An elementwise kernel stored contiguously along its innermost axis with a load whose index along another
+    axis goes through a division (a value shared by a group of that axis's positions: the scale of a quantized
+    weight's block or sub-block, read for each of its values as the weight is unpacked into a matmul's panels):
+    that axis UPCAST by CPU_GROUP_SHARED, so that positions of one group are computed together and their shared
+    loads and arithmetic once (the division of the upcast index folds to one value), and the innermost axis by two
+    vectors of float32 lanes (or one) for whole vector stores. Not for small kernels."""
+    if out_size < CPU_TRANSPOSE_MIN or len(globals_) < 2:
+        return state
+    inner, stored = globals_[-1], stores(state)
+    if sum(stored) != 1 or access_strides(state, inner)[stored.index(True)] != 1:
+        return state
+    lanes = renderer.knobs.simd_lanes(dtypes.float32)
+    vector = largest_divisor(const_size(inner) or 1, (2 * lanes, lanes))
+    if vector is None:
+        return state
+    loaded = [node for u, st in zip(accesses(state), stored) if not st for node in u.src[1].toposort()]
+    for g in globals_[1:-1]:  # the outermost axis stays a plain loop for the threads
+        group = largest_divisor(const_size(g) or 1, (CPU_GROUP_SHARED,))
+        if group is None or not any(node.op is Ops.IDIV and g in node.toposort() for node in loaded):
+            continue
+        tiled = try_opt(state, Opt(OptOps.UPCAST, state.axes.index(inner), vector), renderer)
+        if tiled is state or (ax := axis_index(tiled, g.arg.axis)) is None:
+            return state
+        return try_opt(tiled, Opt(OptOps.UPCAST, ax, group), renderer)
+    return state
 
 
 def _partial_sums(state: OptState, renderer: Renderer, globals_: list[UOp]) -> tuple[OptState, bool]:
