@@ -94,6 +94,46 @@ def test_a_reduction_read_by_two_kernels_runs_once() -> None:
     assert kernels(g * 2 + g.exp()) == 1
 
 
+def test_a_reduction_of_reductions_is_one_kernel_where_nothing_is_reused() -> None:
+    """A reduction read by another reduction through elementwise ops and reshapes, nothing else reading it, whose
+    loads all move along the axes the outer one reduces (sums of sums; a block-scaled dot product, each block's sum
+    scaled then summed: a quantized matrix-vector product): one kernel, the inner sum computed in the outer loop."""
+    (t, nt), (w, nw) = rand(6, 7, 5), rand(8, 4, 16, seed=1)
+    (x, nx), (s, ns) = rand(4, 16, seed=2), rand(8, 4, 1, seed=3)
+    assert kernels(t.sum(2).sum(1)) == 1
+    np.testing.assert_allclose(t.sum(2).sum(1).numpy(), nt.sum(2).sum(1), rtol=1e-5)
+    assert kernels((t.sum(2) * 2 + 1).max(1)) == 1
+    np.testing.assert_allclose((t.sum(2) * 2 + 1).max(1).numpy(), (nt.sum(2) * 2 + 1).max(1), rtol=1e-5)
+    blocked = (s * (w * x).sum(-1, keepdim=True)).sum((-2, -1))  # (rows, blocks, values) against x (blocks, values)
+    assert kernels(blocked) == 1
+    np.testing.assert_allclose(blocked.numpy(), (ns * (nw * nx).sum(-1, keepdims=True)).sum((-2, -1)), rtol=1e-5)
+    # x scaled by a value that is the same for every block (a norm's) still moves along the blocks: one kernel
+    scaled = x * (x * x).mean().rsqrt()
+    normed = (s * (w * scaled).sum(-1, keepdim=True)).sum((-2, -1))
+    nscaled = nx / np.sqrt((nx * nx).mean())
+    assert kernels(normed) == 2  # the norm's sum of squares, then the product
+    np.testing.assert_allclose(normed.numpy(), (ns * (nw * nscaled).sum(-1, keepdims=True)).sum((-2, -1)),
+                               rtol=1e-5)
+
+
+def test_a_reduction_that_reuses_a_value_across_the_outer_axes_keeps_its_kernel() -> None:
+    """A convolution under a global pool: its weight is the same for every position the pool reduces, and a kernel
+    of the convolution's own reuses it across them; an inner reduction read through a broadcast, or by two
+    consumers, is realized too."""
+    (x, nx), (wt, nw) = rand(2, 3, 8, 8), rand(4, 3, 3, 3, seed=1)
+    pooled = x.conv2d(wt).relu().mean((2, 3))
+    assert kernels(pooled) == 2
+    torch = pytest.importorskip("torch")
+    ref = torch.nn.functional.conv2d(torch.tensor(nx), torch.tensor(nw)).relu().mean((2, 3)).numpy()
+    np.testing.assert_allclose(pooled.numpy(), ref, rtol=1e-5, atol=1e-6)
+    t, nt = rand(6, 7, 5)
+    assert kernels((t.sum(2, keepdim=True) * t).sum((1, 2))) == 2  # read back at every value: broadcast
+    inner = t.sum(2)
+    assert kernels(inner.sum(1), inner * 2) == 3  # the inner sum is realized once, read by both
+    np.testing.assert_allclose((t.sum(2, keepdim=True) * t).sum((1, 2)).numpy(),
+                               (nt.sum(2, keepdims=True) * nt).sum((1, 2)), rtol=1e-5)
+
+
 def test_softmax_like_is_two_kernels() -> None:
     x, nx = rand(4, 5)
     out = x - x.max(axis=1, keepdim=True)

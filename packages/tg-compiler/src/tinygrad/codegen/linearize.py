@@ -120,11 +120,13 @@ class _Linearizer:
         def depends(node: UOp) -> Sequence[UOp]:
             # below a node that depends on none of the ranges there is nothing left to look for; the last source
             # first, so that hoisted values come in the order the kernels have always listed them
-            return node.src[::-1] if node.op is not Ops.RANGE and self.range_deps(node) & ranges else ()
+            return node.src[::-1] if node.op is not Ops.RANGE and not self.range_deps(node) <= self.open else ()
 
         emitted = self.emitted
         for node in post_order((u,), children=depends, skip=lambda n: n in emitted or n in walked):
-            if not (self.range_deps(node) & ranges):
+            # hoisted only where every loop it depends on is open: not past `ranges`, nor out of the loops of a
+            # reduction nested in this one (which open later, inside)
+            if self.range_deps(node) <= self.open:
                 if node.op not in (Ops.RANGE, Ops.CONST):
                     self.emit(node)
             else:

@@ -191,9 +191,12 @@ def _find_realize_points(sink: UOp, outputs: list[UOp]) -> set[UOp]:
     # expanded[n]: through an EXPAND, so that its consumer recomputes it for every element of the broadcast
     inside: dict[UOp, bool] = defaultdict(bool)
     expanded: dict[UOp, bool] = defaultdict(bool)
+    nested: set[UOp] = set()  # reductions their consumer reduction computes in its own loop (_nested_reductions)
     for node in reversed(topo):
         if node.op is Ops.SINK:
             continue
+        if node.op is Ops.REDUCE_AXIS:
+            nested.update(_nested_reductions(node, consumers))
         if node.op in GroupOp.Elementwise and node not in points and expanded[node] and cone.get(node) and \
                 not all(_folds_to_loads(r) for r in cone[node]):
             # the epilogue of a reduction that a broadcast reads (a convolution's bias and ReLU under the next
@@ -202,7 +205,8 @@ def _find_realize_points(sink: UOp, outputs: list[UOp]) -> set[UOp]:
             # the cone's others are realized on their own
             points.add(node)
             points.update(cone[node][1:])
-        if node.op is Ops.REDUCE_AXIS and node not in points and (inside[node] or consumers[node] > 1):
+        if node.op is Ops.REDUCE_AXIS and node not in points and \
+                ((inside[node] and (node not in nested or expanded[node])) or consumers[node] > 1):
             points.add(node)
         flag = node.op in (Ops.EXPAND, Ops.REDUCE_AXIS) or (node not in points and inside[node])
         eflag = node.op is Ops.EXPAND or (node not in points and expanded[node])
@@ -214,6 +218,87 @@ def _find_realize_points(sink: UOp, outputs: list[UOp]) -> set[UOp]:
     while shared := _reductions_in_several_kernels(topo, points):
         points |= shared
     return points
+
+
+def _nested_reductions(outer: UOp, consumers: dict[UOp, int]) -> list[UOp]:
+    """Reductions that `outer` reads through elementwise ops and reshapes only, nothing else reading them, and that
+    lose no reuse inside `outer`'s loop: its kernel computes them there, one value per iteration of the axes it
+    reduces, nothing computed twice (a quantized product's sum over each block, scaled by the block's scale and
+    summed over the blocks). A reduction that reads a value along its own axes but the same one for every position
+    of an axis `outer` reduces (a convolution's weight under a global pool) keeps a kernel of its own, where that
+    axis is an output axis and the value is reused across it in registers."""
+    found: list[UOp] = []
+    todo: list[tuple[UOp, frozenset[int]]] = [(outer.src[0], frozenset(outer.arg.axes))]
+    while todo:
+        u, dims = todo.pop()  # dims: u's axes that `outer` reduces
+        if consumers[u] != 1:
+            continue
+        if u.op is Ops.REDUCE_AXIS:
+            shape = u.src[0].shape
+            outer_dims = frozenset(d for d in dims if shape[d] != 1)
+            inner_dims = frozenset(d for d in u.arg.axes if shape[d] != 1)
+            reads = _moved_by(u.src[0], outer_dims | inner_dims)
+            if reads is not None and all(not (r & inner_dims) or outer_dims <= r for r in reads):
+                found.append(u)
+        elif u.op in GroupOp.Elementwise:
+            todo.extend((s, dims) for s in u.src)
+        elif u.op is Ops.RESHAPE and (below := _reshape_groups(u.src[0].shape, u.shape)) is not None:
+            todo.append((u.src[0], frozenset(i for d in dims for i in below[d])))
+    return found
+
+
+def _moved_by(node: UOp, dims: frozenset[int]) -> list[frozenset[int]] | None:
+    """For each value `node` reads from memory (through elementwise and movement ops), which of `dims` (axes of
+    node's shape) move the place it is read at; None where a symbolic reshape hides that."""
+    out: list[frozenset[int]] = []
+    todo: list[tuple[UOp, dict[int, frozenset[int]]]] = [(node, {d: frozenset((d,)) for d in dims})]
+    while todo:
+        u, at = todo.pop()  # at: for each of `dims`, the axes of u it has become
+        at = {d: frozenset(i for i in axes if u.shape[i] != 1) for d, axes in at.items()}
+        if u.op in _READ_AS_BUFFERS or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER):
+            out.append(frozenset(d for d, axes in at.items() if axes))
+        elif u.op in GroupOp.Elementwise:
+            todo.extend((s, at) for s in u.src)
+        elif u.op in (Ops.EXPAND, Ops.SHRINK, Ops.PAD, Ops.FLIP):  # an expanded axis is 1 below, and dropped there
+            todo.append((u.src[0], at))
+        elif u.op is Ops.PERMUTE:
+            order: tuple[int, ...] = u.arg  # axis i of u is axis order[i] of its source
+            todo.append((u.src[0], {d: frozenset(order[i] for i in axes) for d, axes in at.items()}))
+        elif u.op is Ops.RESHAPE and (below := _reshape_groups(u.src[0].shape, u.shape)) is not None:
+            todo.append((u.src[0], {d: frozenset(j for i in axes for j in below[i]) for d, axes in at.items()}))
+        elif u.op is not Ops.CONST:
+            return None
+    return out
+
+
+#: what a kernel reads from memory: buffers, and the values other kernels compute (a reduction read inside another
+#: one is realized unless nested, and then its own loads are what moves)
+_READ_AS_BUFFERS = frozenset({Ops.BUFFER, Ops.REDUCE_AXIS, Ops.CONTIGUOUS, Ops.COPY})
+
+
+def _reshape_groups(old: tuple[sint, ...], new: tuple[sint, ...]) -> list[tuple[int, ...]] | None:
+    """For each dim of `new`, the dims of `old` whose indices it decides (reshape merges and splits runs of dims
+    with equal products); None for symbolic sizes."""
+    src, dst = [s for s in old if isinstance(s, int)], [s for s in new if isinstance(s, int)]
+    if len(src) != len(old) or len(dst) != len(new):
+        return None
+    out: list[tuple[int, ...]] = []
+    i = j = 0
+    while j < len(dst):
+        start_i, start_j, po, pn = i, j, 1, 1
+        while True:
+            if pn <= po and j < len(dst):
+                pn *= dst[j]
+                j += 1
+            elif i < len(src):
+                po *= src[i]
+                i += 1
+            else:
+                break
+            if po == pn and (i == len(src) or src[i] != 1) and (j == len(dst) or dst[j] != 1):
+                break
+        out.extend([tuple(range(start_i, i))] * (j - start_j))
+    return out
 
 
 #: movement ops after which a value is read at other indices than its consumer's own
