@@ -11,10 +11,12 @@ The CPU's matrix-vector kernel computes 128 rows at a time (8 registers of 16). 
 sequential streams in flight per thread instead of one, which memory serves faster than one stream. The K-quants
 keep 128-row tiles: their per-sub-block scales and mins, read per tile, cost more than the streams gain.
 
-The product. `x @ W.T` is written with Tensor ops as one reduction over the blocks and the values of a plane of
-a block (`_planes_product`): a plane is a run of values unpacked by the same constant shifts (the low nibbles of a
-Q4_0 block, then the high ones), so the kernel unpacks them with masks and shifts by constants, and where the planes
-share the block's scale it multiplies their sum once. Types without planes (Q5_0, Q5_1, IQ4_XS, MXFP4) reduce over
+The product. `x @ W.T` is written with Tensor ops as a reduction over the blocks and the values of a plane of a
+block (`_planes_product`): a plane is a run of values unpacked by the same constant shifts (the low nibbles of a
+Q4_0 block, then the high ones), so the kernel unpacks them with masks and shifts by constants. Where the planes
+share the block's scale (Q8_0, Q4_0, Q4_1), the block's sum is taken first and scaled once: a reduction over the
+values inside the reduction over the blocks, which the scheduler keeps in the one kernel (an offset multiplies the
+block's sum of x, a small kernel of its own). Types without planes (Q5_0, Q5_1, IQ4_XS, MXFP4) reduce over
 the blocks, sub-blocks and values of the unpacking of `tinygrad.nn.gguf`. Nothing realizes the float weight: the
 scheduler fuses the unpacking into the reduction, and a decode step's product is one kernel that reads the bytes.
 With more rows of input than a few (a prompt's prefill), the unpacking would be repeated per row: there the layer's
@@ -312,16 +314,20 @@ def _planes_product(blocks: Tensor, type_name: str, xr: Tensor) -> Tensor:
     """The products of blocks (..., n_blocks, block_bytes, tile) with x, (..., tile): the sum over each block's
     planes (see above) of plane times the matching run of x, reduced over the blocks and the runs. xr is x as
     (..., n_blocks, planes, run), its leading dims broadcasting against the blocks'. Where the planes share the
-    block's scale, it multiplies their sum once (a multiply per block and value of a run instead of one per plane),
-    and the offset multiplies the sum of x over the planes, which the rows of a tile share."""
+    block's scale, it multiplies the block's sum once, and the offset multiplies the block's sum of x, which every
+    row shares."""
     b = _PLANES[type_name](_Fields(blocks))
     xs = [xr.shrink(tuple((0, s) for s in xr.shape[:-2]) + ((p, p + 1), (0, b.run))).transpose(-1, -2)
           for p in range(len(b.planes))]  # (..., n_blocks, run, 1)
     total = _sum_terms([w * xp for w, xp in zip(b.planes, xs)])
-    if b.scale is not None:
-        total = b.scale * total
+    if b.scale is None:
+        return total.sum((-3, -2))
+    # the block's sum first, then its scale: one multiply per block and row instead of one per value (the scheduler
+    # computes the blocks' sums inside the loop over the blocks: engine/schedule.py `_nested_reductions`); the
+    # offset multiplies the block's sum of x, which every row reads (a small kernel of its own)
+    total = b.scale * total.sum(-2, keepdim=True)
     if b.offset is not None:
-        total = total + b.offset * _sum_terms(xs)
+        total = total + b.offset * _sum_terms(xs).sum(-2, keepdim=True)
     return total.sum((-3, -2))
 
 
