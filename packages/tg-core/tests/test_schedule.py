@@ -112,6 +112,11 @@ def test_a_reduction_of_reductions_is_one_kernel_where_nothing_is_reused() -> No
     normed = (s * (w * scaled).sum(-1, keepdim=True)).sum((-2, -1))
     nscaled = nx / np.sqrt((nx * nx).mean())
     assert kernels(normed) == 2  # the norm's sum of squares, then the product
+    # the check follows each path to a read once per state: a value built from itself 30 times over (2**30 paths)
+    deep = x
+    for _ in range(30):
+        deep = deep * deep + deep
+    assert kernels((s * (w * deep).sum(-1, keepdim=True)).sum((-2, -1))) == 1
     np.testing.assert_allclose(normed.numpy(), (ns * (nw * nscaled).sum(-1, keepdims=True)).sum((-2, -1)),
                                rtol=1e-5)
 

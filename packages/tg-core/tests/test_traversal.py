@@ -94,6 +94,10 @@ NOT_A_TRAVERSAL = {
     ("packages/tg-core/src/tinygrad/uop/symbolic.py", "_terms"),  # flattens one sum into (term, coefficient)
     ("packages/tg-compiler/src/tinygrad/renderer/vectorize.py", "split_index"),  # flattens one sum into terms
     ("packages/tg-core/src/tinygrad/function.py", "_collect"),  # finds the Tensors in nested Python arguments
+    # walks whose state differs per path (which axes of the node a reduction's axes became: one node reached along
+    # two paths is read at two places), each (node, state) visited once
+    ("packages/tg-core/src/tinygrad/engine/schedule.py", "_nested_reductions"),
+    ("packages/tg-core/src/tinygrad/engine/schedule.py", "_moved_by"),
     # the unpickler's value stack, not a graph
     ("packages/tg-nn/src/tinygrad/nn/_safe_pickle.py", "_pop"),
     ("packages/tg-nn/src/tinygrad/nn/_safe_pickle.py", "_pop_op"),

@@ -228,11 +228,15 @@ def _nested_reductions(outer: UOp, consumers: dict[UOp, int]) -> list[UOp]:
     of an axis `outer` reduces (a convolution's weight under a global pool) keeps a kernel of its own, where that
     axis is an output axis and the value is reused across it in registers."""
     found: list[UOp] = []
-    todo: list[tuple[UOp, frozenset[int]]] = [(outer.src[0], frozenset(outer.arg.axes))]
-    while todo:
-        u, dims = todo.pop()  # dims: u's axes that `outer` reduces
-        if consumers[u] != 1:
+    # a walk of its own, not post_order: each path carries which of its node's axes `outer` reduces (the same node
+    # reached along two paths is read at two places); `seen` visits each (node, axes) once
+    stack: list[tuple[UOp, frozenset[int]]] = [(outer.src[0], frozenset(outer.arg.axes))]
+    seen: set[tuple[UOp, frozenset[int]]] = set()
+    while stack:
+        u, dims = visit = stack.pop()  # dims: u's axes that `outer` reduces
+        if consumers[u] != 1 or visit in seen:
             continue
+        seen.add(visit)
         if u.op is Ops.REDUCE_AXIS:
             shape = u.src[0].shape
             outer_dims = frozenset(d for d in dims if shape[d] != 1)
@@ -241,9 +245,9 @@ def _nested_reductions(outer: UOp, consumers: dict[UOp, int]) -> list[UOp]:
             if reads is not None and all(not (r & inner_dims) or outer_dims <= r for r in reads):
                 found.append(u)
         elif u.op in GroupOp.Elementwise:
-            todo.extend((s, dims) for s in u.src)
+            stack.extend((s, dims) for s in u.src)
         elif u.op is Ops.RESHAPE and (below := _reshape_groups(u.src[0].shape, u.shape)) is not None:
-            todo.append((u.src[0], frozenset(i for d in dims for i in below[d])))
+            stack.append((u.src[0], frozenset(i for d in dims for i in below[d])))
     return found
 
 
@@ -251,21 +255,26 @@ def _moved_by(node: UOp, dims: frozenset[int]) -> list[frozenset[int]] | None:
     """For each value `node` reads from memory (through elementwise and movement ops), which of `dims` (axes of
     node's shape) move the place it is read at; None where a symbolic reshape hides that."""
     out: list[frozenset[int]] = []
-    todo: list[tuple[UOp, dict[int, frozenset[int]]]] = [(node, {d: frozenset((d,)) for d in dims})]
-    while todo:
-        u, at = todo.pop()  # at: for each of `dims`, the axes of u it has become
+    # a walk of its own, not post_order: each path to a read carries where `dims` went (see _nested_reductions)
+    stack: list[tuple[UOp, dict[int, frozenset[int]]]] = [(node, {d: frozenset((d,)) for d in dims})]
+    seen: set[tuple[UOp, frozenset[tuple[int, frozenset[int]]]]] = set()
+    while stack:
+        u, at = stack.pop()  # at: for each of `dims`, the axes of u it has become
         at = {d: frozenset(i for i in axes if u.shape[i] != 1) for d, axes in at.items()}
+        if (visit := (u, frozenset(at.items()))) in seen:
+            continue
+        seen.add(visit)
         if u.op in _READ_AS_BUFFERS or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER):
             out.append(frozenset(d for d, axes in at.items() if axes))
         elif u.op in GroupOp.Elementwise:
-            todo.extend((s, at) for s in u.src)
+            stack.extend((s, at) for s in u.src)
         elif u.op in (Ops.EXPAND, Ops.SHRINK, Ops.PAD, Ops.FLIP):  # an expanded axis is 1 below, and dropped there
-            todo.append((u.src[0], at))
+            stack.append((u.src[0], at))
         elif u.op is Ops.PERMUTE:
             order: tuple[int, ...] = u.arg  # axis i of u is axis order[i] of its source
-            todo.append((u.src[0], {d: frozenset(order[i] for i in axes) for d, axes in at.items()}))
+            stack.append((u.src[0], {d: frozenset(order[i] for i in axes) for d, axes in at.items()}))
         elif u.op is Ops.RESHAPE and (below := _reshape_groups(u.src[0].shape, u.shape)) is not None:
-            todo.append((u.src[0], {d: frozenset(j for i in axes for j in below[i]) for d, axes in at.items()}))
+            stack.append((u.src[0], {d: frozenset(j for i in axes for j in below[i]) for d, axes in at.items()}))
         elif u.op is not Ops.CONST:
             return None
     return out
