@@ -380,7 +380,12 @@ class LLVMRenderer(Renderer):
     def render(self, name: str, program: list[UOp]) -> str:
         fused = fused_adds(program, self.fma)
         builder = functools.partial(FusingTileBuilder, fused=fused)
-        tiles = plan_vector_tiles(program, self.simd_bytes, builder, parts=True) if self.vector_tiles else []
+        accs = (dtypes.float32, dtypes.float64, dtypes.int32)
+        tiles = plan_vector_tiles(program, self.simd_bytes, builder, parts=True, acc_dtypes=accs) \
+            if self.vector_tiles else []
+        # integer accumulators are tiles only for their byte dots (`byte_dot`): the others stay the scalar code they
+        # were measured as
+        tiles = [t for t in tiles if t.accs[0].dtype.is_float or t.update.count("dot4")]
         if self.full_vector_tiles_only and any(len(t.accs) * t.accs[0].dtype.itemsize < self.simd_bytes for t in tiles):
             tiles = []
         return _Kernel(name, program, plan_split(program), tiles, fused, self.fma == "contract").render()

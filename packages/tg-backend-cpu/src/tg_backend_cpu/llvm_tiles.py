@@ -33,6 +33,7 @@ from typing import Protocol
 from tinygrad.dtype import DType, dtypes
 from tinygrad.uop.ops import GroupOp, Ops, UOp
 
+from tg_backend_cpu.byte_dot import byte_dots, host_has_byte_dot
 from tg_backend_cpu.llvm_types import float_suffix, literal, value_type, vector_type
 from tg_backend_cpu.renderer import Lanes, TileBuilder, VectorTile
 
@@ -85,6 +86,19 @@ class FusingTileBuilder(TileBuilder):
 
     def lanes(self, values: tuple[UOp, ...]) -> Lanes | None:
         first = values[0]
+        if first.op is Ops.ADD and first.dtype == dtypes.int32 and (dots := self._byte_dots(values)) is not None:
+            return dots
+        if _is_constant_shift(first) and all(_is_constant_shift(v) and v.op is first.op and v.src[1] is first.src[1]
+                                             and v.dtype == first.dtype for v in values):
+            # a shift by a constant within the width: the scalar code's guard for wider shifts decides nothing
+            shifted = self.lanes(tuple(v.src[0] for v in values))
+            amount = self.lanes(tuple(v.src[1] for v in values))
+            return None if shifted is None or amount is None else \
+                Lanes("alu", first.dtype, op=first.op, args=(shifted, amount))
+        if _is_half_bits(first) and all(_is_half_bits(v) for v in values):
+            # float16 bits converted to float32 (a quantized block's scale): one conversion of the vector of bits
+            bits = self.lanes(tuple(v.src[0].src[0] for v in values))
+            return None if bits is None else Lanes("f16_bits", dtypes.float32, args=(bits,))
         side = self.fused.get(first)
         if side is None or values == self.accs or all(v is first for v in values):
             return super().lanes(values)
@@ -103,6 +117,51 @@ class FusingTileBuilder(TileBuilder):
             else:  # c - a*b
                 a = Lanes("alu", d, op=Ops.NEG, args=(a,))
         return Lanes("alu", d, op=Ops.ADD, args=(a, b, c))
+
+
+    def _byte_dots(self, values: tuple[UOp, ...]) -> Lanes | None:
+        """int32 sums holding byte dots (`byte_dot`), lane by lane alike, as a "dot4": the sums' other terms added
+        first, then each dot's words as vectors."""
+        found = [byte_dots(v) for v in values]
+        first = found[0]
+        if first is None or any(f is None or [d.mask for d in f[0]] != [d.mask for d in first[0]] or
+                                len(f[1]) != len(first[1]) for f in found):
+            return None
+        lanes_found = [f for f in found if f is not None]
+        args: list[Lanes] = []
+        for j in range(len(first[0])):
+            u = self.lanes(tuple(f[0][j].u for f in lanes_found))
+            v = self.lanes(tuple(f[0][j].v for f in lanes_found))
+            if u is None or v is None or u.dtype.itemsize != 4 or v.dtype.itemsize != 4:
+                return None
+            args += [u, v]
+        base: Lanes = Lanes("zero", dtypes.int32)
+        for k in range(len(first[1])):
+            term = self.lanes(tuple(f[1][k] for f in lanes_found))
+            if term is None or term.dtype != dtypes.int32:
+                return None
+            base = term if base.kind == "zero" else Lanes("alu", dtypes.int32, op=Ops.ADD, args=(base, term))
+        return Lanes("dot4", dtypes.int32, args=(base, *args), masks=tuple(d.mask for d in first[0]))
+
+
+def _is_constant_shift(u: UOp) -> bool:
+    """Whether u shifts a 32-bit integer by a constant less than 32 (the words of byte dots). Narrower lanes stay
+    the scalar code's: the K-quants' byte unpacking measured slower as vector shifts of bytes."""
+    return u.op in (Ops.SHL, Ops.SHR) and u.dtype in (dtypes.int32, dtypes.uint32) and u.src[1].op is Ops.CONST and \
+        isinstance(u.src[1].arg, int) and 0 <= u.src[1].arg < 32
+
+
+def _is_half_bits(u: UOp) -> bool:
+    """Whether u is float32 made of 16 bits loaded and read as a float16: `bits.bitcast(float16).cast(float32)` (bits
+    put together from bytes, as the K-quants' scales, stay the scalar code's: see `_is_constant_shift`)."""
+    return u.op is Ops.CAST and u.dtype == dtypes.float32 and u.src[0].op is Ops.BITCAST and \
+        u.src[0].dtype == dtypes.float16 and u.src[0].src[0].dtype in (dtypes.uint16, dtypes.int16) and \
+        u.src[0].src[0].op is Ops.LOAD
+
+
+def _splat(vt: str, width: int, value: int) -> str:
+    """A constant i32 vector of `width` lanes of `value`."""
+    return "<" + ", ".join([f"i32 {value}"] * width) + ">"
 
 
 def _powers_of_two(n: int) -> list[int]:
@@ -235,6 +294,14 @@ class TileWriter:
                 out = k.ins(f"insertelement {vt} {out}, {et} {k.val(u)}, i64 {lane}")
         elif lanes.kind == "parts":
             out = self._parts(lanes, tile, done, width, vt, et)
+        elif lanes.kind == "f16_bits":
+            bits = self._emit(lanes.args[0], tile, done, width)
+            half = k.ins(f"bitcast {vector_type(width, 'i16')} {bits} to {vector_type(width, 'half')}")
+            out = k.ins(f"fpext {vector_type(width, 'half')} {half} to {vt}")
+        elif lanes.kind == "zero":
+            out = "zeroinitializer"
+        elif lanes.kind == "dot4":
+            out = self._byte_dots(lanes, [self._emit(a, tile, done, width) for a in lanes.args], width, vt)
         else:
             out = self._alu(lanes, vt, [self._emit(a, tile, done, width) for a in lanes.args], width)
         done[(lanes, width)] = out
@@ -272,6 +339,25 @@ class TileWriter:
             out = self._shuffle(vt, out, wide, blend)
         return out
 
+    def _byte_dots(self, lanes: Lanes, args: list[str], width: int, vt: str) -> str:
+        """args[0] plus each byte dot of a "dot4": one `vpdpbusd` where the host has it for this width, else its
+        shifts and masks (`byte_dot`), lane for lane the same int32 sums."""
+        k = self.k
+        out = args[0]
+        for j, mask in enumerate(lanes.masks):
+            u, v = args[1 + 2 * j], args[2 + 2 * j]
+            if mask != 0xFF:
+                u = k.ins(f"and {vt} {u}, {_splat(vt, width, mask * 0x01010101)}")
+            if host_has_byte_dot(width):
+                out = k.intrinsic(f"llvm.x86.avx512.vpdpbusd.{width * 32}", vt, [(vt, out), (vt, u), (vt, v)])
+                continue
+            for i in range(4):
+                ub = k.ins(f"and {vt} {k.ins(f'lshr {vt} {u}, {_splat(vt, width, 8 * i)}')}, {_splat(vt, width, 0xFF)}")
+                vb = k.ins(f"ashr {vt} {k.ins(f'shl {vt} {v}, {_splat(vt, width, 24 - 8 * i)}')}, "
+                           f"{_splat(vt, width, 24)}")
+                out = k.ins(f"add {vt} {out}, {k.ins(f'mul {vt} {ub}, {vb}')}")
+        return out
+
     def _shuffle(self, t: str, a: str, b: str, mask: list[str]) -> str:
         lanes = ", ".join(f"i32 {m}" for m in mask)
         return self.k.ins(f"shufflevector {t} {a}, {t} {b}, <{len(mask)} x i32> <{lanes}>")
@@ -298,6 +384,9 @@ class TileWriter:
                              f"{args[0]}, {args[1]}")
             lt = "ult" if src.dtype.is_unsigned else "slt"
             return k.ins(f"icmp {({Ops.CMPLT: lt, Ops.CMPNE: 'ne', Ops.CMPEQ: 'eq'})[op]} {st} {args[0]}, {args[1]}")
+        if op is Ops.SHL or op is Ops.SHR:  # by a constant within the width (the builder's rule)
+            instr = "shl" if op is Ops.SHL else ("lshr" if d.is_unsigned else "ashr")
+            return k.ins(f"{instr} {vt} {args[0]}, {args[1]}")
         if op in _LOGIC:
             return k.ins(f"{({Ops.AND: 'and', Ops.OR: 'or', Ops.XOR: 'xor'})[op]} {vt} {args[0]}, {args[1]}")
         if op in (Ops.ADD, Ops.SUB, Ops.MUL):  # products are fused only as the rule says (len 3 above)

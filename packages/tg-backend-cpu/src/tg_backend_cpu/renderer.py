@@ -204,7 +204,9 @@ class Lanes:
     lanes, all bits set where true). `kind` is "acc" (the tile's accumulators), "splat" (one scalar in every lane:
     `uops[0]`), "load" (consecutive elements of a read-only buffer, lane 0's INDEX is `uops[0]`), "alu" (`op` of the
     `args`, lane by lane; CAST converts), "parts" (the `args`, each a "load" or a "splat" of `sizes[i]` lanes, side
-    by side: the ends of two rows of a tile in one vector), or "gather" (each lane's scalar, `uops`)."""
+    by side: the ends of two rows of a tile in one vector), "gather" (each lane's scalar, `uops`), "dot4" (int32:
+    `args[0]` plus the byte dots of `args[1 + 2j]` and `args[2 + 2j]` under `masks[j]`, `tg_backend_cpu.byte_dot`),
+    "f16_bits" (float32 from the float16 bits of `args[0]`) or "zero"; the last three are the LLVM path's."""
 
     kind: str
     dtype: DType
@@ -212,6 +214,7 @@ class Lanes:
     op: Ops | None = None
     args: tuple[Lanes, ...] = ()
     sizes: tuple[int, ...] = ()
+    masks: tuple[int, ...] = ()
 
     def count(self, kind: str) -> int:
         return (self.kind == kind) + sum(a.count(kind) for a in self.args)
@@ -386,8 +389,8 @@ class _ReadsAnAccumulator(dict[UOp, bool]):
         return self[u]
 
 
-def plan_vector_tiles(program: list[UOp], simd_bytes: int,
-                      builder: TileBuilderFactory = TileBuilder, parts: bool = False) -> list[VectorTile]:
+def plan_vector_tiles(program: list[UOp], simd_bytes: int, builder: TileBuilderFactory = TileBuilder,
+                      parts: bool = False, acc_dtypes: tuple[DType, ...] = _ACC_ELEMENTS) -> list[VectorTile]:
     """The register tile's accumulators as vectors, for compilers that do not vectorise a tile held in scalars
     (gcc's SLP vectoriser does not start from a loop's accumulators: a convolution's tile ran one lane at a time).
 
@@ -398,7 +401,8 @@ def plan_vector_tiles(program: list[UOp], simd_bytes: int,
     selects, maxima and conversions to floats are computed on vectors; anything else (a division, a math function)
     is taken as lanes gathered from the scalar code, or where it reads an accumulator, makes no tile. `builder` reads
     the lanes (the LLVM path's also fuses multiply-adds). With `parts` (a builder that makes vectors of two parts),
-    the accumulators are taken in the order of their broadcast operands (`_by_shared_operands`)."""
+    the accumulators are taken in the order of their broadcast operands (`_by_shared_operands`). `acc_dtypes`: the
+    accumulators' dtypes that may be tiles."""
     if not any(u.op is Ops.ASSIGN for u in program):
         return []
     position: dict[UOp, int] = {}
@@ -428,7 +432,7 @@ def plan_vector_tiles(program: list[UOp], simd_bytes: int,
                     reads.setdefault(src, []).append(u)
     has_acc = _ReadsAnAccumulator()
     read_only = {u for u in program if u.op is Ops.PARAM} - stored
-    accs = [u for u in program if u.op is Ops.DEFINE_ACC and u.dtype in _ACC_ELEMENTS and assign_of.get(u)]
+    accs = [u for u in program if u.op is Ops.DEFINE_ACC and u.dtype in acc_dtypes and assign_of.get(u)]
     if parts and accs:
         accs = _by_shared_operands(accs, assign_of, simd_bytes // accs[0].dtype.itemsize)
     tiles: list[VectorTile] = []
