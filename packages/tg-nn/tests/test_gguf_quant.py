@@ -11,7 +11,13 @@ from typing import Any
 import numpy as np
 import pytest
 from tinygrad import Context, GlobalCounters, Tensor, dtypes
-from tinygrad.llm.quant import FUSED_MAX_ROWS, QuantizedEmbedding, QuantizedLinear, llama_from_gguf
+from tinygrad.llm.quant import (
+    BYTE_DOT_TYPES,
+    FUSED_MAX_ROWS,
+    QuantizedEmbedding,
+    QuantizedLinear,
+    llama_from_gguf,
+)
 from tinygrad.nn.gguf import GGUFError, QuantizedTensor, dequantize_blocks, gguf_load_quantized
 
 gguf = pytest.importorskip("gguf", reason="the gguf package writes the files and dequantizes the reference")
@@ -117,26 +123,43 @@ def test_quantized_linear_matches_numpy(tmp_path, qtype):
     # the fused product (a decode step's few rows) and the dequantize-first one (a prefill's many)
     for shape in [(1, cols), (2, 1, cols), (FUSED_MAX_ROWS, cols), (3, 5, cols)]:
         x = rng.standard_normal(shape).astype(np.float32)
-        want = x.astype(np.float64) @ ref_w.T + bias
+        # a decode product of byte dots multiplies x quantized to int8 per block, as llama.cpp's does
+        fused = qtype.name in BYTE_DOT_TYPES and np.prod(shape[:-1]) <= FUSED_MAX_ROWS
+        xin = int8_blocks(x, X_BLOCK[qtype.name]) if fused else x
+        want = xin.astype(np.float64) @ ref_w.T + bias
         got = layer(Tensor(x)).numpy()
         assert got.shape == (*shape[:-1], out) and got.dtype == np.float32
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max(), err_msg=str(shape))
 
 
+#: the block of the activations' int8 quantization of each byte-dot type (quant's `_int8_blocks`)
+X_BLOCK = {"Q4_0": 32, "Q4_K": 256, "Q6_K": 256}
+
+
+def int8_blocks(x: np.ndarray, block: int = 32) -> np.ndarray:
+    """x as the byte-dot product sees it: per block of values, round(x * 127 / max|x|) times max|x| / 127
+    (float32 arithmetic, rounding half to even; an all-zero block stays zero)."""
+    xb = x.reshape(*x.shape[:-1], -1, block)
+    amax = np.abs(xb).max(-1, keepdims=True)
+    with np.errstate(divide="ignore"):
+        inv = np.where(amax > 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
+    return (np.round(xb * inv) * (amax / np.float32(127))).reshape(x.shape)
+
+
 def _product_kernel(schedule: list) -> Any:
     """The schedule item of a decode product: the one kernel reading the blocks (types with an offset, Q4_0 and Q4_1,
     also have a small kernel summing each block's run of x, which every row reads)."""
-    products = [si for si in schedule if any(b.dtype == dtypes.uint8 for b in si.bufs[1:])]
+    products = [si for si in schedule if any(b.dtype in (dtypes.uint8, dtypes.uint16) for b in si.bufs[1:])]
     assert len(products) == 1, [si.ast for si in schedule]
     return products[0]
 
 
 def test_decode_product_is_one_kernel_reading_the_bytes(tmp_path):
-    """A one-row product is one kernel whose inputs are the blocks, x and x's sum per block (Q4_0's offset
+    """A one-row product is one kernel whose inputs are the blocks, x and x's sum per block (Q4_1's offset
     multiplies it): no float weight buffer is made."""
     rng = np.random.default_rng(3)
-    raw = quantized(rng, Q.Q4_0, (64, 256))
-    write(tmp_path / "w.gguf", {"w": (raw, Q.Q4_0)})
+    raw = quantized(rng, Q.Q4_1, (64, 256))
+    write(tmp_path / "w.gguf", {"w": (raw, Q.Q4_1)})
     _, ts = gguf_load_quantized(tmp_path / "w.gguf")
     weight = ts["w"]
     assert isinstance(weight, QuantizedTensor)
@@ -147,12 +170,34 @@ def test_decode_product_is_one_kernel_reading_the_bytes(tmp_path):
     assert inputs == sorted([("float32", 256), ("float32", 256 // 32), ("uint8", raw.nbytes)]), inputs
     GlobalCounters.reset()
     with Context(DEBUG=0):
-        np.testing.assert_allclose(y.numpy(), x.numpy() @ dequantize(raw, Q.Q4_0).T, rtol=1e-4, atol=1e-3)
+        np.testing.assert_allclose(y.numpy(), x.numpy() @ dequantize(raw, Q.Q4_1).T, rtol=1e-4, atol=1e-3)
     assert GlobalCounters.kernel_count == 2
 
 
+def test_q4_0_decode_product_reads_words_and_int8_x(tmp_path):
+    """Q4_0's decode product (quant's `_BlockWords`): x is quantized to int8 words once (with its blocks' max|x| and
+    sums), and the product's one kernel reads those, the weight's words and its scales' bits; no float weight, and
+    the blocks' bytes are the file's (words and scales together are as large)."""
+    rng = np.random.default_rng(13)
+    raw = quantized(rng, Q.Q4_0, (64, 256))
+    write(tmp_path / "w.gguf", {"w": (raw, Q.Q4_0)})
+    _, ts = gguf_load_quantized(tmp_path / "w.gguf")
+    layer = QuantizedLinear(ts["w"])
+    assert layer.nbytes == raw.nbytes
+    x = rng.standard_normal((1, 256)).astype(np.float32)
+    x[0, 32:64] = 0  # an all-zero block: scale 0, values 0
+    y = layer(Tensor(x))
+    schedule = [si for si in y.schedule() if not si.is_copy]
+    product = _product_kernel(schedule)
+    inputs = sorted((b.dtype.name, b.size) for b in product.bufs[1:])
+    blocks = raw.nbytes // 18
+    assert inputs == sorted([("int32", blocks * 4), ("uint16", blocks), ("int32", 256 // 4), ("float32", 256 // 32),
+                             ("int32", 256 // 32)]), inputs
+    np.testing.assert_allclose(y.numpy(), int8_blocks(x).astype(np.float64) @ dequantize(raw, Q.Q4_0).T.astype(
+        np.float64), rtol=1e-5, atol=1e-4)
 
-@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q4_K, Q.Q5_K, Q.Q6_K], ids=lambda q: q.name)
+
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_1, Q.Q5_K], ids=lambda q: q.name)
 def test_decode_product_reads_only_the_blocks_and_x(tmp_path, qtype):
     """The types unpacked by planes (quant's `_planes_product`) shift each plane's bytes by constants: the decode
     kernel's only inputs are x and the blocks, not the table of shifts that a value loop would index to unpack
@@ -165,7 +210,7 @@ def test_decode_product_reads_only_the_blocks_and_x(tmp_path, qtype):
     layer = QuantizedLinear(ts["w"])
     x = Tensor(rng.standard_normal((1, cols)).astype(np.float32)).realize()
     schedule = layer(x).schedule()
-    x_sums = [("float32", cols // 32)] if qtype in (Q.Q4_0, Q.Q4_1) else []
+    x_sums = [("float32", cols // 32)] if qtype == Q.Q4_1 else []
     assert len(schedule) == 1 + len(x_sums), [si.ast for si in schedule]
     inputs = sorted((b.dtype.name, b.size) for b in _product_kernel(schedule).bufs[1:])
     assert inputs == sorted([("float32", cols), ("uint8", raw.nbytes), *x_sums]), inputs
@@ -187,7 +232,8 @@ def test_decode_product_reads_tiles_by_type_and_stores_one_axis_of_rows(tmp_path
     write(tmp_path / "w.gguf", {"w": (raw, qtype)})
     _, ts = gguf_load_quantized(tmp_path / "w.gguf")
     layer = QuantizedLinear(ts["w"])
-    assert layer.tile == tile and layer._packed.shape[-1] == tile
+    packed = layer._words.words if layer._words is not None else layer._packed
+    assert layer.tile == tile and packed is not None and packed.shape[-1] == tile
     x = Tensor(rng.standard_normal((1, cols)).astype(np.float32)).realize()
     y = layer(x).reshape(1, 8, rows // 8) * 2  # read by heads, as attention reads q, k and v
     product = _product_kernel([si for si in y.schedule() if not si.is_copy])
@@ -195,7 +241,8 @@ def test_decode_product_reads_tiles_by_type_and_stores_one_axis_of_rows(tmp_path
     assert len(products) == 1
     outputs = [r.vmax + 1 for r in products[0].ranges(AxisKind.GLOBAL)]
     assert outputs == [rows] if tile < 128 else outputs[-1] >= 64, outputs
-    np.testing.assert_allclose(y.numpy().reshape(1, rows), 2 * x.numpy() @ dequantize(raw, qtype).T, rtol=1e-4,
+    xin = int8_blocks(x.numpy(), X_BLOCK[qtype.name]) if qtype.name in BYTE_DOT_TYPES else x.numpy()
+    np.testing.assert_allclose(y.numpy().reshape(1, rows), 2 * xin @ dequantize(raw, qtype).T, rtol=1e-4,
                                atol=1e-4)
 
 
@@ -298,7 +345,9 @@ def test_loading_holds_the_blocks_once(tmp_path, monkeypatch):
 
     path = tmp_path / "tiny.gguf"
     write_llama(path, Q.Q4_K, tie=False)
-    data = [int(t.n_bytes) for t in gguf.GGUFReader(str(path)).tensors]
+    tensors = gguf.GGUFReader(str(path)).tensors
+    # Q4_K layers keep their sub-blocks' six-bit scales and mins unpacked, 16 bytes a block for the file's 12
+    data = [int(t.n_bytes) + (4 * int(t.n_bytes) // 144 if t.tensor_type == Q.Q4_K else 0) for t in tensors]
     gc.collect()
     # what earlier tests left in the allocator's pool would count in the peak: emptied first, where it can be
     getattr(Device[Device.DEFAULT].allocator, "release", lambda: None)()

@@ -11,13 +11,23 @@ The CPU's matrix-vector kernel computes 128 rows at a time (8 registers of 16). 
 sequential streams in flight per thread instead of one, which memory serves faster than one stream. The K-quants
 keep 128-row tiles: their per-sub-block scales and mins, read per tile, cost more than the streams gain.
 
-The product. `x @ W.T` is written with Tensor ops as a reduction over the blocks and the values of a plane of a
-block (`_planes_product`): a plane is a run of values unpacked by the same constant shifts (the low nibbles of a
-Q4_0 block, then the high ones), so the kernel unpacks them with masks and shifts by constants. Where the planes
-share the block's scale (Q8_0, Q4_0, Q4_1), the block's sum is taken first and scaled once: a reduction over the
-values inside the reduction over the blocks, which the scheduler keeps in the one kernel (an offset multiplies the
-block's sum of x, a small kernel of its own). Types without planes (Q5_0, Q5_1, IQ4_XS, MXFP4) reduce over
-the blocks, sub-blocks and values of the unpacking of `tinygrad.nn.gguf`. Nothing realizes the float weight: the
+The product by byte dots (BYTE_DOT_TYPES: Q4_0, Q4_K, Q6_K). These layers keep their blocks' value bytes as
+32-bit words (`_BlockWords`, the same bytes), and a decode step quantizes x to int8 per block (`_int8_blocks`, as
+llama.cpp does for its integer products: Q8_0's blocks of 32 against Q4_0, Q8_K's of 256 against the K-quants). A
+block's sum of products is then integer dot products of four unsigned bytes (the weight's values, unpacked from a
+word by masks and constant shifts) with four int8 activations (`_byte_dot`), which the CPU backend writes as one
+VNNI instruction, 64 multiply-adds at a time (`tg_backend_cpu.byte_dot`; elsewhere the same shifts and masks); the
+scales multiply once per block or sub-block. Compute was the limit of the float products of 4- and 6-bit weights:
+this one reads the blocks at the memory's pace.
+
+The product by planes (the other types, and the experts of a mixture). `x @ W.T` is written with Tensor ops as a
+reduction over the blocks and the values of a plane of a block (`_planes_product`): a plane is a run of values
+unpacked by the same constant shifts (the low nibbles of a Q4_0 block, then the high ones), so the kernel unpacks
+them with masks and shifts by constants. Where the planes share the block's scale (Q8_0, Q4_0, Q4_1), the block's
+sum is taken first and scaled once: a reduction over the values inside the reduction over the blocks, which the
+scheduler keeps in the one kernel (an offset multiplies the block's sum of x, a small kernel of its own). Types
+without planes (Q5_0, Q5_1, IQ4_XS, MXFP4) reduce over the blocks, sub-blocks and values of the unpacking of
+`tinygrad.nn.gguf`. Nothing realizes the float weight: the
 scheduler fuses the unpacking into the reduction, and a decode step's product is one kernel that reads the bytes.
 With more rows of input than a few (a prompt's prefill), the unpacking would be repeated per row: there the layer's
 float weight is made first, one kernel, and the product is an ordinary matmul; the float weight lives only while the
@@ -27,6 +37,8 @@ weight straight into the packed copy, since nothing else reads it (engine/layout
 
 from __future__ import annotations
 
+import abc
+import functools
 import pathlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,6 +62,8 @@ MAX_TILE_ROWS = 128
 #: the tile of the types with one scale per block (SMALL_TILE_TYPES): see the module's doc
 SMALL_TILE_ROWS = 16
 SMALL_TILE_TYPES = frozenset({"Q8_0", "Q4_0", "Q4_1"})
+#: the types whose layers keep their blocks as words for a decode product of byte dot products (`_BlockWords`)
+BYTE_DOT_TYPES = frozenset({"Q4_0", "Q4_K", "Q6_K"})
 #: the most bytes of float32 weight that a product of many rows (a prefill) dequantizes at once
 PREFILL_CHUNK_BYTES = 64 << 20
 
@@ -72,7 +86,14 @@ class QuantizedLinear:
         self.n_blocks = self.in_features // self.block_elems
         self.tile = _tile_rows(self.out_features, SMALL_TILE_ROWS if self.type_name in SMALL_TILE_TYPES else
                                MAX_TILE_ROWS)
-        self._packed = _pack(weight, self.tile, unpermute_heads)
+        #: the blocks repacked (see the module's doc): bytes (tiles, n_blocks, block_bytes, tile), or for the types of
+        #: BYTE_DOT_TYPES words and scales (`_BlockWords`)
+        self._packed: Tensor | None = None
+        self._words: _BlockWords | None = None
+        if self.type_name in BYTE_DOT_TYPES:
+            self._words = _WORD_TYPES[self.type_name].pack(weight, self.tile, unpermute_heads)
+        else:
+            self._packed = _pack(weight, self.tile, unpermute_heads)
         self.bias = bias
         #: the float weight of each chunk of rows `_by_row_chunks` makes, as lazy graphs (built once: see there)
         self._chunk_weights: list[Tensor] | None = None
@@ -94,37 +115,57 @@ class QuantizedLinear:
 
     @property
     def nbytes(self) -> int:
-        return prod(self._packed.shape)
+        return self._words.nbytes if self._words is not None else prod(self._packed_bytes().shape)
 
-    def rows(self) -> Tensor:
-        """The blocks in the file's order, (out_features, n_blocks, block_bytes), as a view of the packed ones."""
-        return self._packed.permute(0, 3, 1, 2).reshape(self.out_features, self.n_blocks, self.block_bytes)
+    def _packed_bytes(self) -> Tensor:
+        assert self._packed is not None, "the layer's blocks are words (_BlockWords)"
+        return self._packed
 
     def dequantize(self) -> Tensor:
         """The float32 weight (out_features, in_features), lazy."""
-        return dequantize_blocks(self.rows(), self.type_name).reshape(self.out_features, self.in_features)
+        return self._dequantized_tiles(0, self.out_features // self.tile)
+
+    def dequantize_rows(self, idx: Tensor) -> Tensor:
+        """The float32 rows `idx` (integers) of the weight, (*idx.shape, in_features), lazy: only those rows'
+        blocks are read (an embedding's lookup)."""
+        if self._words is not None:
+            return self._words.dequantize_rows(idx).reshape(*idx.shape, self.in_features)
+        rows = self._packed_bytes().permute(0, 3, 1, 2).reshape(self.out_features, self.n_blocks, self.block_bytes)
+        return dequantize_blocks(rows[idx], self.type_name).reshape(*idx.shape, self.in_features)
+
+    def _dequantized_tiles(self, start: int, stop: int) -> Tensor:
+        """The float32 weight of tiles start..stop of the packed layout, (rows, in_features), lazy."""
+        if self._words is not None:
+            return self._words.dequantize(start, stop)
+        rows = self._packed_bytes()[start:stop].permute(0, 3, 1, 2).reshape(-1, self.n_blocks, self.block_bytes)
+        return dequantize_blocks(rows, self.type_name).reshape(-1, self.in_features)
 
     def __call__(self, x: Tensor) -> Tensor:
         if x.ndim < 1 or x.shape[-1] != self.in_features:
             raise ValueError(f"this {self.type_name} linear layer takes inputs (..., {self.in_features}), got shape "
                              f"{x.shape}")
         lead = x.shape[:-1]
-        if all(isinstance(s, int) for s in lead) and prod(lead) <= FUSED_MAX_ROWS and self.type_name in _PLANES:
+        fused = all(isinstance(s, int) for s in lead) and prod(lead) <= FUSED_MAX_ROWS
+        if fused and self._words is not None:
+            y = self._words.product(x).reshape(*lead, self.out_features)
+            if self.tile < MAX_TILE_ROWS:  # as below
+                y = y.contiguous()
+        elif fused and self.type_name in _PLANES:
             planes = _PLANE_COUNT[self.type_name]
             xr = x.float().reshape(*lead, 1, self.n_blocks, planes, self.block_elems // planes)
-            y = _planes_product(self._packed, self.type_name, xr).reshape(*lead, self.out_features)
+            y = _planes_product(self._packed_bytes(), self.type_name, xr).reshape(*lead, self.out_features)
             if self.tile < MAX_TILE_ROWS:
                 # stored in the layer's output shape, one axis of rows: a consumer that reads it by heads would
                 # otherwise leave the kernel two output axes (tiles, rows of a tile), and the CPU's rule for a
                 # matrix-vector product tiles the inner one only, a small tile's one stream (see the module's doc).
                 # 128-row tiles go without: the copy costs more than it gains there
                 y = y.contiguous()
-        elif all(isinstance(s, int) for s in lead) and prod(lead) <= FUSED_MAX_ROWS:
+        elif fused:
             # (tiles, tile, n_blocks, sub-blocks, values), never realized. The reduction runs over blocks, their
             # sub-blocks and the values of one: a sub-block's scale then depends on the outer loops only, and is
             # computed once per sub-block rather than once per value
             sub = SUB_BLOCK.get(self.type_name, self.block_elems)
-            w = dequantize_blocks(self._packed.permute(0, 3, 1, 2), self.type_name)
+            w = dequantize_blocks(self._packed_bytes().permute(0, 3, 1, 2), self.type_name)
             w = w.reshape(*w.shape[:-1], self.block_elems // sub, sub)
             xb = x.reshape(*lead, 1, 1, self.n_blocks, self.block_elems // sub, sub)
             y = (xb * w).sum((-3, -2, -1)).reshape(*lead, self.out_features)
@@ -161,9 +202,7 @@ class QuantizedLinear:
             weights = []
             for start in range(0, self.out_features, step):
                 stop = min(start + step, self.out_features)
-                rows = self._packed[start // self.tile:-(-stop // self.tile)].permute(0, 3, 1, 2)
-                w = dequantize_blocks(rows.reshape(-1, self.n_blocks, self.block_bytes), self.type_name)
-                weights.append(w.reshape(stop - start, self.in_features))
+                weights.append(self._dequantized_tiles(start // self.tile, -(-stop // self.tile)))
             self._chunk_weights = weights
         return self._chunk_weights
 
@@ -189,6 +228,274 @@ def _pack(weight: QuantizedTensor, tile: int, unpermute_heads: int | None) -> Te
         blocks = _unpermute_rows(blocks, unpermute_heads)
     # realized before the file-order blocks are dropped: the repacked copy replaces them
     return blocks.reshape(rows // tile, tile, n_blocks, block_bytes).permute(0, 2, 3, 1).contiguous().realize()
+
+
+# ---- the decode product of 4-bit weights and 8-bit activations, by byte dot products ------------------------------
+
+
+class _BlockWords(abc.ABC):
+    """4-bit blocks as 32-bit words, for a decode product of integer byte dot products (`product`): a base for the
+    types of BYTE_DOT_TYPES.
+
+    A block's nibble bytes are kept as words of four bytes, and the rows of a tile lie side by side: `words` (tiles,
+    n_blocks, words per block, tile), int32 (their bits: the shifts that take bytes apart are arithmetic, their masks
+    clear what a sign fills in); the block's float16 scales as bits, `halves` (tiles, n_blocks, k, tile) uint16. A
+    word's low nibbles are four values of the block, its high ones four values further on: masked, each is four
+    unsigned bytes whose dot product with four int8 activations (x quantized per block, `_int8_blocks`, in
+    words of the same order) is one integer instruction where the CPU has one (x86's VNNI: `tg_backend_cpu.byte_dot`
+    recognises the shifts and masks of `_byte_dot`), 64 multiply-adds at a time, as llama.cpp computes these
+    blocks. Each type says where its values lie (`_nibble_shifts`), how its scales apply (`_values`, `product`)."""
+
+    def __init__(self, words: Tensor, halves: Tensor, extra: Tensor | None = None):
+        self.words, self.halves, self.extra = words, halves, extra
+
+    @staticmethod
+    def _tiled(weight: QuantizedTensor, tile: int, unpermute_heads: int | None) -> Tensor:
+        """The blocks as (rows / tile, tile, n_blocks, block_bytes)."""
+        rows, row_bytes = weight.blocks.shape
+        n_blocks = row_bytes // weight.block_bytes
+        blocks = weight.blocks.reshape(rows, n_blocks, weight.block_bytes)
+        if unpermute_heads is not None:
+            blocks = _unpermute_rows(blocks, unpermute_heads)
+        return blocks.reshape(rows // tile, tile, n_blocks, weight.block_bytes)
+
+    @staticmethod
+    def _side_by_side(t: Tensor, dtype: Any) -> Tensor:
+        """Fields (tiles, tile, n_blocks, k, size) of `size` bytes each read as `dtype`, as (tiles, n_blocks, k, tile),
+        realized (before the file-order blocks are dropped: the repacked copies replace them)."""
+        v = t.bitcast(dtype) if dtype.itemsize > 1 else t
+        return v.reshape(*t.shape[:-1]).permute(0, 2, 3, 1).contiguous().realize()
+
+    @property
+    def nbytes(self) -> int:
+        return sum(prod(t.shape) * t.dtype.itemsize for t in (self.words, self.halves, self.extra) if t is not None)
+
+    def _nibbles(self, words: Tensor) -> Tensor:
+        """The values' nibbles (..., n_blocks, values per block) as int32, from words (..., n_blocks, words)."""
+        shifts, order = self._nibble_shifts()
+        q = (words.reshape(*words.shape[:-1], *order) >> shifts) & 0xF
+        return q.reshape(*words.shape[:-1], -1)
+
+    def _nibble_shifts(self) -> tuple[Tensor, tuple[int, ...]]:
+        """The shifts of each value's nibble in its word, and the shape the words take against them (`_nibbles`)."""
+        raise TypeError(f"{type(self).__name__} does not unpack its values by nibbles")
+
+    @classmethod
+    @abc.abstractmethod
+    def pack(cls, weight: QuantizedTensor, tile: int, unpermute_heads: int | None) -> _BlockWords:
+        """The layer's blocks repacked: see the class's doc."""
+
+    @abc.abstractmethod
+    def _values(self, words: Tensor, halves: Tensor, extra: Tensor | None) -> Tensor:
+        """The float32 values (..., n_blocks * values per block), from the fields in the file's row order
+        (..., n_blocks, k)."""
+
+    def dequantize(self, start: int, stop: int) -> Tensor:
+        """The float32 weight of tiles start..stop, (rows, in_features), lazy."""
+        def tiles(t: Tensor) -> Tensor:
+            return t[start:stop].permute(0, 3, 1, 2)
+        out = self._values(tiles(self.words), tiles(self.halves), None if self.extra is None else tiles(self.extra))
+        return out.reshape(-1, out.shape[-1])
+
+    def dequantize_rows(self, idx: Tensor) -> Tensor:
+        """The float32 rows `idx` (*idx.shape, in_features), lazy."""
+        def rows(t: Tensor) -> Tensor:
+            tiles, nb, k, tile = t.shape
+            return t.permute(0, 3, 1, 2).reshape(tiles * tile, nb, k)[idx]
+        return self._values(rows(self.words), rows(self.halves), None if self.extra is None else rows(self.extra))
+
+    @abc.abstractmethod
+    def product(self, x: Tensor) -> Tensor:
+        """x (..., in_features) times the weight's transpose, (..., tiles, tile)."""
+
+
+class _Q4_0Words(_BlockWords):
+    """Q4_0: per block a float16 scale d and 16 bytes, byte p's low nibble value p, its high one value p + 16
+    (value = d * (nibble - 8)); four words per block, word g bytes 4g .. 4g + 3."""
+
+    @classmethod
+    def pack(cls, weight: QuantizedTensor, tile: int, unpermute_heads: int | None) -> _BlockWords:
+        t = cls._tiled(weight, tile, unpermute_heads)
+        tiles, _, nb, _ = t.shape
+        return cls(cls._side_by_side(t[..., 2:].reshape(tiles, tile, nb, 4, 4), dtypes.int32),
+                   cls._side_by_side(t[..., :2].reshape(tiles, tile, nb, 1, 2), dtypes.uint16))
+
+    def _nibble_shifts(self) -> tuple[Tensor, tuple[int, ...]]:
+        # value 16h + 4g + j is nibble h of byte j of word g: (h, g, j) against words (g)
+        shifts = Tensor.arange(2, dtype=dtypes.int32).reshape(2, 1, 1) * 4 + Tensor.arange(4, dtype=dtypes.int32) * 8
+        return shifts, (1, 4, 1)
+
+    def _values(self, words: Tensor, halves: Tensor, extra: Tensor | None) -> Tensor:
+        d = halves.bitcast(dtypes.float16).cast(dtypes.float32)  # (..., nb, 1)
+        return (d * (self._nibbles(words).cast(dtypes.float32) - 8)).reshape(*words.shape[:-2], -1)
+
+    def product(self, x: Tensor) -> Tensor:
+        """x (..., in_features) times the weight's transpose, (..., tiles, tile): each block's integer sum of
+        products from words by byte dots, scaled by both scales and summed over the blocks in float32."""
+        nb = self.words.shape[1]
+        lead = x.shape[:-1]
+        xw, x_max, x_sum = _int8_blocks(x, 32)  # (..., nb, 8), (..., nb), (..., nb, 1)
+        w = self.words
+        planes = (w & 0x0F0F0F0F, (w >> 4) & 0x0F0F0F0F)  # values 4g + j, and 16 + 4g + j
+        xw = xw.reshape(*lead, 1, nb, 2, 4, 1)
+        dots = [_byte_dot(planes[h][:, :, g], xw[..., h, g, :]) for g in range(4) for h in (0, 1)]
+        # sum over the block of (nibble - 8) * x: the offset times the block's sum of x, which every row shares
+        total = _sum_terms(dots) - 8 * x_sum.reshape(*lead, 1, nb, 1)
+        d = self.halves[:, :, 0].bitcast(dtypes.float16).cast(dtypes.float32)
+        return (total.cast(dtypes.float32) * (d * (x_max / 127).reshape(*lead, 1, nb, 1))).sum(-2)
+
+
+class _Q4_KWords(_BlockWords):
+    """Q4_K: per block of 256 float16 d and dmin, 12 bytes of six-bit scales and mins of its 8 sub-blocks of 32, and
+    128 bytes: group g's 32 bytes hold sub-block 2g in their low nibbles and 2g + 1 in their high ones (value = d *
+    scale * nibble - dmin * min). 32 words per block, word 8g + k bytes 4k .. 4k + 3 of group g; the scales and mins
+    unpacked once at load (`extra`: (tiles, n_blocks, 16, tile) uint8, the 8 scales then the 8 mins: 4 bytes a block
+    more than the file's 12, so that the product reads them as bytes)."""
+
+    @classmethod
+    def pack(cls, weight: QuantizedTensor, tile: int, unpermute_heads: int | None) -> _BlockWords:
+        t = cls._tiled(weight, tile, unpermute_heads)
+        tiles, _, nb, _ = t.shape
+        fields = _Fields(t.reshape(tiles, tile, nb, 144, 1))
+        unpacked = [f for p in range(8) for f in fields.k_scale_bytes(4, p)]  # sc0, m0, sc1, m1, ...
+        scales = Tensor.cat(*unpacked[0::2], *unpacked[1::2], dim=-2)  # (tiles, tile, nb, 16, 1)
+        return cls(cls._side_by_side(t[..., 16:].reshape(tiles, tile, nb, 32, 4), dtypes.int32),
+                   cls._side_by_side(t[..., :4].reshape(tiles, tile, nb, 2, 2), dtypes.uint16),
+                   cls._side_by_side(scales, dtypes.uint8))
+
+    def _nibble_shifts(self) -> tuple[Tensor, tuple[int, ...]]:
+        # value 64g + 32h + 4k + j is nibble h of byte j of word 8g + k: (g, h, k, j) against words (g, k)
+        shifts = Tensor.arange(2, dtype=dtypes.int32).reshape(2, 1, 1) * 4 + Tensor.arange(4, dtype=dtypes.int32) * 8
+        return shifts, (4, 1, 8, 1)
+
+    def _values(self, words: Tensor, halves: Tensor, extra: Tensor | None) -> Tensor:
+        assert extra is not None
+        d = halves.bitcast(dtypes.float16).cast(dtypes.float32)  # (..., nb, 2): d, dmin
+        sm = extra.cast(dtypes.float32)  # (..., nb, 16)
+        scale = (d[..., :1] * sm[..., :8]).unsqueeze(-1)  # (..., nb, 8, 1) per sub-block
+        offset = (d[..., 1:] * sm[..., 8:]).unsqueeze(-1)
+        q = self._nibbles(words).reshape(*words.shape[:-1], 8, 32).cast(dtypes.float32)
+        return (scale * q - offset).reshape(*words.shape[:-2], -1)
+
+    def product(self, x: Tensor) -> Tensor:
+        """x (..., in_features) times the weight's transpose, (..., tiles, tile): per sub-block of 32 the integer sum
+        of products by byte dots times d * scale, less dmin * min times the sub-block's sum of x, each times x's
+        scale of that sub-block, summed in float32."""
+        assert self.extra is not None
+        tiles, nb, _, tile = self.words.shape
+        lead = x.shape[:-1]
+        xw, x_max, x_sum = _int8_blocks(x, 256)  # one scale per block, as llama.cpp's Q8_K: (..., nb, 64), ...
+        xw = xw.reshape(*lead, 1, nb, 4, 2, 8, 1)  # (.., g, h, k) as the values of sub-block 2g + h
+        w = self.words.reshape(tiles, nb, 4, 8, tile)
+        planes = (w & 0x0F0F0F0F, (w >> 4) & 0x0F0F0F0F)
+        sm = self.extra.cast(dtypes.int32).reshape(tiles, nb, 2, 4, 2, tile)  # (scale or min, g, h)
+        x_sums = x_sum.reshape(*lead, 1, nb, 4, 2, 1)
+        # per group g of two sub-blocks (a loop of the reduction, with the blocks), in integers: the sub-blocks' dot
+        # sums times their scales, and their sums of x times their mins; then one float expression per group
+        dots, mins = [], []
+        for h in (0, 1):
+            isum = _sum_terms([_byte_dot(planes[h][:, :, :, k], xw[..., h, k, :]) for k in range(8)])
+            dots.append(sm[:, :, 0, :, h] * isum)
+            mins.append(sm[:, :, 1, :, h] * x_sums[..., h, :])
+        d = self.halves.bitcast(dtypes.float16).cast(dtypes.float32).unsqueeze(-2)  # (tiles, nb, 2, 1, tile)
+        per_group = d[:, :, 0] * _sum_terms(dots).cast(dtypes.float32) - \
+            d[:, :, 1] * _sum_terms(mins).cast(dtypes.float32)  # (..., tiles, nb, 4, tile)
+        return (per_group * (x_max / 127).reshape(*lead, 1, nb, 1, 1)).sum((-3, -2))
+
+
+class _Q6_KWords(_BlockWords):
+    """Q6_K: per block of 256, 128 bytes of low nibbles (ql), 64 bytes of high bit pairs (qh), 16 int8 scales (one per
+    16 values) and a float16 d (value = d * scale * (q - 32)). In each half n of the block (128 values, ql bytes 64n..,
+    qh bytes 32n..), value 32t + l (t < 4, l < 32) takes its low four bits from ql byte l (t = 0, 2) or l + 32 (t = 1,
+    3), low nibble for t < 2, and its top two from bits 2t of qh byte l. Words: ql's 32 then qh's 16 (`words`), the
+    scales (`extra`, int8 bits as uint8), d (`halves`): the file's bytes. A word of four values is put together from a
+    ql word and a qh word by masks and constant shifts, four unsigned six-bit bytes for a byte dot."""
+
+    @classmethod
+    def pack(cls, weight: QuantizedTensor, tile: int, unpermute_heads: int | None) -> _BlockWords:
+        t = cls._tiled(weight, tile, unpermute_heads)
+        tiles, _, nb, _ = t.shape
+        return cls(cls._side_by_side(t[..., :192].reshape(tiles, tile, nb, 48, 4), dtypes.int32),
+                   cls._side_by_side(t[..., 208:].reshape(tiles, tile, nb, 1, 2), dtypes.uint16),
+                   cls._side_by_side(t[..., 192:208].reshape(tiles, tile, nb, 16, 1), dtypes.uint8))
+
+    def _values(self, words: Tensor, halves: Tensor, extra: Tensor | None) -> Tensor:
+        assert extra is not None
+        ar = functools.partial(Tensor.arange, dtype=dtypes.int32)
+        # value 128n + 64u + 32p + 4k + j (t = 2u + p): ql word 16n + 8p + k, nibble u of byte j; qh word 8n + k,
+        # bits 2t of byte j
+        ql = words[..., :32].reshape(*words.shape[:-1], 2, 1, 2, 8, 1)
+        qh = words[..., 32:].reshape(*words.shape[:-1], 2, 1, 1, 8, 1)
+        low = (ql >> (ar(2).reshape(2, 1, 1, 1) * 4 + ar(4) * 8)) & 0xF
+        high = (qh >> ((ar(2).reshape(2, 1, 1, 1) * 2 + ar(2).reshape(2, 1, 1)) * 2 + ar(4) * 8)) & 3
+        q = (low | (high << 4)).reshape(*words.shape[:-1], 16, 16).cast(dtypes.float32) - 32
+        d = halves.bitcast(dtypes.float16).cast(dtypes.float32).unsqueeze(-1)  # (..., nb, 1, 1)
+        sc = extra.bitcast(dtypes.int8).cast(dtypes.float32).unsqueeze(-1)  # (..., nb, 16, 1)
+        return (d * sc * q).reshape(*words.shape[:-2], -1)
+
+    def product(self, x: Tensor) -> Tensor:
+        """x (..., in_features) times the weight's transpose, (..., tiles, tile): per block half n (a loop of the
+        reduction, with the blocks) and value group t (terms), the byte dots of its two sub-blocks of 16, less 32
+        times their sums of x, times their scales, in integers; then once per half, times d and x's scale."""
+        assert self.extra is not None
+        tiles, nb, _, tile = self.words.shape
+        lead = x.shape[:-1]
+        xw, x_max, x_sum = _int8_blocks(x, 256, run=16)  # (..., nb, 64), (..., nb), (..., nb, 16)
+        xw = xw.reshape(*lead, 1, nb, 2, 4, 8, 1)  # (n, t, k)
+        x_sums = x_sum.reshape(*lead, 1, nb, 2, 4, 2, 1)  # (n, t, sub-block of the group)
+        ql = self.words[:, :, :32].reshape(tiles, nb, 2, 2, 8, tile)  # (n, ql byte l or l + 32, k)
+        qh = self.words[:, :, 32:].reshape(tiles, nb, 2, 8, tile)  # (n, k)
+        sc = self.extra.bitcast(dtypes.int8).cast(dtypes.int32).reshape(tiles, nb, 2, 4, 2, tile)
+        groups = []
+        for t in range(4):
+            halves = []
+            for half in (0, 1):  # the group's two sub-blocks of 16 values, 4 words each
+                dots = []
+                for k in range(4 * half, 4 * half + 4):
+                    low = (ql[:, :, :, t % 2, k] >> (4 * (t // 2))) & 0x0F0F0F0F
+                    high = ((qh[:, :, :, k] >> (2 * t)) & 0x03030303) << 4
+                    dots.append(_byte_dot(low | high, xw[..., t, k, :]))
+                halves.append(sc[:, :, :, t, half] * (_sum_terms(dots) - 32 * x_sums[..., t, half, :]))
+            groups.append(halves[0] + halves[1])
+        d = self.halves[:, :, 0].bitcast(dtypes.float16).cast(dtypes.float32).unsqueeze(-2)  # (tiles, nb, 1, tile)
+        per_half = d * _sum_terms(groups).cast(dtypes.float32)  # (..., tiles, nb, 2, tile)
+        return (per_half * (x_max / 127).reshape(*lead, 1, nb, 1, 1)).sum((-3, -2))
+
+
+#: the layout and product of each type of BYTE_DOT_TYPES
+_WORD_TYPES: dict[str, type[_BlockWords]] = {"Q4_0": _Q4_0Words, "Q4_K": _Q4_KWords, "Q6_K": _Q6_KWords}
+
+
+def _byte_dot(u: Tensor, v: Tensor) -> Tensor:
+    """The dot products of the four unsigned bytes of each int32 word of u with the four signed bytes of v's, as
+    int32: shifts and masks that every device computes, and that the CPU backend writes as one instruction where
+    the CPU has byte dot products (`tg_backend_cpu.byte_dot` matches exactly this form)."""
+    terms = [((u >> (8 * i)) & 0xFF) * ((v << (24 - 8 * i)) >> 24) for i in range(4)]
+    return (terms[0] + terms[1]) + (terms[2] + terms[3])
+
+
+#: 1.5 * 2**23: a float32 of magnitude below 2**22 plus this has no fraction bits left, rounded half to even
+ROUNDING_BIAS = 12582912.0
+
+
+def _int8_blocks(x: Tensor, block: int, run: int = 32) -> tuple[Tensor, Tensor, Tensor]:
+    """x (..., in_features) quantized as llama.cpp quantizes activations for its integer products (Q8_0 with blocks
+    of 32, Q8_K with blocks of 256): per block a scale max|x| / 127 and values round(x / scale) in [-127, 127] (an
+    all-zero block: scale and values 0). Returns the values as int32 words (..., n_blocks, block // 4), word k holding
+    values 4k .. 4k + 3 as bytes, the blocks' max|x| (..., n_blocks) and the sums of each run of `run` values
+    (..., n_blocks, block // run), int32. Each realized, three small kernels: the product reads them once per tile of
+    rows, which would otherwise quantize x again for each."""
+    lead = x.shape[:-1]
+    n_blocks = x.shape[-1] // block
+    xb = x.float().reshape(*lead, n_blocks, block)
+    amax = xb.abs().max(-1, keepdim=True).contiguous()
+    # rounded half to even by adding and taking away 1.5 * 2**23 (exact for |v| <= 127: float32 keeps no fraction
+    # there), a few vector instructions where round() is many
+    q = ((xb * (amax > 0).where(127 / amax, 0) + ROUNDING_BIAS) - ROUNDING_BIAS).cast(dtypes.int32)
+    b = (q & 0xFF).reshape(*lead, n_blocks, block // 4, 4)
+    words = _sum_terms([b[..., j] << (8 * j) for j in range(4)])  # bytes at their places: the sum never carries
+    sums = q.reshape(*lead, n_blocks, block // run, run).sum(-1)
+    return words.contiguous(), amax.reshape(*lead, n_blocks), sums.contiguous()
 
 
 # ---- the decode product, plane by plane ----------------------------------------------------------------------------
@@ -226,13 +533,17 @@ class _Fields:
         float32 (..., n_blocks, 1, tile): bytes 0-3 hold scales 0-3 (low 6 bits), 4-7 mins 0-3; scales and mins
         4-7 take their low 4 bits from bytes 8-11 and their top 2 from the spare top bits of bytes 0-3 (scales) and
         4-7 (mins). The same fields as gguf's `_k_scales`, picked by the constant p rather than selected per value."""
+        sc, mn = self.k_scale_bytes(at, p)
+        return sc.cast(dtypes.float32), mn.cast(dtypes.float32)
+
+    def k_scale_bytes(self, at: int, p: int) -> tuple[Tensor, Tensor]:
+        """`k_scale`'s six-bit scale and min of sub-block p as uint8 (..., n_blocks, 1, tile)."""
         i = p % 4
         d, m = self.bytes(at + i, at + i + 1), self.bytes(at + 4 + i, at + 5 + i)
         if p < 4:
-            return (d & 0x3F).cast(dtypes.float32), (m & 0x3F).cast(dtypes.float32)
+            return d & 0x3F, m & 0x3F
         md = self.bytes(at + 8 + i, at + 9 + i)
-        sc, mn = (md & 0x0F) | ((d >> 2) & 0x30), (md >> 4) | ((m >> 2) & 0x30)
-        return sc.cast(dtypes.float32), mn.cast(dtypes.float32)
+        return (md & 0x0F) | ((d >> 2) & 0x30), (md >> 4) | ((m >> 2) & 0x30)
 
     def plane(self, t: Tensor, start: int, stop: int | None = None) -> Tensor:
         """Entries start to stop (start + 1 by default) of a per-block field (..., n_blocks, k, tile)."""
@@ -349,8 +660,7 @@ class QuantizedEmbedding:
     def __call__(self, idx: Tensor) -> Tensor:
         if not idx.dtype.is_int:
             raise TypeError(f"embedding ids must be integers, got {idx.dtype}")
-        picked = self._table.rows()[idx]  # (*idx.shape, n_blocks, block_bytes), still bytes
-        return dequantize_blocks(picked, self._table.type_name).reshape(*idx.shape, self.embedding_dim)
+        return self._table.dequantize_rows(idx)
 
     def __repr__(self) -> str:
         return f"QuantizedEmbedding({self.num_embeddings}, {self.embedding_dim}, {self._table.type_name})"
