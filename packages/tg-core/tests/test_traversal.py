@@ -93,6 +93,8 @@ NOT_A_TRAVERSAL = {
     ("packages/tg-core/src/tinygrad/uop/rewrite.py", "walk"),  # Rewriter.walk: re-enters rewritten nodes until fixed
     ("packages/tg-core/src/tinygrad/uop/symbolic.py", "_terms"),  # flattens one sum into (term, coefficient)
     ("packages/tg-compiler/src/tinygrad/renderer/vectorize.py", "split_index"),  # flattens one sum into terms
+    # flattens one int32 sum into its terms, a term reached twice counted twice (it is added twice)
+    ("packages/tg-backend-cpu/src/tg_backend_cpu/byte_dot.py", "_addends"),
     ("packages/tg-core/src/tinygrad/function.py", "_collect"),  # finds the Tensors in nested Python arguments
     # walks whose state differs per path (which axes of the node a reduction's axes became: one node reached along
     # two paths is read at two places), each (node, state) visited once
