@@ -29,7 +29,8 @@ from tinygrad.uop.rewrite import PatternMatcher, UPat
 
 from tg_backend_cpu import program as launch_plan
 from tg_backend_cpu import vector_math
-from tg_backend_cpu.compiler import clang_major, find_c_compiler, host_fma_chains
+from tg_backend_cpu.byte_dot import byte_dots
+from tg_backend_cpu.compiler import BYTE_DOT_MARKER, clang_major, find_c_compiler, host_fma_chains
 from tg_backend_cpu.opt_rules import cpu_opt_rules
 
 SLICE_PARAMS = ("tg_start", "tg_end", "tg_total")
@@ -706,6 +707,8 @@ class CPURenderer(CStyleRenderer):
                         f"typedef {scalar} {vtype}u __attribute__((vector_size({size}), aligned({d.itemsize}), "
                         f"__may_alias__));\n")
         lines = ["  " + decl for decl in k.local_decls] + k.body
+        if any(u.op is Ops.ADD and u.dtype == dtypes.int32 and byte_dots(u) is not None for u in k.program):
+            helpers = BYTE_DOT_MARKER + helpers  # the compiler's flags for it (compiler.py `_flags_for`)
         uses_bf16 = any(u.dtype.scalar == dtypes.bfloat16 for u in k.program)
         slice_params = [f"const long long {p}" for p in SLICE_PARAMS]
         return self.render_kernel(k.name, [*params, *var_params, *slice_params], lines, uses_bf16, helpers) + \
