@@ -437,3 +437,25 @@ def test_bad_shapes_raise(tmp_path):
         QuantizedTensor(weight.blocks[:, :34], (3, 64), "Q8_0")
     with pytest.raises(TypeError, match="QuantizedTensor"):
         QuantizedLinear(Tensor.zeros(3, 64))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("block", [32, 256])
+def test_int8_blocks_round_as_numpy(block):
+    """x quantized for the byte-dot products (quant's `_int8_blocks`): per block max|x| / 127 as the scale and values
+    rounded half to even (ties placed on purpose), an all-zero block all zeros; the words hold the values as bytes
+    in order, the sums are per run of the given length."""
+    from tinygrad.llm.quant import _int8_blocks
+
+    rng = np.random.default_rng(block)
+    x = (rng.standard_normal((2, 2 * block)) * 3).astype(np.float32)
+    x[0, :block] = 0
+    x[1, :5] = [127.0, 0.5, -0.5, 1.5, 2.5]  # max|x| 127 in the block: these are ties of round(x * 1)
+    words, amax, sums = _int8_blocks(Tensor(x), block, run=16)
+    xb = x.reshape(2, 2, block)
+    want_max = np.abs(xb).max(-1)
+    with np.errstate(divide="ignore"):
+        q = np.round(xb * np.where(want_max > 0, np.float32(127) / want_max, 0).astype(np.float32)[..., None])
+    np.testing.assert_array_equal(amax.numpy(), want_max)
+    np.testing.assert_array_equal(words.numpy().view(np.int8).reshape(2, 2, block), q)
+    np.testing.assert_array_equal(sums.numpy(), q.reshape(2, 2, block // 16, 16).sum(-1))
+    assert list(q[1, 0, 1:5]) == [0, -0, 2, 2]

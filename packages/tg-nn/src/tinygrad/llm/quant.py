@@ -474,10 +474,6 @@ def _byte_dot(u: Tensor, v: Tensor) -> Tensor:
     return (terms[0] + terms[1]) + (terms[2] + terms[3])
 
 
-#: 1.5 * 2**23: a float32 of magnitude below 2**22 plus this has no fraction bits left, rounded half to even
-ROUNDING_BIAS = 12582912.0
-
-
 def _int8_blocks(x: Tensor, block: int, run: int = 32) -> tuple[Tensor, Tensor, Tensor]:
     """x (..., in_features) quantized as llama.cpp quantizes activations for its integer products (Q8_0 with blocks
     of 32, Q8_K with blocks of 256): per block a scale max|x| / 127 and values round(x / scale) in [-127, 127] (an
@@ -489,9 +485,9 @@ def _int8_blocks(x: Tensor, block: int, run: int = 32) -> tuple[Tensor, Tensor, 
     n_blocks = x.shape[-1] // block
     xb = x.float().reshape(*lead, n_blocks, block)
     amax = xb.abs().max(-1, keepdim=True).contiguous()
-    # rounded half to even by adding and taking away 1.5 * 2**23 (exact for |v| <= 127: float32 keeps no fraction
-    # there), a few vector instructions where round() is many
-    q = ((xb * (amax > 0).where(127 / amax, 0) + ROUNDING_BIAS) - ROUNDING_BIAS).cast(dtypes.int32)
+    # round(), half to even (adding and taking away 1.5 * 2**23 is cheaper on the CPU, but a GPU compiler that
+    # reassociates float arithmetic cancels it: WebGPU's did)
+    q = (xb * (amax > 0).where(127 / amax, 0)).round().cast(dtypes.int32)
     b = (q & 0xFF).reshape(*lead, n_blocks, block // 4, 4)
     words = _sum_terms([b[..., j] << (8 * j) for j in range(4)])  # bytes at their places: the sum never carries
     sums = q.reshape(*lead, n_blocks, block // run, run).sum(-1)
