@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 from tinygrad import Device, Tensor, dtypes
+from tinygrad.dtype import DType
 from tinygrad.helpers import prod
 from tinygrad.nn.gguf import QuantizedTensor, dequantize_blocks
 from tinygrad.nn.transformer import SparseMoE, _host_reads_allowed
@@ -244,7 +245,7 @@ class _BlockWords(abc.ABC):
     unsigned bytes whose dot product with four int8 activations (x quantized per block, `_int8_blocks`, in
     words of the same order) is one integer instruction where the CPU has one (x86's VNNI: `tg_backend_cpu.byte_dot`
     recognises the shifts and masks of `_byte_dot`), 64 multiply-adds at a time, as llama.cpp computes these
-    blocks. Each type says where its values lie (`_nibble_shifts`), how its scales apply (`_values`, `product`)."""
+    blocks. Each type says where its values lie and how its scales apply (`_values`, `product`)."""
 
     def __init__(self, words: Tensor, halves: Tensor, extra: Tensor | None = None):
         self.words, self.halves, self.extra = words, halves, extra
@@ -260,7 +261,7 @@ class _BlockWords(abc.ABC):
         return blocks.reshape(rows // tile, tile, n_blocks, weight.block_bytes)
 
     @staticmethod
-    def _side_by_side(t: Tensor, dtype: Any) -> Tensor:
+    def _side_by_side(t: Tensor, dtype: DType) -> Tensor:
         """Fields (tiles, tile, n_blocks, k, size) of `size` bytes each read as `dtype`, as (tiles, n_blocks, k, tile),
         realized (before the file-order blocks are dropped: the repacked copies replace them)."""
         v = t.bitcast(dtype) if dtype.itemsize > 1 else t
@@ -269,16 +270,6 @@ class _BlockWords(abc.ABC):
     @property
     def nbytes(self) -> int:
         return sum(prod(t.shape) * t.dtype.itemsize for t in (self.words, self.halves, self.extra) if t is not None)
-
-    def _nibbles(self, words: Tensor) -> Tensor:
-        """The values' nibbles (..., n_blocks, values per block) as int32, from words (..., n_blocks, words)."""
-        shifts, order = self._nibble_shifts()
-        q = (words.reshape(*words.shape[:-1], *order) >> shifts) & 0xF
-        return q.reshape(*words.shape[:-1], -1)
-
-    def _nibble_shifts(self) -> tuple[Tensor, tuple[int, ...]]:
-        """The shifts of each value's nibble in its word, and the shape the words take against them (`_nibbles`)."""
-        raise TypeError(f"{type(self).__name__} does not unpack its values by nibbles")
 
     @classmethod
     @abc.abstractmethod
@@ -320,14 +311,9 @@ class _Q4_0Words(_BlockWords):
         return cls(cls._side_by_side(t[..., 2:].reshape(tiles, tile, nb, 4, 4), dtypes.int32),
                    cls._side_by_side(t[..., :2].reshape(tiles, tile, nb, 1, 2), dtypes.uint16))
 
-    def _nibble_shifts(self) -> tuple[Tensor, tuple[int, ...]]:
-        # value 16h + 4g + j is nibble h of byte j of word g: (h, g, j) against words (g)
-        shifts = Tensor.arange(2, dtype=dtypes.int32).reshape(2, 1, 1) * 4 + Tensor.arange(4, dtype=dtypes.int32) * 8
-        return shifts, (1, 4, 1)
-
     def _values(self, words: Tensor, halves: Tensor, extra: Tensor | None) -> Tensor:
         d = halves.bitcast(dtypes.float16).cast(dtypes.float32)  # (..., nb, 1)
-        return (d * (self._nibbles(words).cast(dtypes.float32) - 8)).reshape(*words.shape[:-2], -1)
+        return (d * (_nibbles(words, (1, 4, 1)).cast(dtypes.float32) - 8)).reshape(*words.shape[:-2], -1)
 
     def product(self, x: Tensor) -> Tensor:
         """x (..., in_features) times the weight's transpose, (..., tiles, tile): each block's integer sum of
@@ -363,18 +349,13 @@ class _Q4_KWords(_BlockWords):
                    cls._side_by_side(t[..., :4].reshape(tiles, tile, nb, 2, 2), dtypes.uint16),
                    cls._side_by_side(scales, dtypes.uint8))
 
-    def _nibble_shifts(self) -> tuple[Tensor, tuple[int, ...]]:
-        # value 64g + 32h + 4k + j is nibble h of byte j of word 8g + k: (g, h, k, j) against words (g, k)
-        shifts = Tensor.arange(2, dtype=dtypes.int32).reshape(2, 1, 1) * 4 + Tensor.arange(4, dtype=dtypes.int32) * 8
-        return shifts, (4, 1, 8, 1)
-
     def _values(self, words: Tensor, halves: Tensor, extra: Tensor | None) -> Tensor:
         assert extra is not None
         d = halves.bitcast(dtypes.float16).cast(dtypes.float32)  # (..., nb, 2): d, dmin
         sm = extra.cast(dtypes.float32)  # (..., nb, 16)
         scale = (d[..., :1] * sm[..., :8]).unsqueeze(-1)  # (..., nb, 8, 1) per sub-block
         offset = (d[..., 1:] * sm[..., 8:]).unsqueeze(-1)
-        q = self._nibbles(words).reshape(*words.shape[:-1], 8, 32).cast(dtypes.float32)
+        q = _nibbles(words, (4, 1, 8, 1)).reshape(*words.shape[:-1], 8, 32).cast(dtypes.float32)
         return (scale * q - offset).reshape(*words.shape[:-2], -1)
 
     def product(self, x: Tensor) -> Tensor:
@@ -460,6 +441,16 @@ class _Q6_KWords(_BlockWords):
         d = self.halves[:, :, 0].bitcast(dtypes.float16).cast(dtypes.float32).unsqueeze(-2)  # (tiles, nb, 1, tile)
         per_half = d * _sum_terms(groups).cast(dtypes.float32)  # (..., tiles, nb, 2, tile)
         return (per_half * (x_max / 127).reshape(*lead, 1, nb, 1, 1)).sum((-3, -2))
+
+
+def _nibbles(words: Tensor, order: tuple[int, ...]) -> Tensor:
+    """The nibbles of words (..., n_blocks, words) as int32 values (..., n_blocks, values): the words reshaped to
+    `order` against the shifts (nibble h, byte j) = 4h + 8j of shape (2, 1, 4), so the values run in the order of
+    the reshaped axes (Q4_0 (1, 4, 1): value 16h + 4g + j of word g; Q4_K (4, 1, 8, 1): value 64g + 32h + 4k + j of
+    word 8g + k)."""
+    shifts = Tensor.arange(2, dtype=dtypes.int32).reshape(2, 1, 1) * 4 + Tensor.arange(4, dtype=dtypes.int32) * 8
+    q = (words.reshape(*words.shape[:-1], *order) >> shifts) & 0xF
+    return q.reshape(*words.shape[:-1], -1)
 
 
 #: the layout and product of each type of BYTE_DOT_TYPES
