@@ -174,3 +174,35 @@ def test_an_expression_rounds_alike_in_the_kernel_that_computes_it_and_after_a_s
     stored = stored_x.batchnorm(weight.flatten(), bias.flatten(), mean.flatten(), invstd.flatten())
     stored_x.realize(), weight.realize(), bias.realize(), mean.realize(), invstd.realize()
     np.testing.assert_array_equal(fused.numpy(), stored.numpy())
+
+
+def _scalar_accumulators(src: str) -> int:
+    """How many accumulators the kernel keeps as scalars (a stack slot of one float each)."""
+    return len(re.findall(r"= alloca float\n", src))
+
+
+@pytest.mark.parametrize("nested", [True, False])
+def test_an_outer_reductions_update_reads_the_inner_reductions_tile_whole(
+        nested: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A block-scaled matrix-vector product as one kernel (each block's sum over its values is a reduction inside the
+    reduction over the blocks, a quantized product's form): the inner sums are a tile, and the outer tile's update
+    reads that tile's vector ("tile" lanes), so it is a tile too: no accumulator is left a scalar; the same bits
+    as scalar tiles. Without "tile" lanes (`nested=False`) the outer update stays scalar code reading every inner
+    lane, with an accumulator per output."""
+    import tg_backend_cpu.llvm_renderer as llvm_renderer
+    plan = llvm_renderer.plan_vector_tiles
+    monkeypatch.setattr(llvm_renderer, "plan_vector_tiles", lambda *a, **k: plan(*a, **{**k, "nested": nested}))
+    rng = np.random.default_rng(7)
+    rows = 256
+    wn, xn = rng.standard_normal((8, 16, rows)).astype(np.float32), rng.standard_normal((8, 16, 1)).astype(np.float32)
+    sn = rng.standard_normal((8, rows)).astype(np.float32)
+
+    def make() -> Tensor:
+        return (Tensor(sn) * (Tensor(wn) * Tensor(xn)).sum(1)).sum(0)
+    assert len(make().schedule()) == 1
+    vector, inputs = _last_kernel(make(), vector_tiles=True)
+    scalar, _ = _last_kernel(make(), vector_tiles=False)
+    assert (_scalar_accumulators(vector.src) == 0) == nested, vector.src[:3000]
+    got = _run(vector, inputs, (rows,))
+    np.testing.assert_array_equal(got, _run(scalar, inputs, (rows,)))
+    np.testing.assert_allclose(got, (sn * (wn * xn).sum(1)).sum(0), rtol=1e-5, atol=1e-4)

@@ -381,11 +381,11 @@ class LLVMRenderer(Renderer):
         fused = fused_adds(program, self.fma)
         builder = functools.partial(FusingTileBuilder, fused=fused)
         accs = (dtypes.float32, dtypes.float64, dtypes.int32)
-        tiles = plan_vector_tiles(program, self.simd_bytes, builder, parts=True, acc_dtypes=accs) \
-            if self.vector_tiles else []
         # integer accumulators are tiles only for their byte dots (`byte_dot`): the others stay the scalar code they
         # were measured as
-        tiles = [t for t in tiles if t.accs[0].dtype.is_float or t.update.count("dot4")]
+        tiles = plan_vector_tiles(program, self.simd_bytes, builder, parts=True, acc_dtypes=accs,
+                                  keep=lambda t: t.accs[0].dtype.is_float or t.update.count("dot4") > 0,
+                                  nested=True) if self.vector_tiles else []
         if self.full_vector_tiles_only and any(len(t.accs) * t.accs[0].dtype.itemsize < self.simd_bytes for t in tiles):
             tiles = []
         return _Kernel(name, program, plan_split(program), tiles, fused, self.fma == "contract").render()

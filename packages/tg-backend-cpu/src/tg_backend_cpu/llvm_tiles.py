@@ -283,6 +283,8 @@ class TileWriter:
         k = self.k
         if lanes.kind == "acc":
             out = k.ins(f"load {vt}, ptr {self.slot[tile]}")
+        elif lanes.kind == "tile":  # another tile's accumulators, in its lane order (its reduction has ended)
+            out = k.ins(f"load {vt}, ptr {self.slot[self.tile_of[lanes.uops[0]]]}")
         elif lanes.kind == "splat":
             one = k.ins(f"insertelement {vt} poison, {et} {k.val(lanes.uops[0])}, i64 0")
             out = k.ins(f"shufflevector {vt} {one}, {vt} poison, <{width} x i32> zeroinitializer")

@@ -207,7 +207,9 @@ class Lanes:
     `args`, lane by lane; CAST converts), "parts" (the `args`, each a "load" or a "splat" of `sizes[i]` lanes, side
     by side: the ends of two rows of a tile in one vector), "gather" (each lane's scalar, `uops`), "dot4" (int32:
     `args[0]` plus the byte dots of `args[1 + 2j]` and `args[2 + 2j]` under `masks[j]`, `tg_backend_cpu.byte_dot`),
-    "f16_bits" (float32 from the float16 bits of `args[0]`) or "zero"; the last three are the LLVM path's."""
+    "f16_bits" (float32 from the float16 bits of `args[0]`), "zero" or "tile" (the accumulators `uops` of another
+    tile whose reduction has ended: an inner reduction's sums, read by the outer one's update); the last four are the
+    LLVM path's."""
 
     kind: str
     dtype: DType
@@ -262,6 +264,9 @@ class TileBuilder:
 
     def __init__(self, accs: tuple[UOp, ...], read_only: set[UOp], has_acc: dict[UOp, bool], mask: DType):
         self.accs, self.read_only, self.has_acc, self.mask = accs, read_only, has_acc, mask
+        #: the accumulators of tiles whose reductions end before this tile's update, in lane order ("tile" lanes:
+        #: `plan_vector_tiles` with `nested`)
+        self.finished: set[tuple[UOp, ...]] = set()
 
     def lanes(self, values: tuple[UOp, ...]) -> Lanes | None:
         # a lane may read only its own accumulator: another's is the vector of a tile whose update is not ordered
@@ -273,6 +278,8 @@ class TileBuilder:
             return None
         if values == self.accs:
             return Lanes("acc", d)
+        if values in self.finished:
+            return Lanes("tile", d, values)
         if all(v is first for v in values):
             return None if self.has_acc[first] else Lanes("splat", d, (first,))
         same = all(v.op is first.op and v.dtype == first.dtype and v.arg == first.arg and len(v.src) == len(first.src)
@@ -330,7 +337,7 @@ TileBuilderFactory = Callable[[tuple[UOp, ...], set[UOp], dict[UOp, bool], DType
 
 def _tile(branches: list[int], run: tuple[UOp, ...], assigns: tuple[UOp, ...], loop_of: dict[UOp, UOp | None],
           position: dict[UOp, int], reads: dict[UOp, list[UOp]], read_only: set[UOp],
-          has_acc: dict[UOp, bool], builder: TileBuilderFactory) -> VectorTile | None:
+          has_acc: dict[UOp, bool], builder: TileBuilderFactory, done: list[VectorTile]) -> VectorTile | None:
     first = run[0]
     if any(a.src[0].op is not Ops.CONST for a in run) or any(a.dtype != first.dtype or loop_of[a] is not loop_of[first]
                                                              for a in run) or \
@@ -347,7 +354,11 @@ def _tile(branches: list[int], run: tuple[UOp, ...], assigns: tuple[UOp, ...], l
         between = [r for r in reads.get(acc, []) if lo <= position[r] <= hi and r is not value]
         if between and any(r not in value.toposort() for r in between):
             return None
-    update = builder(run, read_only, has_acc, _MASK_OF[first.dtype.itemsize]).lanes(values)
+    lanes = builder(run, read_only, has_acc, _MASK_OF[first.dtype.itemsize])
+    # another tile's accumulators may be read whole where its reduction ended before this update (its loop is not
+    # this one, and its updates all stand before this one's): the inner sums of a nested reduction
+    lanes.finished = {t.accs for t in done if loop_of[t.last] is not loop_of[assigns[0]] and position[t.last] < lo}
+    update = lanes.lanes(values)
     # worth it where a row of the tile is one vector load, or where the vector operations are many for each lane
     # gathered from scalars (a max-pool over a batch of strided images: a dozen operations per element)
     if update is None or update.dtype != first.dtype or \
@@ -391,7 +402,9 @@ class _ReadsAnAccumulator(dict[UOp, bool]):
 
 
 def plan_vector_tiles(program: list[UOp], simd_bytes: int, builder: TileBuilderFactory = TileBuilder,
-                      parts: bool = False, acc_dtypes: tuple[DType, ...] = _ACC_ELEMENTS) -> list[VectorTile]:
+                      parts: bool = False, acc_dtypes: tuple[DType, ...] = _ACC_ELEMENTS,
+                      keep: Callable[[VectorTile], bool] = lambda tile: True,
+                      nested: bool = False) -> list[VectorTile]:
     """The register tile's accumulators as vectors, for compilers that do not vectorise a tile held in scalars
     (gcc's SLP vectoriser does not start from a loop's accumulators: a convolution's tile ran one lane at a time).
 
@@ -403,7 +416,9 @@ def plan_vector_tiles(program: list[UOp], simd_bytes: int, builder: TileBuilderF
     is taken as lanes gathered from the scalar code, or where it reads an accumulator, makes no tile. `builder` reads
     the lanes (the LLVM path's also fuses multiply-adds). With `parts` (a builder that makes vectors of two parts),
     the accumulators are taken in the order of their broadcast operands (`_by_shared_operands`). `acc_dtypes`: the
-    accumulators' dtypes that may be tiles."""
+    accumulators' dtypes that may be tiles; `keep`: which tiles found are kept. With `nested` (a writer of "tile"
+    lanes), the accumulators left are tried again once the others are tiles: an outer reduction whose update reads
+    an inner one's sums (a quantized product's sums per sub-block, scaled) reads them as that tile's vectors."""
     if not any(u.op is Ops.ASSIGN for u in program):
         return []
     position: dict[UOp, int] = {}
@@ -437,19 +452,25 @@ def plan_vector_tiles(program: list[UOp], simd_bytes: int, builder: TileBuilderF
     if parts and accs:
         accs = _by_shared_operands(accs, assign_of, simd_bytes // accs[0].dtype.itemsize)
     tiles: list[VectorTile] = []
-    i = 0
-    while i < len(accs):
-        widest = simd_bytes // accs[i].dtype.itemsize
-        for width in (w for w in (64, 32, 16, 8, 4, 2) if w <= widest and i + w <= len(accs)):
-            run = tuple(accs[i:i + width])
-            assigns = tuple(a for a in (assign_of[acc] for acc in run) if a is not None)
-            tile = _tile(branches, run, assigns, loop_of, position, reads, read_only, has_acc, builder)
-            if tile is not None:
-                tiles.append(tile)
-                i += width
-                break
-        else:
-            i += 1
+
+    def plan(candidates: list[UOp]) -> None:
+        i = 0
+        while i < len(candidates):
+            widest = simd_bytes // candidates[i].dtype.itemsize
+            for width in (w for w in (64, 32, 16, 8, 4, 2) if w <= widest and i + w <= len(candidates)):
+                run = tuple(candidates[i:i + width])
+                assigns = tuple(a for a in (assign_of[acc] for acc in run) if a is not None)
+                tile = _tile(branches, run, assigns, loop_of, position, reads, read_only, has_acc, builder, tiles)
+                if tile is not None and keep(tile):
+                    tiles.append(tile)
+                    i += width
+                    break
+            else:
+                i += 1
+    plan(accs)
+    if nested and tiles:
+        tiled = {a for t in tiles for a in t.accs}
+        plan([a for a in accs if a not in tiled])
     return tiles
 
 
