@@ -18,7 +18,10 @@ block's sum of products is then integer dot products of four unsigned bytes (the
 word by masks and constant shifts) with four int8 activations (`_byte_dot`), which the CPU backend writes as one
 VNNI instruction, 64 multiply-adds at a time (`tg_backend_cpu.byte_dot`; elsewhere the same shifts and masks); the
 scales multiply once per block or sub-block. Compute was the limit of the float products of 4- and 6-bit weights:
-this one reads the blocks at the memory's pace.
+this one reads the blocks at the memory's pace. A K-quant sub-block's dots are summed by a loop over its words, a
+reduction inside the reduction over the blocks (the scheduler keeps it in the product's kernel, the CPU's vector
+tiles read its sums whole): the loop's body holds a word per row, where terms for every word of a group would hold
+them all at once and spill registers.
 
 The product by planes (the other types, and the experts of a mixture). `x @ W.T` is written with Tensor ops as a
 reduction over the blocks and the values of a plane of a block (`_planes_product`): a plane is a run of values
@@ -361,7 +364,9 @@ class _Q4_KWords(_BlockWords):
     def product(self, x: Tensor) -> Tensor:
         """x (..., in_features) times the weight's transpose, (..., tiles, tile): per sub-block of 32 the integer sum
         of products by byte dots times d * scale, less dmin * min times the sub-block's sum of x, each times x's
-        scale of that sub-block, summed in float32."""
+        scale of that sub-block, summed in float32. A sub-block's byte dots are a loop over its 8 words (a reduction
+        inside the reduction over the blocks and groups: its body keeps one word per row, where the terms of all 8
+        words would hold the group's words at once, and spill)."""
         assert self.extra is not None
         tiles, nb, _, tile = self.words.shape
         lead = x.shape[:-1]
@@ -375,8 +380,7 @@ class _Q4_KWords(_BlockWords):
         # sums times their scales, and their sums of x times their mins; then one float expression per group
         dots, mins = [], []
         for h in (0, 1):
-            isum = _sum_terms([_byte_dot(planes[h][:, :, :, k], xw[..., h, k, :]) for k in range(8)])
-            dots.append(sm[:, :, 0, :, h] * isum)
+            dots.append(sm[:, :, 0, :, h] * _byte_dot(planes[h], xw[..., h, :, :]).sum(-2))
             mins.append(sm[:, :, 1, :, h] * x_sums[..., h, :])
         d = self.halves.bitcast(dtypes.float16).cast(dtypes.float32).unsqueeze(-2)  # (tiles, nb, 2, 1, tile)
         per_group = d[:, :, 0] * _sum_terms(dots).cast(dtypes.float32) - \
@@ -415,32 +419,29 @@ class _Q6_KWords(_BlockWords):
         return (d * sc * q).reshape(*words.shape[:-2], -1)
 
     def product(self, x: Tensor) -> Tensor:
-        """x (..., in_features) times the weight's transpose, (..., tiles, tile): per block half n (a loop of the
-        reduction, with the blocks) and value group t (terms), the byte dots of its two sub-blocks of 16, less 32
-        times their sums of x, times their scales, in integers; then once per half, times d and x's scale."""
+        """x (..., in_features) times the weight's transpose, (..., tiles, tile): per block half n and sub-block of 16
+        values of each value group t (loops of the reduction, with the blocks), the byte dots of its 4 words (a loop
+        of its own inside: a reduction inside the reduction, whose body keeps one word per row, where the terms of all
+        of them would hold every word of the half block at once, and spill), less 32 times its sum of x, times its
+        scale, in integers; then times d and x's scale."""
         assert self.extra is not None
         tiles, nb, _, tile = self.words.shape
         lead = x.shape[:-1]
         xw, x_max, x_sum = _int8_blocks(x, 256, run=16)  # (..., nb, 64), (..., nb), (..., nb, 16)
-        xw = xw.reshape(*lead, 1, nb, 2, 4, 8, 1)  # (n, t, k)
+        xw = xw.reshape(*lead, 1, nb, 2, 4, 2, 4, 1)  # (n, t, sub-block of the group, word k of it)
         x_sums = x_sum.reshape(*lead, 1, nb, 2, 4, 2, 1)  # (n, t, sub-block of the group)
-        ql = self.words[:, :, :32].reshape(tiles, nb, 2, 2, 8, tile)  # (n, ql byte l or l + 32, k)
-        qh = self.words[:, :, 32:].reshape(tiles, nb, 2, 8, tile)  # (n, k)
-        sc = self.extra.bitcast(dtypes.int8).cast(dtypes.int32).reshape(tiles, nb, 2, 4, 2, tile)
+        ql = self.words[:, :, :32].reshape(tiles, nb, 2, 2, 2, 4, tile)  # (n, ql byte l or l + 32, sub-block, k)
+        qh = self.words[:, :, 32:].reshape(tiles, nb, 2, 2, 4, tile)  # (n, sub-block, k)
+        sc = self.extra.bitcast(dtypes.int8).cast(dtypes.int32).reshape(tiles, nb, 2, 4, 2, tile)  # (n, t, sub-block)
         groups = []
         for t in range(4):
-            halves = []
-            for half in (0, 1):  # the group's two sub-blocks of 16 values, 4 words each
-                dots = []
-                for k in range(4 * half, 4 * half + 4):
-                    low = (ql[:, :, :, t % 2, k] >> (4 * (t // 2))) & 0x0F0F0F0F
-                    high = ((qh[:, :, :, k] >> (2 * t)) & 0x03030303) << 4
-                    dots.append(_byte_dot(low | high, xw[..., t, k, :]))
-                halves.append(sc[:, :, :, t, half] * (_sum_terms(dots) - 32 * x_sums[..., t, half, :]))
-            groups.append(halves[0] + halves[1])
-        d = self.halves[:, :, 0].bitcast(dtypes.float16).cast(dtypes.float32).unsqueeze(-2)  # (tiles, nb, 1, tile)
-        per_half = d * _sum_terms(groups).cast(dtypes.float32)  # (..., tiles, nb, 2, tile)
-        return (per_half * (x_max / 127).reshape(*lead, 1, nb, 1, 1)).sum((-3, -2))
+            low = (ql[:, :, :, t % 2] >> (4 * (t // 2))) & 0x0F0F0F0F
+            high = ((qh >> (2 * t)) & 0x03030303) << 4
+            dots = _byte_dot(low | high, xw[..., t, :, :, :]).sum(-2)  # (..., tiles, nb, n, sub-block, tile)
+            groups.append(sc[:, :, :, t] * (dots - 32 * x_sums[..., t, :, :]))
+        d = self.halves[:, :, 0].bitcast(dtypes.float16).cast(dtypes.float32).reshape(tiles, nb, 1, 1, tile)
+        per_sub_block = d * _sum_terms(groups).cast(dtypes.float32)  # (..., tiles, nb, n, sub-block, tile)
+        return (per_sub_block * (x_max / 127).reshape(*lead, 1, nb, 1, 1, 1)).sum((-4, -3, -2))
 
 
 def _nibbles(words: Tensor, order: tuple[int, ...]) -> Tensor:
