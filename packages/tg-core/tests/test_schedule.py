@@ -138,6 +138,19 @@ def test_a_nested_reduction_whose_reduced_axis_sits_between_the_outer_ones_is_on
                                rtol=1e-5)
 
 
+def test_a_nested_reduction_under_a_rotary_read_stays_in_its_outer_kernel() -> None:
+    """A block-scaled product read at two index maps (a rotary embedding reads each output and its partner in the
+    other half): the product is realized (one kernel, not recomputed per map), and the sums nested in it stay in
+    its loop, though the rule that realizes it reaches them along the same two paths."""
+    (w, nw), (x, nx), (s, ns) = rand(4, 3, 8, 16, seed=7), rand(4, 3, 8, 1, seed=8), rand(4, 3, 16, seed=9)
+    (c, nc) = rand(16, seed=10)
+    y, ny = (s * (w * x).sum(-2)).sum((0, 1)), (ns * (nw * nx).sum(-2)).sum((0, 1))
+    rotated = y * c + y[8:].cat(-y[:8]) * c
+    assert kernels(rotated) == 2  # the product, then the rotation
+    np.testing.assert_allclose(rotated.numpy(), ny * nc + np.concatenate([ny[8:], -ny[:8]]) * nc, rtol=1e-5,
+                               atol=1e-5)
+
+
 def test_a_reduction_that_reuses_a_value_across_the_outer_axes_keeps_its_kernel() -> None:
     """A convolution under a global pool: its weight is the same for every position the pool reduces, and a kernel
     of the convolution's own reuses it across them; an inner reduction read through a broadcast, or by two

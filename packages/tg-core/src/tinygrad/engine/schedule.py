@@ -174,12 +174,27 @@ def _find_realize_points(sink: UOp, outputs: list[UOp]) -> set[UOp]:
     for node in topo:
         for s in set(node.src):
             consumers[s] += 1
-    points: set[UOp] = {o for o in outputs if base_buffer(o) is None}
+    seed: set[UOp] = {o for o in outputs if base_buffer(o) is None}
     for node in topo:
         if node.op is Ops.CONTIGUOUS or node.op is Ops.COPY:
-            points.add(node)
+            seed.add(node)
         if node.op is Ops.COPY and base_buffer(node.src[0]) is None:
-            points.add(node.src[0])  # a transfer moves a realized, contiguous buffer
+            seed.add(node.src[0])  # a transfer moves a realized, contiguous buffer
+    points, outers = _propagate_points(topo, consumers, seed)
+    mapped = _reductions_read_through_several_maps(topo, points)
+    if again := {o for o in mapped & outers.keys() if mapped & outers[o]}:
+        # a reduction with nested ones, read through several maps (a projection under a rotary embedding), and those
+        # nested ones with it, reached along the same paths: decided again with the outer one realized from the
+        # start, they are reached from its kernel only, and stay in its loop
+        points, _ = _propagate_points(topo, consumers, seed | again)
+    return points | _late_points(topo, points)
+
+
+def _propagate_points(topo: list[UOp], consumers: dict[UOp, int],
+                      seed: set[UOp]) -> tuple[set[UOp], dict[UOp, set[UOp]]]:
+    """The realize points that follow from `seed` down the graph (consumers before their sources), and the
+    reductions found computing others in their own loop, with those others (`_nested_reductions`)."""
+    points = set(seed)
     # cone[n]: the reductions n computes through elementwise ops, reshapes and permutes only (their epilogue)
     cone: dict[UOp, tuple[UOp, ...]] = {}
     for node in topo:
@@ -192,11 +207,13 @@ def _find_realize_points(sink: UOp, outputs: list[UOp]) -> set[UOp]:
     inside: dict[UOp, bool] = defaultdict(bool)
     expanded: dict[UOp, bool] = defaultdict(bool)
     nested: set[UOp] = set()  # reductions their consumer reduction computes in its own loop (_nested_reductions)
+    outers: dict[UOp, set[UOp]] = {}
     for node in reversed(topo):
         if node.op is Ops.SINK:
             continue
-        if node.op is Ops.REDUCE_AXIS:
-            nested.update(_nested_reductions(node, consumers))
+        if node.op is Ops.REDUCE_AXIS and (found := _nested_reductions(node, consumers)):
+            nested.update(found)
+            outers[node] = set(found)
         if node.op in GroupOp.Elementwise and node not in points and expanded[node] and cone.get(node) and \
                 not all(_folds_to_loads(r) for r in cone[node]):
             # the epilogue of a reduction that a broadcast reads (a convolution's bias and ReLU under the next
@@ -213,11 +230,17 @@ def _find_realize_points(sink: UOp, outputs: list[UOp]) -> set[UOp]:
         for s in node.src:
             inside[s] = inside[s] or flag
             expanded[s] = expanded[s] or eflag
-    points |= _reductions_read_through_several_maps(topo, points)
-    _realize_costly_broadcasts(topo, points)
-    while shared := _reductions_in_several_kernels(topo, points):
-        points |= shared
-    return points
+    return points, outers
+
+
+def _late_points(topo: list[UOp], points: set[UOp]) -> set[UOp]:
+    """The points the rules that look at whole kernels add to `points` (which they do not change)."""
+    late = _reductions_read_through_several_maps(topo, points)
+    with_late = points | late
+    _realize_costly_broadcasts(topo, with_late)
+    while shared := _reductions_in_several_kernels(topo, with_late):
+        with_late |= shared
+    return with_late - points
 
 
 def _nested_reductions(outer: UOp, consumers: dict[UOp, int]) -> list[UOp]:
