@@ -312,21 +312,20 @@ def _reshape_groups(old: tuple[sint, ...], new: tuple[sint, ...]) -> list[tuple[
     """For each dim of `new`, the dims of `old` whose indices it decides (reshape merges and splits runs of dims
     with equal products; a dim of size 1 has one index, so it decides none and none decides it: it is left out of
     the runs, which would otherwise join the dims on both sides of it); None for symbolic sizes."""
-    sizes_old, sizes_new = [s for s in old if isinstance(s, int)], [s for s in new if isinstance(s, int)]
-    if len(sizes_old) != len(old) or len(sizes_new) != len(new):
+    if not all(isinstance(s, int) for s in (*old, *new)):
         return None
-    src = [i for i, s in enumerate(sizes_old) if s != 1]
-    dst = [j for j, s in enumerate(sizes_new) if s != 1]
+    src = [i for i, s in enumerate(old) if s != 1]
+    dst = [j for j, s in enumerate(new) if s != 1]
     out: list[tuple[int, ...]] = [()] * len(new)
     i = j = 0
     while j < len(dst):
         start_i, start_j, po, pn = i, j, 1, 1
         while True:
             if pn <= po and j < len(dst):
-                pn *= sizes_new[dst[j]]
+                pn *= int(new[dst[j]])
                 j += 1
             elif i < len(src):
-                po *= sizes_old[src[i]]
+                po *= int(old[src[i]])
                 i += 1
             else:
                 break
