@@ -262,7 +262,7 @@ def _nested_reductions(outer: UOp, consumers: dict[UOp, int]) -> list[UOp]:
         seen.add(visit)
         if u.op is Ops.REDUCE_AXIS:
             shape = u.src[0].shape
-            outer_dims = frozenset(d for d in dims if u.shape[d] != 1)  # not the axes it reduces (1 in its shape)
+            outer_dims = frozenset(d for d in dims if shape[d] != 1)
             inner_dims = frozenset(d for d in u.arg.axes if shape[d] != 1)
             reads = _moved_by(u.src[0], outer_dims | inner_dims)
             if reads is not None and all(not (r & inner_dims) or outer_dims <= r for r in reads):
@@ -310,29 +310,26 @@ _READ_AS_BUFFERS = frozenset({Ops.BUFFER, Ops.REDUCE_AXIS, Ops.CONTIGUOUS, Ops.C
 
 def _reshape_groups(old: tuple[sint, ...], new: tuple[sint, ...]) -> list[tuple[int, ...]] | None:
     """For each dim of `new`, the dims of `old` whose indices it decides (reshape merges and splits runs of dims
-    with equal products; a dim of size 1 has one index, so it decides none and none decides it: it is left out of
-    the runs, which would otherwise join the dims on both sides of it); None for symbolic sizes."""
-    if not all(isinstance(s, int) for s in (*old, *new)):
+    with equal products); None for symbolic sizes."""
+    src, dst = [s for s in old if isinstance(s, int)], [s for s in new if isinstance(s, int)]
+    if len(src) != len(old) or len(dst) != len(new):
         return None
-    src = [i for i, s in enumerate(old) if s != 1]
-    dst = [j for j, s in enumerate(new) if s != 1]
-    out: list[tuple[int, ...]] = [()] * len(new)
+    out: list[tuple[int, ...]] = []
     i = j = 0
     while j < len(dst):
         start_i, start_j, po, pn = i, j, 1, 1
         while True:
             if pn <= po and j < len(dst):
-                pn *= int(new[dst[j]])
+                pn *= dst[j]
                 j += 1
             elif i < len(src):
-                po *= int(old[src[i]])
+                po *= src[i]
                 i += 1
             else:
                 break
-            if po == pn:
+            if po == pn and (i == len(src) or src[i] != 1) and (j == len(dst) or dst[j] != 1):
                 break
-        for d in dst[start_j:j]:
-            out[d] = tuple(src[start_i:i])
+        out.extend([tuple(range(start_i, i))] * (j - start_j))
     return out
 
 
