@@ -195,14 +195,14 @@ def test_an_outer_reductions_update_reads_the_inner_reductions_tile_whole(
     rng = np.random.default_rng(7)
     rows = 256
     wn, xn = rng.standard_normal((8, 16, rows)).astype(np.float32), rng.standard_normal((8, 16, 1)).astype(np.float32)
-    sn = rng.standard_normal((8, rows)).astype(np.float32)
+    sn = rng.standard_normal((8, 1, rows)).astype(np.float32)
 
     def make() -> Tensor:
-        return (Tensor(sn) * (Tensor(wn) * Tensor(xn)).sum(1)).sum(0)
+        return (Tensor(sn) * (Tensor(wn) * Tensor(xn)).sum(1, keepdim=True)).sum((0, 1))
     assert len(make().schedule()) == 1
     vector, inputs = _last_kernel(make(), vector_tiles=True)
     scalar, _ = _last_kernel(make(), vector_tiles=False)
     assert (_scalar_accumulators(vector.src) == 0) == nested, vector.src[:3000]
     got = _run(vector, inputs, (rows,))
     np.testing.assert_array_equal(got, _run(scalar, inputs, (rows,)))
-    np.testing.assert_allclose(got, (sn * (wn * xn).sum(1)).sum(0), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(got, (sn * (wn * xn).sum(1, keepdims=True)).sum((0, 1)), rtol=1e-5, atol=1e-4)

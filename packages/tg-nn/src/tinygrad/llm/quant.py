@@ -378,14 +378,16 @@ class _Q4_KWords(_BlockWords):
         x_sums = x_sum.reshape(*lead, 1, nb, 4, 2, 1)
         # per group g of two sub-blocks (a loop of the reduction, with the blocks), in integers: the sub-blocks' dot
         # sums times their scales, and their sums of x times their mins; then one float expression per group
+        # (the word sums keep their axis, of 1 after the sum: the scheduler keeps such a sum in the product's kernel)
         dots, mins = [], []
         for h in (0, 1):
-            dots.append(sm[:, :, 0, :, h] * _byte_dot(planes[h], xw[..., h, :, :]).sum(-2))
-            mins.append(sm[:, :, 1, :, h] * x_sums[..., h, :])
-        d = self.halves.bitcast(dtypes.float16).cast(dtypes.float32).unsqueeze(-2)  # (tiles, nb, 2, 1, tile)
+            dots.append(sm[:, :, 0, :, h].unsqueeze(-2) * _byte_dot(planes[h], xw[..., h, :, :]).sum(-2, keepdim=True))
+            mins.append((sm[:, :, 1, :, h] * x_sums[..., h, :]).unsqueeze(-2))
+        d = self.halves.bitcast(dtypes.float16).cast(dtypes.float32).reshape(tiles, nb, 2, 1, 1, tile)
         per_group = d[:, :, 0] * _sum_terms(dots).cast(dtypes.float32) - \
-            d[:, :, 1] * _sum_terms(mins).cast(dtypes.float32)  # (..., tiles, nb, 4, tile)
-        return (per_group * (x_max / 127).reshape(*lead, 1, nb, 1, 1)).sum((-3, -2))
+            d[:, :, 1] * _sum_terms(mins).cast(dtypes.float32)  # (..., tiles, nb, 4, 1, tile)
+        out = (per_group * (x_max / 127).reshape(*lead, 1, nb, 1, 1, 1)).sum((-4, -3))
+        return out.reshape(*lead, tiles, tile)
 
 
 class _Q6_KWords(_BlockWords):
@@ -437,11 +439,13 @@ class _Q6_KWords(_BlockWords):
         for t in range(4):
             low = (ql[:, :, :, t % 2] >> (4 * (t // 2))) & 0x0F0F0F0F
             high = ((qh >> (2 * t)) & 0x03030303) << 4
-            dots = _byte_dot(low | high, xw[..., t, :, :, :]).sum(-2)  # (..., tiles, nb, n, sub-block, tile)
-            groups.append(sc[:, :, :, t] * (dots - 32 * x_sums[..., t, :, :]))
-        d = self.halves[:, :, 0].bitcast(dtypes.float16).cast(dtypes.float32).reshape(tiles, nb, 1, 1, tile)
-        per_sub_block = d * _sum_terms(groups).cast(dtypes.float32)  # (..., tiles, nb, n, sub-block, tile)
-        return (per_sub_block * (x_max / 127).reshape(*lead, 1, nb, 1, 1, 1)).sum((-4, -3, -2))
+            # (..., tiles, nb, n, sub-block, 1, tile): the word sums keep their axis (see Q4_K's)
+            dots = _byte_dot(low | high, xw[..., t, :, :, :]).sum(-2, keepdim=True)
+            groups.append(sc[:, :, :, t].unsqueeze(-2) * (dots - 32 * x_sums[..., t, :, :].unsqueeze(-2)))
+        d = self.halves[:, :, 0].bitcast(dtypes.float16).cast(dtypes.float32).reshape(tiles, nb, 1, 1, 1, tile)
+        per_sub_block = d * _sum_terms(groups).cast(dtypes.float32)  # (..., tiles, nb, n, sub-block, 1, tile)
+        out = (per_sub_block * (x_max / 127).reshape(*lead, 1, nb, 1, 1, 1, 1)).sum((-5, -4, -3))
+        return out.reshape(*lead, tiles, tile)
 
 
 def _nibbles(words: Tensor, order: tuple[int, ...]) -> Tensor:
