@@ -187,7 +187,8 @@ def _find_realize_points(sink: UOp, outputs: list[UOp]) -> set[UOp]:
         # nested ones with it, reached along the same paths: decided again with the outer one realized from the
         # start, they are reached from its kernel only, and stay in its loop
         points, _ = _propagate_points(topo, consumers, seed | again)
-    return points | _late_points(topo, points)
+        mapped = _reductions_read_through_several_maps(topo, points)
+    return points | _late_points(topo, points, mapped)
 
 
 def _propagate_points(topo: list[UOp], consumers: dict[UOp, int],
@@ -233,10 +234,10 @@ def _propagate_points(topo: list[UOp], consumers: dict[UOp, int],
     return points, outers
 
 
-def _late_points(topo: list[UOp], points: set[UOp]) -> set[UOp]:
-    """The points the rules that look at whole kernels add to `points` (which they do not change)."""
-    late = _reductions_read_through_several_maps(topo, points)
-    with_late = points | late
+def _late_points(topo: list[UOp], points: set[UOp], mapped: set[UOp]) -> set[UOp]:
+    """The points the rules that look at whole kernels add to `points` (which they do not change), given those
+    `_reductions_read_through_several_maps` adds (`mapped`)."""
+    with_late = points | mapped
     _realize_costly_broadcasts(topo, with_late)
     while shared := _reductions_in_several_kernels(topo, with_late):
         with_late |= shared
