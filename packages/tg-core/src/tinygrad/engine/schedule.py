@@ -188,7 +188,7 @@ def _find_realize_points(sink: UOp, outputs: list[UOp]) -> set[UOp]:
         # start, they are reached from its kernel only, and stay in its loop
         points, _ = _propagate_points(topo, consumers, seed | again)
         mapped = _reductions_read_through_several_maps(topo, points)
-    return points | _late_points(topo, points, mapped)
+    return _with_late_points(topo, points, mapped)
 
 
 def _propagate_points(topo: list[UOp], consumers: dict[UOp, int],
@@ -234,14 +234,14 @@ def _propagate_points(topo: list[UOp], consumers: dict[UOp, int],
     return points, outers
 
 
-def _late_points(topo: list[UOp], points: set[UOp], mapped: set[UOp]) -> set[UOp]:
-    """The points the rules that look at whole kernels add to `points` (which they do not change), given those
-    `_reductions_read_through_several_maps` adds (`mapped`)."""
+def _with_late_points(topo: list[UOp], points: set[UOp], mapped: set[UOp]) -> set[UOp]:
+    """`points` with those the rules that look at whole kernels add: `mapped` (what
+    `_reductions_read_through_several_maps` adds), costly broadcasts, reductions read by several kernels."""
     with_late = points | mapped
     _realize_costly_broadcasts(topo, with_late)
     while shared := _reductions_in_several_kernels(topo, with_late):
         with_late |= shared
-    return with_late - points
+    return with_late
 
 
 def _nested_reductions(outer: UOp, consumers: dict[UOp, int]) -> list[UOp]:
