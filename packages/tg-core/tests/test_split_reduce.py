@@ -93,6 +93,20 @@ def test_a_long_combine_is_split_again() -> None:
     assert kernels(Tensor.empty(2**25).max()) == 3
 
 
+def test_a_power_of_two_that_divides_the_axis_is_taken_before_one_that_pads() -> None:
+    # 128256 = 2**8 * 501: chunks of 256 leave nothing over, the preferred 1024 would pad the axis (and make every
+    # load of the chunk kernel a gated one); 2**15 + 1 has no such divisor and is still padded
+    def pads(n: int) -> bool:
+        outputs, _ = split_reduce.split_large_reductions([Tensor.empty(n).max().uop])
+        return any(u.op is Ops.PAD for u in outputs[0].toposort())
+    assert not pads(128256) and not pads(2**15 * 3)
+    assert pads(2**15 + 1)
+    x = data((128256,))
+    x[77777] = 9
+    t = Tensor(x)
+    assert t.max().item() == 9 and t.argmax().item() == 77777
+
+
 def test_symbolic_and_empty_shapes_are_left_alone() -> None:
     n = Variable("n", 1, 2**20).bind(2**16)
     assert kernels(Tensor.empty(2**20)[:n].sum()) == 1

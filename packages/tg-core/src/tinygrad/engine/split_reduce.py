@@ -15,8 +15,9 @@ qualifies), so that no float accumulator adds up more than a few of them. A sing
 a few hundred elements on, in short chunks: that is where one running accumulator starts to fall behind numpy.
 
 A chunk is whole trailing reduced axes times a run of one more axis (the cut), so its elements keep their order
-in memory and the index arithmetic needs no division. Runs are powers of two where they can be; when the run
-length does not divide the cut axis, the axis is padded with the op's identity: 0 for ADD, 1 for MUL, the
+in memory and the index arithmetic needs no division. Runs are powers of two where they can be, one that divides
+the cut axis before one nearer the preferred length; when the run length does not divide the cut axis, the axis is
+padded with the op's identity: 0 for ADD, 1 for MUL, the
 dtype's lowest value for MAX (-inf for floats, so NaN still propagates). The padding never changes the result.
 Symbolic shapes and empty tensors are left alone.
 
@@ -201,13 +202,14 @@ def _chunking(shape: tuple[int, ...], axes: tuple[int, ...], shortest: int, long
 
 def _inner_steps(size: int, first: int, last: int, preferred: float) -> int:
     """Steps of an axis of `size` per chunk, from `first` to `last`: a power of two if the range holds one (sums of
-    equal terms, counts of ones for one, then stay exact in float32 at every level), the one nearest `preferred`;
-    else the count that pads the axis least. Those candidates come from whichever is shorter to walk, the lengths
-    or the chunk counts (one length per count, the shortest that gives that many chunks: every exact divisor is
-    among them)."""
+    equal terms, counts of ones for one, then stay exact in float32 at every level), one that divides `size` first
+    (padding makes every load of the chunk kernel a gated one, which a CPU cannot vectorise), then the one nearest
+    `preferred`; else the count that pads the axis least. Those candidates come from whichever is shorter to walk,
+    the lengths or the chunk counts (one length per count, the shortest that gives that many chunks: every exact
+    divisor is among them)."""
     powers = [1 << k for k in range(first.bit_length() - 1, last.bit_length()) if first <= 1 << k <= last]
     if powers:
-        return min(powers, key=lambda d: (abs(d - preferred), -size % d))
+        return min(powers, key=lambda d: (size % d != 0, abs(d - preferred)))
     counts = range(-(-size // last), -(-size // first) + 1)
     if len(counts) <= last - first:
         steps = [d for k in counts if first <= (d := -(-size // k)) <= last] or [last]
