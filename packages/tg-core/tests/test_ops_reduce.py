@@ -338,6 +338,20 @@ def test_argmax_and_argmin_pick_the_first_tie_and_treat_nan_as_extreme(torch: An
     assert big.argmin().item() == 0 and big.argmax().item() == 2 and big.min().item() == dtypes.int32.min
 
 
+def test_argmax_over_a_long_axis_reads_only_its_input(torch: Any) -> None:
+    # the positions that score the hits are the reduce loop's own index: no buffer of them is made on the host and
+    # read beside x; a NaN anywhere in a long (split) row still wins, the first of several
+    schedule = Tensor.empty(2, 5000).argmax(1).schedule()
+    outputs = {id(b) for si in schedule for b in si.bufs[:si.outs]}
+    assert len({id(b) for si in schedule for b in si.bufs[si.outs:]} - outputs) == 1  # x alone
+    a = np.random.default_rng(0).standard_normal((2, 5000)).astype(np.float32)
+    a[0, 4321] = a[0, 4400] = NAN
+    a[1, 17] = a[1, 4999] = 50
+    t, ta = Tensor(a), torch.tensor(a)
+    assert t.argmax(1).tolist() == ta.argmax(1).tolist() == [4321, 17]
+    assert t.argmin(1).tolist() == ta.argmin(1).tolist()
+
+
 def test_sort_and_cummax_place_nan_like_pytorch(torch: Any) -> None:
     row = [3.0, NAN, 1.0, -INF, NAN, 1.0]
     x, tx = Tensor(row), torch.tensor(row)

@@ -292,12 +292,15 @@ class ReduceMixin(TensorBase):
         n = x.shape[ax]
         if n == 0:
             raise IndexError(f"{name} over dimension {axis} of size 0 (shape {self.shape}) has no answer")
-        hit = x == x.max(ax, keepdim=True)
-        if x.dtype.is_float:
-            nan = _isnan(x)
-            hit = nan.any(ax, keepdim=True).where(nan, hit)
-        # the first hit scores highest: position i scores n - i
-        score = type(self).arange(n, 0, -1, device=self.device).reshape((n,) + (1,) * (x.ndim - ax - 1))
+        top = x.max(ax, keepdim=True)
+        hit = x == top
+        if x.dtype.is_float:  # the max is NaN where the slice holds a NaN (MAX propagates it): then the NaNs are hits
+            hit = _isnan(top).where(_isnan(x), hit)
+        # the first hit scores highest: position i scores n - i. The positions are a lazy ARANGE, the reduce loop's
+        # own index, not a host-made buffer that the kernel would read beside x
+        dt = dtypes.int32 if n <= dtypes.int32.max else dtypes.int64
+        positions = type(self)(UOp(Ops.ARANGE, dt, (), n), device=self.device)
+        score = (n - positions).reshape((n,) + (1,) * (x.ndim - ax - 1))
         first = (n - hit.where(score, 0).max(ax, keepdim=True)).cast(index_dtype(n))
         if not keepdim:
             first = first.reshape(tuple(s for i, s in enumerate(x.shape) if i != ax))
