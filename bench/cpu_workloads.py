@@ -49,6 +49,10 @@ class Numpy:
         _check(out, a * b + c, "a*b+c")
         return lambda: per_call(step, 1)
 
+    def reduce(self, n: int, op: str) -> Callable[[], Result]:
+        a = _inputs(n, 1)[0]
+        return lambda: per_call(lambda: getattr(a, op)(), 1)
+
     def copy(self, n: int) -> Callable[[], Result]:
         src, dst = _inputs(n, 1)[0], np.empty(n, np.float32)
         return lambda: per_call(lambda: np.copyto(dst, src), 1)
@@ -95,6 +99,10 @@ class Torch:
         step()
         _check(out.numpy(), (a * b + c).numpy(), "a*b+c")
         return lambda: per_call(step, 1)
+
+    def reduce(self, n: int, op: str) -> Callable[[], Result]:
+        a = self._tensors(n, 1)[0]
+        return lambda: per_call(lambda: getattr(a, op)(), 1)
 
     def copy(self, n: int) -> Callable[[], Result]:
         src, dst = self._tensors(n, 1)[0], self.torch.empty(n)
@@ -182,6 +190,19 @@ class TinygradApi:
             a, b, c = self._fresh(arrays)
             start = time.perf_counter()
             (a * b + c).realize()
+            self.sync()
+            return {"seconds": time.perf_counter() - start}
+        return measure
+
+    def reduce(self, n: int, op: str) -> Callable[[], Result]:
+        """max or argmax of n float32, the whole tensor: one output (a greedy sampler's argmax over a vocabulary)."""
+        arrays = _inputs(n, 1)
+        _check(getattr(self._fresh(arrays)[0], op)().numpy(), getattr(arrays[0], op)(), op)
+
+        def measure() -> Result:
+            a = self._fresh(arrays)[0]
+            start = time.perf_counter()
+            getattr(a, op)().realize()
             self.sync()
             return {"seconds": time.perf_counter() - start}
         return measure

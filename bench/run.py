@@ -34,7 +34,7 @@ from harness import (
 )
 
 MODULE = "cpu_workloads"
-WORKLOADS = ["matmul", "elementwise", "dispatch", "jit", "jitcall", "mnistsample", "firstcall"]
+WORKLOADS = ["matmul", "elementwise", "reduce", "dispatch", "jit", "jitcall", "mnistsample", "firstcall"]
 # both tinygrad-API frameworks run on their CPU backends (this project's default device is otherwise CL)
 DEVICE_ENV = {"tinygrad": {"DEV": "CPU"}, "ours": {"DEV": "CPU"}}
 
@@ -43,6 +43,7 @@ DEVICE_ENV = {"tinygrad": {"DEV": "CPU"}, "ours": {"DEV": "CPU"}}
 class Sizes:
     matmul: tuple[int, ...]
     elementwise: int
+    reduce: tuple[int, ...]
     dispatch_seconds: float
     jit_kernels: int
     jit_calls: int
@@ -53,9 +54,11 @@ class Sizes:
     settle_s: float = SETTLE_S  # idle time before each measurement (harness.SETTLE_S says why)
 
 
-FULL = Sizes(matmul=(256, 1024, 2048), elementwise=16 * 2**20, dispatch_seconds=0.1, jit_kernels=100, jit_calls=200,
+FULL = Sizes(matmul=(256, 1024, 2048), elementwise=16 * 2**20, reduce=(128256, 4_000_000), dispatch_seconds=0.1,
+             jit_kernels=100, jit_calls=200,
              firstcall=1024, rounds=7, cold_rounds=3)
-QUICK = Sizes(matmul=(64,), elementwise=2**16, dispatch_seconds=0.005, jit_kernels=10, jit_calls=10, firstcall=64,
+QUICK = Sizes(matmul=(64,), elementwise=2**16, reduce=(5000,), dispatch_seconds=0.005, jit_kernels=10, jit_calls=10,
+              firstcall=64,
               rounds=2, cold_rounds=1, mnist=(2048, 32, 1), settle_s=0.0)
 JIT_CALL_LAYERS = 10
 REFERENCES = ["numpy", "PyTorch 2.13.0", "tinygrad 0.14.0"]
@@ -85,6 +88,18 @@ def elementwise_table(fws: list[Framework], workers: dict[str, Worker], sizes: S
     run_rows(rows + copies, workers, sizes.rounds, sizes.settle_s)
     return render_table(f"fused elementwise a*b+c over {n:,} float32 (16 bytes per element; copy rows 8)",
                         rows + copies, throughput("GB/s", 16 * n / 1e9), ["numpy copy", *REFERENCES])
+
+
+def reduce_tables(fws: list[Framework], workers: dict[str, Worker], sizes: Sizes) -> list[str]:
+    # lengths with an odd factor (a LLaMA-3 vocabulary; 4e6): no power-of-two chunking covers them exactly
+    tables = []
+    for n in sizes.reduce:
+        for op in ("max", "argmax"):
+            rows = _rows(fws, "reduce", n=n, op=op)
+            run_rows(rows, workers, sizes.rounds, sizes.settle_s)
+            tables.append(render_table(f"{op} of {n:,} float32 (one output; GB/s of the input read)", rows,
+                                       throughput("GB/s", 4 * n / 1e9), REFERENCES))
+    return tables
 
 
 def dispatch_table(fws: list[Framework], workers: dict[str, Worker], sizes: Sizes) -> str:
@@ -174,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         steps = {
             "matmul": lambda: matmul_tables(fws, workers, sizes),
             "elementwise": lambda: [elementwise_table(fws, workers, sizes)],
+            "reduce": lambda: reduce_tables(fws, workers, sizes),
             "dispatch": lambda: [dispatch_table(fws, workers, sizes)],
             "jit": lambda: [jit_table(fws, workers, sizes)],
             "jitcall": lambda: [jit_call_table(fws, workers, sizes)],
