@@ -137,13 +137,13 @@ X_BLOCK = {"Q4_0": 32, "Q4_K": 256, "Q6_K": 256}
 
 
 def int8_blocks(x: np.ndarray, block: int = 32) -> np.ndarray:
-    """x as the byte-dot product sees it: per block of values, round(x * 127 / max|x|) times max|x| / 127
+    """x as the byte-dot product sees it: per block of values the scale d = max|x| / 127, round(x / d) times d
     (float32 arithmetic, rounding half to even; an all-zero block stays zero)."""
     xb = x.reshape(*x.shape[:-1], -1, block)
-    amax = np.abs(xb).max(-1, keepdims=True)
-    with np.errstate(divide="ignore"):
-        inv = np.where(amax > 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
-    return (np.round(xb * inv) * (amax / np.float32(127))).reshape(x.shape)
+    d = np.abs(xb).max(-1, keepdims=True) / np.float32(127)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(d > 0, np.round(xb / d), np.float32(0))
+    return (q * d).reshape(x.shape)
 
 
 def _product_kernel(schedule: list) -> Any:
@@ -175,7 +175,7 @@ def test_decode_product_is_one_kernel_reading_the_bytes(tmp_path):
 
 
 def test_q4_0_decode_product_reads_words_and_int8_x(tmp_path):
-    """Q4_0's decode product (quant's `_BlockWords`): x is quantized to int8 words once (with its blocks' max|x| and
+    """Q4_0's decode product (quant's `_BlockWords`): x is quantized to int8 words once (with its blocks' scales and
     sums), and the product's one kernel reads those, the weight's words and its scales' bits; no float weight, and
     the blocks' bytes are the file's (words and scales together are as large)."""
     rng = np.random.default_rng(13)
@@ -188,6 +188,9 @@ def test_q4_0_decode_product_reads_words_and_int8_x(tmp_path):
     x[0, 32:64] = 0  # an all-zero block: scale 0, values 0
     y = layer(Tensor(x))
     schedule = [si for si in y.schedule() if not si.is_copy]
+    # x's scales (max|x| / 127 in its reduction's kernel), words and sums, then the product: no kernel of its own
+    # for a division read through a broadcast
+    assert len(schedule) == 4, [si.ast for si in schedule]
     product = _product_kernel(schedule)
     inputs = sorted((b.dtype.name, b.size) for b in product.bufs[1:])
     blocks = raw.nbytes // 18
@@ -441,21 +444,21 @@ def test_bad_shapes_raise(tmp_path):
 
 @pytest.mark.parametrize("block", [32, 256])
 def test_int8_blocks_round_as_numpy(block):
-    """x quantized for the byte-dot products (quant's `_int8_blocks`): per block max|x| / 127 as the scale and values
-    rounded half to even (ties placed on purpose), an all-zero block all zeros; the words hold the values as bytes
-    in order, the sums are per run of the given length."""
+    """x quantized for the byte-dot products (quant's `_int8_blocks`): per block max|x| / 127 as the scale d and
+    values round(x / d), half to even (ties placed on purpose), an all-zero block all zeros; the words hold the
+    values as bytes in order, the sums are per run of the given length."""
     from tinygrad.llm.quant import _int8_blocks
 
     rng = np.random.default_rng(block)
     x = (rng.standard_normal((2, 2 * block)) * 3).astype(np.float32)
     x[0, :block] = 0
     x[1, :5] = [127.0, 0.5, -0.5, 1.5, 2.5]  # max|x| 127 in the block: these are ties of round(x * 1)
-    words, amax, sums = _int8_blocks(Tensor(x), block, run=16)
+    words, scale, sums = _int8_blocks(Tensor(x), block, run=16)
     xb = x.reshape(2, 2, block)
-    want_max = np.abs(xb).max(-1)
-    with np.errstate(divide="ignore"):
-        q = np.round(xb * np.where(want_max > 0, np.float32(127) / want_max, 0).astype(np.float32)[..., None])
-    np.testing.assert_array_equal(amax.numpy(), want_max)
+    want_scale = np.abs(xb).max(-1) / np.float32(127)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(want_scale[..., None] > 0, np.round(xb / want_scale[..., None]), np.float32(0))
+    np.testing.assert_array_equal(scale.numpy(), want_scale)
     np.testing.assert_array_equal(words.numpy().view(np.int8).reshape(2, 2, block), q)
     np.testing.assert_array_equal(sums.numpy(), q.reshape(2, 2, block // 16, 16).sum(-1))
     assert list(q[1, 0, 1:5]) == [0, -0, 2, 2]

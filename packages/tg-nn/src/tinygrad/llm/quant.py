@@ -323,7 +323,7 @@ class _Q4_0Words(_BlockWords):
         products from words by byte dots, scaled by both scales and summed over the blocks in float32."""
         nb = self.words.shape[1]
         lead = x.shape[:-1]
-        xw, x_max, x_sum = _int8_blocks(x, 32)  # (..., nb, 8), (..., nb), (..., nb, 1)
+        xw, x_scale, x_sum = _int8_blocks(x, 32)  # (..., nb, 8), (..., nb), (..., nb, 1)
         w = self.words
         planes = (w & 0x0F0F0F0F, (w >> 4) & 0x0F0F0F0F)  # values 4g + j, and 16 + 4g + j
         xw = xw.reshape(*lead, 1, nb, 2, 4, 1)
@@ -331,7 +331,7 @@ class _Q4_0Words(_BlockWords):
         # sum over the block of (nibble - 8) * x: the offset times the block's sum of x, which every row shares
         total = _sum_terms(dots) - 8 * x_sum.reshape(*lead, 1, nb, 1)
         d = self.halves[:, :, 0].bitcast(dtypes.float16).cast(dtypes.float32)
-        return (total.cast(dtypes.float32) * (d * (x_max / 127).reshape(*lead, 1, nb, 1))).sum(-2)
+        return (total.cast(dtypes.float32) * (d * x_scale.reshape(*lead, 1, nb, 1))).sum(-2)
 
 
 class _Q4_KWords(_BlockWords):
@@ -370,7 +370,7 @@ class _Q4_KWords(_BlockWords):
         assert self.extra is not None
         tiles, nb, _, tile = self.words.shape
         lead = x.shape[:-1]
-        xw, x_max, x_sum = _int8_blocks(x, 256)  # one scale per block, as llama.cpp's Q8_K: (..., nb, 64), ...
+        xw, x_scale, x_sum = _int8_blocks(x, 256)  # one scale per block, as llama.cpp's Q8_K: (..., nb, 64), ...
         xw = xw.reshape(*lead, 1, nb, 4, 2, 8, 1)  # (.., g, h, k) as the values of sub-block 2g + h
         w = self.words.reshape(tiles, nb, 4, 8, tile)
         planes = (w & 0x0F0F0F0F, (w >> 4) & 0x0F0F0F0F)
@@ -386,7 +386,7 @@ class _Q4_KWords(_BlockWords):
         d = self.halves.bitcast(dtypes.float16).cast(dtypes.float32).reshape(tiles, nb, 2, 1, 1, tile)
         per_group = d[:, :, 0] * _sum_terms(dots).cast(dtypes.float32) - \
             d[:, :, 1] * _sum_terms(mins).cast(dtypes.float32)  # (..., tiles, nb, 4, 1, tile)
-        out = (per_group * (x_max / 127).reshape(*lead, 1, nb, 1, 1, 1)).sum((-4, -3))
+        out = (per_group * x_scale.reshape(*lead, 1, nb, 1, 1, 1)).sum((-4, -3))
         return out.reshape(*lead, tiles, tile)
 
 
@@ -429,7 +429,7 @@ class _Q6_KWords(_BlockWords):
         assert self.extra is not None
         tiles, nb, _, tile = self.words.shape
         lead = x.shape[:-1]
-        xw, x_max, x_sum = _int8_blocks(x, 256, run=16)  # (..., nb, 64), (..., nb), (..., nb, 16)
+        xw, x_scale, x_sum = _int8_blocks(x, 256, run=16)  # (..., nb, 64), (..., nb), (..., nb, 16)
         xw = xw.reshape(*lead, 1, nb, 2, 4, 2, 4, 1)  # (n, t, sub-block of the group, word k of it)
         x_sums = x_sum.reshape(*lead, 1, nb, 2, 4, 2, 1)  # (n, t, sub-block of the group)
         ql = self.words[:, :, :32].reshape(tiles, nb, 2, 2, 2, 4, tile)  # (n, ql byte l or l + 32, sub-block, k)
@@ -444,7 +444,7 @@ class _Q6_KWords(_BlockWords):
             groups.append(sc[:, :, :, t].unsqueeze(-2) * (dots - 32 * x_sums[..., t, :, :].unsqueeze(-2)))
         d = self.halves[:, :, 0].bitcast(dtypes.float16).cast(dtypes.float32).reshape(tiles, nb, 1, 1, 1, tile)
         per_sub_block = d * _sum_terms(groups).cast(dtypes.float32)  # (..., tiles, nb, n, sub-block, 1, tile)
-        out = (per_sub_block * (x_max / 127).reshape(*lead, 1, nb, 1, 1, 1, 1)).sum((-5, -4, -3))
+        out = (per_sub_block * x_scale.reshape(*lead, 1, nb, 1, 1, 1, 1)).sum((-5, -4, -3))
         return out.reshape(*lead, tiles, tile)
 
 
@@ -472,22 +472,24 @@ def _byte_dot(u: Tensor, v: Tensor) -> Tensor:
 
 def _int8_blocks(x: Tensor, block: int, run: int = 32) -> tuple[Tensor, Tensor, Tensor]:
     """x (..., in_features) quantized as llama.cpp quantizes activations for its integer products (Q8_0 with blocks
-    of 32, Q8_K with blocks of 256): per block a scale max|x| / 127 and values round(x / scale) in [-127, 127] (an
+    of 32, Q8_K with blocks of 256): per block a scale d = max|x| / 127 and values round(x / d) in [-127, 127] (an
     all-zero block: scale and values 0). Returns the values as int32 words (..., n_blocks, block // 4), word k holding
-    values 4k .. 4k + 3 as bytes, the blocks' max|x| (..., n_blocks) and the sums of each run of `run` values
-    (..., n_blocks, block // run), int32. Each realized, three small kernels: the product reads them once per tile of
-    rows, which would otherwise quantize x again for each."""
+    values 4k .. 4k + 3 as bytes, the blocks' scales d (..., n_blocks) and the sums of each run of `run` values
+    (..., n_blocks, block // run), int32. Each realized, three small kernels (the scale's division is in its
+    reduction's kernel, and nothing divides by a broadcast value: a division read through a broadcast would be a
+    kernel of its own): the product reads them once per tile of rows, which would otherwise quantize x again for
+    each."""
     lead = x.shape[:-1]
     n_blocks = x.shape[-1] // block
     xb = x.float().reshape(*lead, n_blocks, block)
-    amax = xb.abs().max(-1, keepdim=True).contiguous()
+    d = (xb.abs().max(-1, keepdim=True) / 127).contiguous()
     # round(), half to even (adding and taking away 1.5 * 2**23 is cheaper on the CPU, but a GPU compiler that
     # reassociates float arithmetic cancels it: WebGPU's did)
-    q = (xb * (amax > 0).where(127 / amax, 0)).round().cast(dtypes.int32)
+    q = (d > 0).where(xb / d, 0).round().cast(dtypes.int32)
     b = (q & 0xFF).reshape(*lead, n_blocks, block // 4, 4)
     words = _sum_terms([b[..., j] << (8 * j) for j in range(4)])  # bytes at their places: the sum never carries
     sums = q.reshape(*lead, n_blocks, block // run, run).sum(-1)
-    return words.contiguous(), amax.reshape(*lead, n_blocks), sums.contiguous()
+    return words.contiguous(), d.reshape(*lead, n_blocks), sums.contiguous()
 
 
 # ---- the decode product, plane by plane ----------------------------------------------------------------------------
