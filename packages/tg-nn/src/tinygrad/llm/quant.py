@@ -394,25 +394,39 @@ class _Q6_KWords(_BlockWords):
     """Q6_K: per block of 256, 128 bytes of low nibbles (ql), 64 bytes of high bit pairs (qh), 16 int8 scales (one per
     16 values) and a float16 d (value = d * scale * (q - 32)). In each half n of the block (128 values, ql bytes 64n..,
     qh bytes 32n..), value 32t + l (t < 4, l < 32) takes its low four bits from ql byte l (t = 0, 2) or l + 32 (t = 1,
-    3), low nibble for t < 2, and its top two from bits 2t of qh byte l. Words: ql's 32 then qh's 16 (`words`), the
-    scales (`extra`, int8 bits as uint8), d (`halves`): the file's bytes. A word of four values is put together from a
-    ql word and a qh word by masks and constant shifts, four unsigned six-bit bytes for a byte dot."""
+    3), low nibble for t < 2, and its top two from bits 2t of qh byte l. A word of four values is put together from a
+    ql word and a qh word by masks and constant shifts, four unsigned six-bit bytes for a byte dot. Words (`words`,
+    the file's ql and qh words): in the order the product reads them, per half n and sub-block s of 16 values of each
+    group t: the ql words of l = 16s .. 16s + 15, then those of l + 32, then the qh words (12 words, one sequential
+    run: the product's loops over n and s read each run whole, where the file's order would send them back and forth
+    through the block); the scales (`extra`, int8 bits as uint8), d (`halves`)."""
 
     @classmethod
     def pack(cls, weight: QuantizedTensor, tile: int, unpermute_heads: int | None) -> _BlockWords:
         t = cls._tiled(weight, tile, unpermute_heads)
         tiles, _, nb, _ = t.shape
-        return cls(cls._side_by_side(t[..., :192].reshape(tiles, tile, nb, 48, 4), dtypes.int32),
+        ql = t[..., :128].reshape(tiles, tile, nb, 2, 2, 2, 4, 4)  # (n, l or l + 32, s, word k of the sub-block, byte)
+        qh = t[..., 128:192].reshape(tiles, tile, nb, 2, 1, 2, 4, 4)  # (n, 1, s, k, byte)
+        words = ql.cat(qh, dim=4).permute(0, 1, 2, 3, 5, 4, 6, 7).reshape(tiles, tile, nb, 48, 4)  # (n, s, role, k)
+        return cls(cls._side_by_side(words, dtypes.int32),
                    cls._side_by_side(t[..., 208:].reshape(tiles, tile, nb, 1, 2), dtypes.uint16),
                    cls._side_by_side(t[..., 192:208].reshape(tiles, tile, nb, 16, 1), dtypes.uint8))
+
+    @staticmethod
+    def _ql_qh(words: Tensor) -> tuple[Tensor, Tensor]:
+        """The ql words (..., n, l or l + 32, s, k) and the qh words (..., n, s, k) of a block's words (..., 48)."""
+        w = words.reshape(*words.shape[:-1], 2, 2, 3, 4)  # (n, s, role, k)
+        lead = w.ndim - 4
+        return w[..., :2, :].permute(*range(lead), lead, lead + 2, lead + 1, lead + 3), w[..., 2, :]
 
     def _values(self, words: Tensor, halves: Tensor, extra: Tensor | None) -> Tensor:
         assert extra is not None
         ar = functools.partial(Tensor.arange, dtype=dtypes.int32)
-        # value 128n + 64u + 32p + 4k + j (t = 2u + p): ql word 16n + 8p + k, nibble u of byte j; qh word 8n + k,
-        # bits 2t of byte j
-        ql = words[..., :32].reshape(*words.shape[:-1], 2, 1, 2, 8, 1)
-        qh = words[..., 32:].reshape(*words.shape[:-1], 2, 1, 1, 8, 1)
+        # value 128n + 64u + 32p + 4k' + j (t = 2u + p, k' = 4s + k): ql word (n, p, s, k), nibble u of byte j; qh
+        # word (n, s, k), bits 2t of byte j
+        ql, qh = self._ql_qh(words)
+        ql = ql.reshape(*words.shape[:-1], 2, 1, 2, 8, 1)
+        qh = qh.reshape(*words.shape[:-1], 2, 1, 1, 8, 1)
         low = (ql >> (ar(2).reshape(2, 1, 1, 1) * 4 + ar(4) * 8)) & 0xF
         high = (qh >> ((ar(2).reshape(2, 1, 1, 1) * 2 + ar(2).reshape(2, 1, 1)) * 2 + ar(4) * 8)) & 3
         q = (low | (high << 4)).reshape(*words.shape[:-1], 16, 16).cast(dtypes.float32) - 32
@@ -432,8 +446,9 @@ class _Q6_KWords(_BlockWords):
         xw, x_scale, x_sum = _int8_blocks(x, 256, run=16)  # (..., nb, 64), (..., nb), (..., nb, 16)
         xw = xw.reshape(*lead, 1, nb, 2, 4, 2, 4, 1)  # (n, t, sub-block of the group, word k of it)
         x_sums = x_sum.reshape(*lead, 1, nb, 2, 4, 2, 1)  # (n, t, sub-block of the group)
-        ql = self.words[:, :, :32].reshape(tiles, nb, 2, 2, 2, 4, tile)  # (n, ql byte l or l + 32, sub-block, k)
-        qh = self.words[:, :, 32:].reshape(tiles, nb, 2, 2, 4, tile)  # (n, sub-block, k)
+        # (n, ql byte l or l + 32, sub-block, k) and (n, sub-block, k)
+        ql, qh = self._ql_qh(self.words.permute(0, 1, 3, 2))
+        ql, qh = ql.permute(0, 1, 3, 4, 5, 6, 2), qh.permute(0, 1, 3, 4, 5, 2)
         sc = self.extra.bitcast(dtypes.int8).cast(dtypes.int32).reshape(tiles, nb, 2, 4, 2, tile)  # (n, t, sub-block)
         groups = []
         for t in range(4):
