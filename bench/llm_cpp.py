@@ -4,6 +4,7 @@
     python bench/llm_cpp.py                     # a ~150M-parameter LLaMA, Q8_0, Q4_0 and Q4_K_M
     python bench/llm_cpp.py --quick             # a tiny model: checks that the bench runs; its numbers mean nothing
     python bench/llm_cpp.py --shape 1b --types Q4_0   # LLaMA-3.2-1B's shapes
+    python bench/llm_cpp.py --shape 1b --rounds 3 --runs 2 --workdir /tmp/llm-1b   # alternated: a noisy machine
     python bench/llm_cpp.py --shape 8b --types Q4_K_M --runs 2 --workdir /tmp/llm-8b   # LLaMA-3-8B's shapes
 
 It needs llama-cpp-python (`pip install llama-cpp-python`: pip builds llama.cpp from the source distribution
@@ -35,6 +36,9 @@ to warm up (this project compiles its kernels and captures its decode step there
 generations of the same seeded prompt and reports medians:
 - prefill: the prompt (128 tokens) up to the first new token's id; tokens/s = prompt length / time;
 - decode: the next 64 tokens one at a time, greedy, with the KV cache; tokens/s = 64 / time.
+With `--rounds R` each framework runs R worker processes, alternated with the other's, and the medians are over
+all their timed runs: on a shared machine, whose speed changes from one minute to the next, a busy spell then weighs
+on both frameworks rather than on whichever ran during it.
 Memory, against the file's size: VmRSS (/proc/self/status) added by loading, and the process's peak VmRSS (VmHWM,
 the interpreter and libraries included) over the whole run. llama.cpp maps the file: its pages count in its RSS
 as they are read. Load: seconds to a model ready to run (this project: read and repack the blocks; kernels compile
@@ -266,6 +270,14 @@ def _timed(generate: Any, runs: int, prompt_len: int, new: int) -> dict[str, Any
     return {"prefill": prefill, "decode": decode, "ids": ids, "warmup_s": warmup}
 
 
+def _pooled(first: dict[str, Any] | str | None, then: dict[str, Any] | str) -> dict[str, Any] | str:
+    """A framework's result over the rounds so far: the timed runs of every round, the rest (memory, load time,
+    logits, ids) from the first round; a failure replaces it."""
+    if first is None or isinstance(then, str) or isinstance(first, str):
+        return then
+    return {**first, "prefill": first["prefill"] + then["prefill"], "decode": first["decode"] + then["decode"]}
+
+
 def summary(result: dict[str, Any] | str) -> str:
     """One line of a worker's result for the progress log: a long run shows its numbers as they come."""
     if isinstance(result, str):
@@ -310,6 +322,9 @@ def main() -> None:
     p.add_argument("--shape", choices=list(SHAPES), default=None, help="model shape (default small; --quick quick)")
     p.add_argument("--types", default="Q8_0,Q4_0,Q4_K_M", help=f"comma-separated, of {', '.join(FTYPES)}")
     p.add_argument("--runs", type=int, default=None, help="timed runs per framework (default 3; --quick 1)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="worker processes per framework, alternated (ours, llama.cpp, ours, ...): their timed runs are "
+                        "pooled, so that a busy spell of the machine weighs on both (default 1)")
     p.add_argument("--prompt", type=int, default=None, help="prompt length in tokens (default 128; --quick 16)")
     p.add_argument("--new", type=int, default=None, help="new tokens (default 64; --quick 8)")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="CPU threads of both")
@@ -354,14 +369,18 @@ def main() -> None:
         for type_name in types:
             path = paths[type_name]
             results: dict[str, dict[str, Any] | str] = {}
-            for fw in ("ours", "cpp"):
-                print(f"{type_name}: running {fw} ...", file=sys.stderr, flush=True)
-                cold = {"TINYGRAD_CACHE_DIR": str(work / "kernel-cache")}
-                argv = ["--worker", fw, "--model", str(path), *extra]
-                results[fw] = spawn_json(HERE, argv, {**env, **cold}, args.timeout)
-                if fw == "cpp" and isinstance(results[fw], str) and str(results[fw]).startswith("exit -11"):
-                    results[fw] = f"{results[fw]} ({CPP_SEGFAULT.format(flags=AMX_FREE_BUILD)})"
-                print(f"{type_name} {fw}: {summary(results[fw])}", file=sys.stderr, flush=True)
+            for _ in range(args.rounds):
+                for fw in ("ours", "cpp"):
+                    if isinstance(results.get(fw), str):
+                        continue  # failed in an earlier round: the message stands
+                    print(f"{type_name}: running {fw} ...", file=sys.stderr, flush=True)
+                    cold = {"TINYGRAD_CACHE_DIR": str(work / "kernel-cache")}
+                    argv = ["--worker", fw, "--model", str(path), *extra]
+                    got = spawn_json(HERE, argv, {**env, **cold}, args.timeout)
+                    if fw == "cpp" and isinstance(got, str) and got.startswith("exit -11"):
+                        got = f"{got} ({CPP_SEGFAULT.format(flags=AMX_FREE_BUILD)})"
+                    print(f"{type_name} {fw}: {summary(got)}", file=sys.stderr, flush=True)
+                    results[fw] = _pooled(results.get(fw), got)
             rows += report_rows(type_name, path.stat().st_size, results)
             if not args.workdir:
                 path.unlink()
@@ -373,8 +392,9 @@ def main() -> None:
         f"{params / 1e6:.0f}M parameters)", "",
         f"- CPU: {cpu_name()}; {machine_line()}",
         "- shape: " + ", ".join(f"{k} {v}" for k, v in shape.items()) + "; random weights",
-        f"- prompt {args.prompt} tokens, then {args.new} new tokens (greedy); median of {args.runs} runs after one "
-        f"warm-up run; {args.threads} threads each", "",
+        f"- prompt {args.prompt} tokens, then {args.new} new tokens (greedy); median of {args.runs * args.rounds} "
+        f"runs ({args.rounds} worker process(es) per framework, alternated, each timing {args.runs} runs after one "
+        f"warm-up run); {args.threads} threads each", "",
         "| type | file | prefill tok/s ours | llama.cpp | ratio | decode tok/s ours | llama.cpp | ratio | "
         "RSS added by loading / file (ours / llama.cpp) | peak RSS / file | load s | first token's logits | "
         "greedy ids agreeing |",
