@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from tinygrad import GlobalCounters, Tensor, dtypes
 from tinygrad.llm import quant
-from tinygrad.llm.quant import QuantizedExperts, QuantizedLinear, QuantizedSparseMoE, llama_from_gguf
+from tinygrad.llm.quant import BYTE_DOT_TYPES, QuantizedExperts, QuantizedLinear, QuantizedSparseMoE, llama_from_gguf
 from tinygrad.nn.gguf import QuantizedTensor
 from tinygrad.nn.transformer import Llama, SparseMoE
 
@@ -119,10 +119,16 @@ def test_experts_stay_quantized(loaded):
         reference.model.layers[0], reference.model.layers[0]._ffn_name).gate.weight.numpy())
 
 
-def test_logits_and_greedy_decode_match_the_dequantized_file(loaded):
+def test_logits_and_greedy_decode_match_the_dequantized_file(loaded, monkeypatch):
     """The same weights dequantized up front: prefill (the grouped form), decode steps (the gathered form) and the
-    greedy continuation agree."""
-    _, _, model, reference = loaded
+    greedy continuation agree. The layers of the byte-dot types (Q4_0, Q4_K, Q6_K) take x quantized to int8 per
+    block, as llama.cpp's products do, which can turn a near tie of a random router to another expert: here they are
+    loaded without it (their products by planes or unpacking; the byte-dot products are checked against numpy in
+    test_gguf_quant.py)."""
+    case, path, model, reference = loaded
+    if any(q.name in BYTE_DOT_TYPES for q in CASES[case].values()):
+        monkeypatch.setattr(quant, "BYTE_DOT_TYPES", frozenset())
+        model = llama_from_gguf(path)
     ids = np.random.default_rng(1).integers(0, VOCAB, (1, 16)).astype(np.int32)  # 32 choices of 16 experts: grouped
     np.testing.assert_allclose(model.forward(Tensor(ids), 0).numpy(), reference.forward(Tensor(ids), 0).numpy(),
                                rtol=2e-3, atol=2e-3)

@@ -12,16 +12,18 @@ sequential streams in flight per thread instead of one, which memory serves fast
 keep 128-row tiles: their per-sub-block scales and mins, read per tile, cost more than the streams gain.
 
 The product by byte dots (BYTE_DOT_TYPES: Q4_0, Q4_K, Q6_K). These layers keep their blocks' value bytes as
-32-bit words (`_BlockWords`, the same bytes), and a decode step quantizes x to int8 per block (`_int8_blocks`, as
+32-bit words (`_BlockWords`, the same bytes), and a product quantizes x to int8 per block (`_int8_blocks`, as
 llama.cpp does for its integer products: Q8_0's blocks of 32 against Q4_0, Q8_K's of 256 against the K-quants). A
 block's sum of products is then integer dot products of four unsigned bytes (the weight's values, unpacked from a
 word by masks and constant shifts) with four int8 activations (`_byte_dot`), which the CPU backend writes as one
 VNNI instruction, 64 multiply-adds at a time (`tg_backend_cpu.byte_dot`; elsewhere the same shifts and masks); the
 scales multiply once per block or sub-block. Compute was the limit of the float products of 4- and 6-bit weights:
-this one reads the blocks at the memory's pace. A K-quant sub-block's dots are summed by a loop over its words, a
-reduction inside the reduction over the blocks (the scheduler keeps it in the product's kernel, the CPU's vector
-tiles read its sums whole): the loop's body holds a word per row, where terms for every word of a group would hold
-them all at once and spill registers.
+this one reads the blocks at the memory's pace. It serves a prompt's rows too (a prefill): unpacking the words again
+for each row costs a few integer instructions per weight, and a byte dot does 64 multiply-adds, where the float path
+(the float weight made in memory, then a float32 matmul) moves 4 bytes per weight and does 16 per instruction
+(CHANGELOG). A K-quant sub-block's dots are summed by a loop over its words, a reduction inside the reduction over the
+blocks (the scheduler keeps it in the product's kernel, the CPU's vector tiles read its sums whole): the loop's body
+holds a word per row, where terms for every word of a group would hold them all at once and spill registers.
 
 The product by planes (the other types, and the experts of a mixture). `x @ W.T` is written with Tensor ops as a
 reduction over the blocks and the values of a plane of a block (`_planes_product`): a plane is a run of values
@@ -33,7 +35,8 @@ without planes (Q5_0, Q5_1, IQ4_XS, MXFP4) reduce over the blocks, sub-blocks an
 `tinygrad.nn.gguf`. Nothing realizes the float weight: the
 scheduler fuses the unpacking into the reduction, and a decode step's product is one kernel that reads the bytes.
 With more rows of input than a few (a prompt's prefill), the unpacking would be repeated per row: there the layer's
-float weight is made first, one kernel, and the product is an ordinary matmul; the float weight lives only while the
+float weight (of these types; the byte-dot types keep their product) is made first, one kernel, and the product is an
+ordinary matmul; the float weight lives only while the
 layer runs. Where the device packs a matmul's right operand into panels (the CPU), the scheduler computes the float
 weight straight into the packed copy, since nothing else reads it (engine/layout.py).
 """
@@ -58,6 +61,7 @@ __all__ = ["FUSED_MAX_ROWS", "QuantizedEmbedding", "QuantizedExperts", "Quantize
            "llama_from_gguf"]
 
 #: inputs of at most this many rows (tokens times batch) take the fused product; more dequantize the weight first
+#: (except the types of BYTE_DOT_TYPES, whose product by byte dots takes any number of rows)
 FUSED_MAX_ROWS = 4
 #: values that share one scale within a block, for the types whose blocks hold several scales
 SUB_BLOCK = {"Q4_K": 32, "Q5_K": 32, "Q6_K": 16, "IQ4_XS": 32}
@@ -149,11 +153,18 @@ class QuantizedLinear:
             raise ValueError(f"this {self.type_name} linear layer takes inputs (..., {self.in_features}), got shape "
                              f"{x.shape}")
         lead = x.shape[:-1]
-        fused = all(isinstance(s, int) for s in lead) and prod(lead) <= FUSED_MAX_ROWS
-        if fused and self._words is not None:
-            y = self._words.product(x).reshape(*lead, self.out_features)
+        static = all(isinstance(s, int) for s in lead)
+        fused = static and prod(lead) <= FUSED_MAX_ROWS
+        if static and self._words is not None:  # at any number of rows, a prompt's too: see the module's doc
+            now = not fused and _host_reads_allowed()
+            # a prompt's product, outside a TinyJit capture, runs now on x computed once, as `_by_row_chunks` does:
+            # its graph is then the same at every prefill (the scheduler's cache answers it), where left lazy it
+            # would be scheduled again with the rest of the layer's graph, which writes the KV cache in place
+            y = self._words.product(x.realize() if now else x).reshape(*lead, self.out_features)
             if self.tile < MAX_TILE_ROWS:  # as below
                 y = y.contiguous()
+            if now:
+                y = y.realize()
         elif fused and self.type_name in _PLANES:
             planes = _PLANE_COUNT[self.type_name]
             xr = x.float().reshape(*lead, 1, self.n_blocks, planes, self.block_elems // planes)
