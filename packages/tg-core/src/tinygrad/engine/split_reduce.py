@@ -17,8 +17,8 @@ a few hundred elements on, in short chunks: that is where one running accumulato
 A chunk is whole trailing reduced axes times a run of one more axis (the cut), so its elements keep their order
 in memory and the index arithmetic needs no division. Runs are powers of two where they can be, one that divides
 the cut axis before one nearer the preferred length; when the run length does not divide the cut axis, the axis is
-padded with the op's identity: 0 for ADD, 1 for MUL, the
-dtype's lowest value for MAX (-inf for floats, so NaN still propagates). The padding never changes the result.
+padded with the op's identity: 0 for ADD, 1 for MUL, the dtype's lowest value for MAX (-inf for floats, so NaN
+still propagates). The padding never changes the result.
 Symbolic shapes and empty tensors are left alone.
 
 `SPLIT_REDUCE=0` (or `Context(SPLIT_REDUCE=0)`) turns the pass off.
