@@ -166,9 +166,11 @@ class KVCache:
     def max_context(self) -> int:
         return int(self.kv.shape[3])
 
-    def update(self, k: Tensor, v: Tensor, start_pos: Pos) -> tuple[Tensor, Tensor]:
+    def update(self, k: Tensor, v: Tensor, start_pos: Pos, *along: Tensor) -> tuple[Tensor, Tensor]:
         """Write k, v (B, n_kv_heads, T, head_dim) at positions start_pos .. start_pos+T-1; return the keys and
-        values of positions 0 .. start_pos+T-1."""
+        values of positions 0 .. start_pos+T-1. Outside training, `along` (the step's queries) are realized in the
+        same schedule as the cache: computed with k and v, they share what those read (a norm of x, x quantized for
+        a quantized projection, GPT-2's fused projection), which a later schedule would compute again."""
         T = k.shape[2]
         end = start_pos + T
         # a region of the realized cache that nothing else reads: the scheduler writes the new rows into its buffer
@@ -184,7 +186,7 @@ class KVCache:
             if self.kv.requires_grad:  # set by a training-mode call; the cache is plain state again from here on
                 self.kv.requires_grad = None
         self.kv[:, :, :, start_pos:end].assign(value.contiguous())
-        self.kv.realize()
+        Tensor.realize(self.kv, *(() if is_training() else along))
         return self.kv[0, :, :, 0:end], self.kv[1, :, :, 0:end]
 
 
@@ -250,7 +252,7 @@ class Attention:
             # rotated again for every key (its projection is a buffer already where the weights are quantized, so
             # the scheduler has no reduction to compute it with)
             q = q.contiguous()
-        keys, values = self._cache.update(k, v, start_pos)
+        keys, values = self._cache.update(k, v, start_pos, q)
         out = attend(q, keys, values, mask)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
 
@@ -851,7 +853,7 @@ class GPT2Attention:
         B, T, C = x.shape
         q, k, v = (t.reshape(B, T, self.n_heads, self.head_dim).transpose(1, 2)
                    for t in self.c_attn(x).split(C, dim=-1))
-        keys, values = self._cache.update(k, v, start_pos)
+        keys, values = self._cache.update(k, v, start_pos, q)
         out = attend(q, keys, values, mask, self.scale)
         return self.c_proj(out.transpose(1, 2).reshape(B, T, C))
 
