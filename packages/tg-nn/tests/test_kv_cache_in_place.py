@@ -93,6 +93,20 @@ def test_a_users_jitted_decode_step_launches_the_eager_kernels(name: str) -> Non
 
 
 @pytest.mark.parametrize("name", list(MODELS))
+def test_a_decode_step_computes_each_layers_queries_with_its_cache(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the queries are realized in the cache's schedule: realized after it, the q projection would read the layer's
+    # normed input again and compute the norm (and GPT-2's fused projection) a second time
+    model = MODELS[name]()
+    model.forward(ids(5, 9, 2), 0).realize()
+    with_q = kernels_of(lambda: model.forward(ids(7), position(3)).realize())
+    update = KVCache.update
+    monkeypatch.setattr(KVCache, "update", lambda self, k, v, start_pos, *along: update(self, k, v, start_pos))
+    apart = kernels_of(lambda: model.forward(ids(7), position(4)).realize())
+    layers = len(caches(model))
+    assert with_q < apart and (apart - with_q) % layers == 0, (with_q, apart)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
 def test_generate_writes_every_cache_in_place(name: str) -> None:
     model = MODELS[name]()
     for _ in range(2):  # the caches a reset makes, including the last one made, are written in place from the start
