@@ -55,11 +55,9 @@ class Sizes:
 
 
 FULL = Sizes(matmul=(256, 1024, 2048), elementwise=16 * 2**20, reduce=(128256, 4_000_000), dispatch_seconds=0.1,
-             jit_kernels=100, jit_calls=200,
-             firstcall=1024, rounds=7, cold_rounds=3)
+             jit_kernels=100, jit_calls=200, firstcall=1024, rounds=7, cold_rounds=3)
 QUICK = Sizes(matmul=(64,), elementwise=2**16, reduce=(5000,), dispatch_seconds=0.005, jit_kernels=10, jit_calls=10,
-              firstcall=64,
-              rounds=2, cold_rounds=1, mnist=(2048, 32, 1), settle_s=0.0)
+              firstcall=64, rounds=2, cold_rounds=1, mnist=(2048, 32, 1), settle_s=0.0)
 JIT_CALL_LAYERS = 10
 REFERENCES = ["numpy", "PyTorch 2.13.0", "tinygrad 0.14.0"]
 
@@ -91,7 +89,7 @@ def elementwise_table(fws: list[Framework], workers: dict[str, Worker], sizes: S
 
 
 def reduce_tables(fws: list[Framework], workers: dict[str, Worker], sizes: Sizes) -> list[str]:
-    # lengths with an odd factor (a LLaMA-3 vocabulary; 4e6): no power-of-two chunking covers them exactly
+    # lengths with an odd factor (a LLaMA-3 vocabulary, 2**8 * 501; 4e6, 2**8 * 15625): not powers of two
     tables = []
     for n in sizes.reduce:
         for op in ("max", "argmax"):
