@@ -100,6 +100,10 @@ def test_greedy_decode_matches_transformers(saved, name):
     prompt = _ids((7,), seed=2).tolist()
     assert list(model.generate(prompt, 16)) == hf_greedy(hf, prompt, 16)
     assert list(model.generate(prompt[:1], 8)) == hf_greedy(hf, prompt[:1], 8)
+    # a prompt chunk whose tokens the experts would take grouped (outside a capture) is not jitted
+    moe = next(f for layer in model.model.layers if hasattr(f := getattr(layer, layer._ffn_name), "top_k"))
+    grouped_from = moe.grouped_min_choices * moe.experts.n_experts / moe.top_k
+    assert (1, 1) in model._prompters and all(rows < grouped_from for _, rows in model._prompters)
 
 
 def test_batched_decode_stays_gathered_inside_the_jit(saved):

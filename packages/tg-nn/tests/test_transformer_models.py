@@ -25,6 +25,7 @@ from tinygrad.nn.transformer import (  # noqa: E402
     Llama,
     WeightsError,
     load_tokenizer,
+    prompt_chunks,
     rope_frequencies,
     sample,
 )
@@ -150,11 +151,77 @@ def test_decode_step_compiles_once(saved):
     # tokens 4..20 are replays, each launching exactly the captured kernels: nothing else runs between tokens
     launches = np.diff(per_step)
     assert len(launches) == 17 and (launches == step.captured_kernels).all(), (launches, step.captured_kernels)
-    # a second generation of the same shape replays the same capture
+    # a second generation of the same shape replays the same capture (and captures the prompt's jitted chunks: the
+    # first generation ran them as TinyJit's first calls do), a third compiles nothing
+    assert list(model.generate(prompt, 20)) == out
+    compiled = len(runners) if runners is not None else 0
     assert list(model.generate(prompt, 20)) == out
     assert list(model._decoders.values()) == [step] and step.cnt == 2
     if runners is not None:
         assert len(runners) == compiled
+
+
+# ---- the jitted prefill ----
+
+@pytest.mark.parametrize("n, most, want", [(1, 256, [1]), (64, 256, [64]), (100, 64, [64, 32, 4]),
+                                           (600, 256, [256, 256, 64, 16, 8]),
+                                           (255, 256, [128, 64, 32, 16, 8, 4, 2, 1]), (0, 8, [])])
+def test_prompt_chunks_are_powers_of_two(n, most, want):
+    assert prompt_chunks(n, most) == want
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama3_tied"])
+def test_jitted_prefill_matches_transformers_at_every_length(saved, name):
+    """A prompt runs as power-of-two chunks, each a TinyJit step at a Variable position: unjitted on a chunk length's
+    first use, captured on its second, replayed after; every generation is transformers' greedy continuation, and
+    one whose chunks are all replays compiles nothing."""
+    model, hf = _load(saved, name), saved[name][1]
+    runners = getattr(Device[Device.DEFAULT], "_runners", None)  # the compiled kernels, by AST
+    for n in (13, 6, 13, 5, 13):  # 8+4+1, 4+2, 8+4+1, 4+1, 8+4+1 (all three replayed)
+        prompt = _ids(model.vocab_size, (n,), seed=n).tolist()
+        compiled = len(runners) if runners is not None else 0
+        assert list(model.generate(prompt, 6)) == hf_greedy(hf, prompt, 6), n
+    assert {k: step.cnt for k, step in model._prompters.items()} == {(1, 8): 2, (1, 4): 2, (1, 1): 2, (1, 2): 1}
+    if runners is not None:
+        assert len(runners) == compiled, "the last prompt's chunks were replays: nothing compiled"
+    # a new batch size makes new caches, and drops the steps captured over the old ones
+    model.reset_cache(2)
+    assert model._prompters == {}
+
+
+class _CapturesFewRows:
+    """A layer that runs at most `most` rows inside a TinyJit capture as outside one."""
+
+    def __init__(self, inner, most: int):
+        self.inner, self.most = inner, most
+
+    def captures_rows(self, rows: int) -> bool:
+        return rows <= self.most
+
+    def __call__(self, x):
+        return self.inner(x)
+
+
+def test_a_layer_that_does_not_capture_a_chunk_keeps_the_prompt_unjitted(saved):
+    model, hf = _load(saved, "llama"), saved["llama"][1]
+    model.model.layers[1].mlp = _CapturesFewRows(model.model.layers[1].mlp, 2)
+    long, short = _ids(model.vocab_size, (7,), seed=7).tolist(), _ids(model.vocab_size, (3,), seed=3).tolist()
+    assert list(model.generate(long, 5)) == hf_greedy(hf, long, 5)  # 4+2+1: the 4 is refused, so all of it
+    assert model._prompters == {}
+    assert list(model.generate(short, 5)) == hf_greedy(hf, short, 5)  # 2+1
+    assert sorted(model._prompters) == [(1, 1), (1, 2)]
+
+
+def test_prompt_chunks_shrink_to_bound_their_attention_scores(saved, monkeypatch):
+    """Inside a capture a chunk's scores are sized for the whole context (its position is a Variable there)."""
+    import tinygrad.nn.transformer as transformer
+
+    model, hf = _load(saved, "llama"), saved["llama"][1]
+    heads = model.model.layers[0].self_attn.n_heads
+    monkeypatch.setattr(transformer, "PROMPT_SCORES_BYTES", 2 * heads * model.max_context * 4)
+    prompt = _ids(model.vocab_size, (7,), seed=7).tolist()
+    assert list(model.generate(prompt, 5)) == hf_greedy(hf, prompt, 5)
+    assert sorted(model._prompters) == [(1, 1), (1, 2)]  # 2+2+2+1
 
 
 def test_decode_time_per_token(saved):

@@ -148,6 +148,12 @@ class QuantizedLinear:
         rows = self._packed_bytes()[start:stop].permute(0, 3, 1, 2).reshape(-1, self.n_blocks, self.block_bytes)
         return dequantize_blocks(rows, self.type_name).reshape(-1, self.in_features)
 
+    def captures_rows(self, rows: int) -> bool:
+        """Whether a product of `rows` rows runs inside a TinyJit capture as outside it: the byte-dot and the fused
+        products do; with more rows the others make the float weight, which inside a capture would be one buffer
+        of the capture's per layer (see `__call__`)."""
+        return self._words is not None or rows <= FUSED_MAX_ROWS
+
     def __call__(self, x: Tensor) -> Tensor:
         if x.ndim < 1 or x.shape[-1] != self.in_features:
             raise ValueError(f"this {self.type_name} linear layer takes inputs (..., {self.in_features}), got shape "

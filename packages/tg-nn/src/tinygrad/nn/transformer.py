@@ -12,10 +12,14 @@ family, a GGUF file.
 How it runs. `forward(tokens, start_pos)` takes a batch of token ids (B, T) placed at positions start_pos ..
 start_pos+T-1, writes their keys and values into each layer's KV cache (shape (2, B, n_kv_heads, max_context,
 head_dim), made once per batch size and written in place) and returns the logits (B, T, vocab). `generate` runs the
-prompt through `forward` in one batched call (the prefill), then produces one token per step with a `TinyJit` step
-whose position is a bound `Variable`: every step has the same shapes, so it compiles once and is replayed after.
-Prompts of different lengths are padded on the left; their positions start at their first real token and the pads
-are masked out as keys. When the cache is full, the last half of the context is run again from position 0 (a
+prompt first (the prefill), then produces one token per step with a `TinyJit` step whose position is a bound
+`Variable`: every step has the same shapes, so it compiles once and is replayed after. The prompt runs in chunks
+whose lengths are powers of two (`prompt_chunks`: 100 tokens are 64 + 32 + 4), each chunk a `TinyJit` step of its
+length at a Variable position, so that every prompt length is served by the same few captures and a prefill after
+the first few replays kernels instead of building its graph in Python again; where a layer says it would run
+worse inside a capture (`captures_rows`), the prompt runs as one unjitted forward. Prompts of different lengths are
+padded on the left (and run unjitted); their positions start at their first real token and the pads are masked out
+as keys. When the cache is full, the last half of the context is run again from position 0 (a
 context shift, as llama.cpp does) and decoding goes on from there.
 """
 
@@ -38,7 +42,7 @@ from tinygrad.uop.ops import Ops, UOp
 
 __all__ = ["GPT2", "LLAMA_MODEL_TYPES", "Attention", "ConfigError", "Experts", "FeedForward", "GPT2Config", "KVCache",
            "Llama", "LlamaConfig", "SparseMoE", "WeightsError", "apply_rope", "generate_main", "load_hf_weights",
-           "load_tokenizer", "precompute_rope", "rope_frequencies", "sample"]
+           "load_tokenizer", "precompute_rope", "prompt_chunks", "rope_frequencies", "sample"]
 
 Pos = int | UOp  # a start position: a plain int, or a bound Variable inside the jitted decode step
 
@@ -336,6 +340,11 @@ class SparseMoE:
             w = w / w.sum(-1, keepdim=True)
         return w.cast(x.dtype), sel
 
+    def captures_rows(self, rows: int) -> bool:
+        """Whether `rows` tokens run inside a TinyJit capture as outside it: there they are always gathered, outside
+        grouped by expert from this many on (see the class's doc)."""
+        return rows * self.top_k < self.grouped_min_choices * self.experts.n_experts
+
     def __call__(self, x: Tensor) -> Tensor:
         shape = x.shape
         flat = x.reshape(-1, shape[-1])
@@ -478,6 +487,8 @@ class _CausalLM:
         self.eos_token_ids: list[int] = []
         self._batch: int | None = None
         self._decoders: dict[tuple, TinyJit] = {}
+        #: the jitted prefill steps by (batch, chunk length): at most one per power of two up to PROMPT_CHUNK_MOST
+        self._prompters: dict[tuple[int, int], TinyJit] = {}
 
     # -- caches --
     def reset_cache(self, batch_size: int) -> None:
@@ -489,6 +500,7 @@ class _CausalLM:
                                   self.device)
         self._batch = batch_size
         self._decoders.clear()  # their captures hold the old caches' buffers
+        self._prompters.clear()
 
     def _ensure_cache(self, batch_size: int) -> None:
         if self._batch != batch_size:
@@ -592,6 +604,51 @@ class _CausalLM:
             nxt = [int(t) for t in out.numpy().reshape(-1)]
             pos += 1
 
+    def _prompt_steps(self, batch: int, window: int) -> list[tuple[int, TinyJit]] | None:
+        """The jitted steps that run a prompt of `window` tokens in chunks (`prompt_chunks`), each writing its keys and
+        values into the caches and returning the last position's hidden state; None where a capture of some chunk
+        would run a layer worse than an unjitted forward (`_layers_capture_rows`). A chunk's attention scores are
+        sized for a whole context inside a capture (its length is a Variable there), which bounds the chunks."""
+        heads = max((getattr(a, "n_heads", 1) for a in self._attention_layers()), default=1)
+        most = PROMPT_CHUNK_MOST
+        while most > 1 and batch * heads * most * self.max_context * 4 > PROMPT_SCORES_BYTES:
+            most //= 2
+        chunks = prompt_chunks(window, most)
+        if not all(self._layers_capture_rows(batch * rows) for rows in set(chunks)):
+            return None
+        self._ensure_cache(batch)  # before taking the steps: new caches drop the steps captured over the old ones
+        return [(rows, self._prompt_step(batch, rows)) for rows in chunks]
+
+    def _prompt_step(self, batch: int, rows: int) -> TinyJit:
+        if (batch, rows) not in self._prompters:
+            def step(tokens: Tensor, start_pos: UOp) -> Tensor:
+                mask = self._mask(batch, rows, start_pos, None)
+                return self._hidden(tokens, start_pos, None, mask)[:, -1:].realize()
+            self._prompters[batch, rows] = TinyJit(step)
+        return self._prompters[batch, rows]
+
+    def _layers_capture_rows(self, rows: int) -> bool:
+        """Whether every layer of the model runs `rows` rows inside a TinyJit capture as well as outside one. A layer
+        that does not says so with a method `captures_rows(rows) -> bool` (a quantized layer that makes its float
+        weight for many rows, a mixture of experts that groups the tokens by expert on the host)."""
+        seen: set[int] = set()
+        todo: list[Any] = [self]
+        while todo:
+            obj = todo.pop()
+            if id(obj) in seen or isinstance(obj, (Tensor, TinyJit, type, str, bytes, int, float, np.ndarray)):
+                continue
+            seen.add(id(obj))
+            check = getattr(type(obj), "captures_rows", None)
+            if check is not None and not check(obj, rows):
+                return False
+            if isinstance(obj, (list, tuple)):
+                todo.extend(obj)
+            elif isinstance(obj, dict):
+                todo.extend(obj.values())
+            elif hasattr(obj, "__dict__"):
+                todo.extend(vars(obj).values())
+        return True
+
     def _check_prompts(self, prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[list[list[int]], list[int]]:
         if isinstance(prompts, (str, bytes)) or not len(prompts):
             raise ValueError("prompts must be a non-empty list of token id lists")
@@ -621,11 +678,28 @@ class _CausalLM:
 
     def _prefill(self, history: list[list[int]], window: int, pads: list[int], temperature: float, top_k: int,
                  top_p: float) -> tuple[list[int], list[int], Tensor | None]:
-        """Run the last `window` columns of every row from position 0 (a batched, unjitted forward): the next ids,
-        the pads in the window per row, and the keys that are not pads (None without pads)."""
+        """Run the last `window` columns of every row from position 0: the next ids, the pads in the window per row,
+        and the keys that are not pads (None without pads). Without pads the window runs as jitted chunks where the
+        model's layers allow (`_prompt_steps`), else as one batched, unjitted forward."""
         columns = len(history[0])
-        tokens = Tensor(np.array([r[columns - window:] for r in history], np.int32), device=self.device)
+        ids = np.array([r[columns - window:] for r in history], np.int32)
         in_window = self._pads_in(pads, columns, window)
+        steps = None if any(pads) else self._prompt_steps(len(history), window)
+        if steps is not None:
+            last: list[Tensor] = []
+            pos = 0
+            for rows, step in steps:
+                # bind exists on a Variable's UOp at run time; its annotation does not show it
+                start = Variable("prompt_start", 0, self.max_context - rows).bind(pos)  # type: ignore[attr-defined]
+                # the last chunk's output is dropped before the next runs: kept, it would be a second reader of the
+                # caches (its graph reads them), and the next chunk's writes could not go in place
+                last.clear()
+                last.append(step(Tensor(ids[:, pos:pos + rows], device=self.device), start))
+                pos += rows
+            logits = self._head(last[0])[:, -1]
+            nxt = [int(t) for t in sample(logits, temperature, top_k, top_p).numpy().reshape(-1)]
+            return nxt, in_window, None
+        tokens = Tensor(ids, device=self.device)
         positions = key_valid = None
         if any(pads):  # padded rows keep this form even once their pads leave the window: one decode step fits all
             positions = Tensor(np.maximum(np.arange(window)[None, :] - np.array(in_window)[:, None], 0)
@@ -634,6 +708,22 @@ class _CausalLM:
         logits = self._logits(tokens, 0, positions, key_valid, last_only=True)[:, -1]
         nxt = [int(t) for t in sample(logits, temperature, top_k, top_p).numpy().reshape(-1)]
         return nxt, in_window, key_valid
+
+
+#: the longest chunk of a prompt that one jitted prefill step takes, and the most bytes of attention scores its capture
+#: may hold (its scores are sized for a whole context: the chunk's position is a Variable there)
+PROMPT_CHUNK_MOST = 256
+PROMPT_SCORES_BYTES = 256 << 20
+
+
+def prompt_chunks(n: int, most: int) -> list[int]:
+    """n tokens as chunk lengths that are powers of two of at most `most` (itself one): as many `most` as fit, then
+    the binary digits of the rest, longest first. Every prompt length is then served by the same few jitted steps
+    (one per power of two), each compiled once."""
+    chunks = [most] * (n // most)
+    rest = n % most
+    chunks += [1 << b for b in range(rest.bit_length() - 1, -1, -1) if rest >> b & 1]
+    return chunks
 
 
 def _rows_for(table: Tensor, start_pos: Pos, T: int, positions: Tensor | None) -> Tensor:
