@@ -182,6 +182,8 @@ def test_jitted_prefill_matches_transformers_at_every_length(saved, name):
         compiled = len(runners) if runners is not None else 0
         assert list(model.generate(prompt, 6)) == hf_greedy(hf, prompt, 6), n
     assert {k: step.cnt for k, step in model._prompters.items()} == {(1, 8): 2, (1, 4): 2, (1, 1): 2, (1, 2): 1}
+    # between prefills the captures hold no activations: their memory went back to the device's pool
+    assert all(step.captured is None or step.captured.freed for step in model._prompters.values())
     if runners is not None:
         assert len(runners) == compiled, "the last prompt's chunks were replays: nothing compiled"
     # a new batch size makes new caches, and drops the steps captured over the old ones

@@ -698,6 +698,13 @@ class _CausalLM:
                 pos += rows
             logits = self._head(last[0])[:, -1]
             nxt = [int(t) for t in sample(logits, temperature, top_k, top_p).numpy().reshape(-1)]
+            last.clear()
+            for _, step in steps:
+                # the memory between a capture's launches (every layer's activations, for every row of the chunk)
+                # goes back to the device's pool between prefills, where the decode steps and the other chunk
+                # lengths' captures use it, instead of being held by each capture
+                if step.captured is not None:
+                    step.captured.free_intermediates()
             return nxt, in_window, None
         tokens = Tensor(ids, device=self.device)
         positions = key_valid = None
@@ -713,7 +720,7 @@ class _CausalLM:
 #: the longest chunk of a prompt that one jitted prefill step takes, and the most bytes of attention scores its capture
 #: may hold (its scores are sized for a whole context: the chunk's position is a Variable there)
 PROMPT_CHUNK_MOST = 256
-PROMPT_SCORES_BYTES = 256 << 20
+PROMPT_SCORES_BYTES = 64 << 20
 
 
 def prompt_chunks(n: int, most: int) -> list[int]:
