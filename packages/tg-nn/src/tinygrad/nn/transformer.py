@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import pathlib
+import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -635,7 +636,8 @@ class _CausalLM:
         todo: list[Any] = [self]
         while todo:
             obj = todo.pop()
-            if id(obj) in seen or isinstance(obj, (Tensor, TinyJit, type, str, bytes, int, float, np.ndarray)):
+            if id(obj) in seen or isinstance(obj, (Tensor, TinyJit, type, types.ModuleType, str, bytes, int, float,
+                                                   np.ndarray)):
                 continue
             seen.add(id(obj))
             check = getattr(type(obj), "captures_rows", None)
