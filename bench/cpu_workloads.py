@@ -66,7 +66,7 @@ class Numpy:
         calls = calibrate(step, seconds)
         return lambda: per_call(step, calls)
 
-    def jit(self, kernels: int) -> Callable[[], Result]:
+    def jit(self, kernels: int, calls: int = 1) -> Callable[[], Result]:
         raise NotAvailable("numpy has no JIT; see the eager dispatch table")
 
     def jit_call(self, layers: int, calls: int, fresh_inputs: bool) -> Callable[[], Result]:
@@ -117,7 +117,7 @@ class Torch:
         calls = calibrate(step, seconds)
         return lambda: per_call(step, calls)
 
-    def jit(self, kernels: int) -> Callable[[], Result]:
+    def jit(self, kernels: int, calls: int = 1) -> Callable[[], Result]:
         # plain eager: the same chain of separate ops, no torch.compile (its graph capture is not a replay
         # of separately launched kernels, and its compile would dominate a run this short)
         def chain() -> None:
@@ -126,8 +126,12 @@ class Torch:
                 x = x + 1
         chain()
 
+        def chains() -> None:
+            for _ in range(calls):
+                chain()
+
         def measure() -> Result:
-            return {"seconds": per_call(chain, 1)["seconds"] / kernels}
+            return {"seconds": per_call(chains, 1)["seconds"] / (kernels * calls)}
         return measure
 
     def jit_call(self, layers: int, calls: int, fresh_inputs: bool) -> Callable[[], Result]:
@@ -219,7 +223,8 @@ class TinygradApi:
         calls = calibrate(step, seconds)
         return lambda: per_call(step, calls, self.sync)
 
-    def jit(self, kernels: int) -> Callable[[], Result]:
+    def jit(self, kernels: int, calls: int = 1) -> Callable[[], Result]:
+        """`calls` replays in a row, each on a fresh input made before the clock starts."""
         tiny_jit = getattr(self.tg, "TinyJit", None)
         if tiny_jit is None:
             raise NotAvailable("TinyJit missing")
@@ -234,11 +239,12 @@ class TinygradApi:
             _check(replay(self._fresh([start + call])[0]).numpy(), start + call + kernels, f"TinyJit call {call}")
 
         def measure() -> Result:
-            x = self._fresh([start])[0]
+            xs = self._fresh([start] * calls)
             began = time.perf_counter()
-            replay(x)
+            for x in xs:
+                replay(x)
             self.sync()
-            return {"seconds": (time.perf_counter() - began) / kernels}
+            return {"seconds": (time.perf_counter() - began) / (kernels * calls)}
         return measure
 
     def jit_call(self, layers: int, calls: int, fresh_inputs: bool) -> Callable[[], Result]:

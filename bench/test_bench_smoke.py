@@ -48,8 +48,11 @@ def test_cpu_bench_prints_every_table() -> None:
     assert paths, output
     for title in ("fp32 matmul N=64", "fused elementwise a*b+c", "eager dispatch", "TinyJit replay"):
         section = output.split(f"### {title}")[1].split("\n### ")[0]
-        ours = [row for row in table_rows(section, "this project") if "copy" not in row]
+        ours = [row for row in table_rows(section, "this project") if "copy" not in row and "back to back" not in row]
         assert len(ours) == len(paths), f"{title}: one row per compiler path expected:\n{section}"
+    replay = output.split("### TinyJit replay")[1].split("\n### ")[0]
+    back_to_back = [row for row in table_rows(replay, "this project") if "calls back to back" in row]
+    assert len(back_to_back) == len(paths), f"one back-to-back replay row per compiler path expected:\n{replay}"
     ours = table_rows(output, "this project")
     assert not any("error:" in row or "n/a" in row for row in ours), "\n".join(ours)
     numpy_rows = table_rows(output, "numpy")
