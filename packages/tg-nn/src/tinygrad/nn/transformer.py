@@ -608,14 +608,15 @@ class _CausalLM:
     def _prompt_steps(self, batch: int, window: int) -> list[tuple[int, TinyJit]] | None:
         """The jitted steps that run a prompt of `window` tokens in chunks (`prompt_chunks`), each writing its keys and
         values into the caches and returning the last position's hidden state; None where a capture of some chunk
-        would run a layer worse than an unjitted forward (`_layers_capture_rows`). A chunk's attention scores are
+        would run a layer worse than an unjitted forward (`_capture_checks`). A chunk's attention scores are
         sized for a whole context inside a capture (its length is a Variable there), which bounds the chunks."""
         heads = max((getattr(a, "n_heads", 1) for a in self._attention_layers()), default=1)
         most = PROMPT_CHUNK_MOST
         while most > 1 and batch * heads * most * self.max_context * 4 > PROMPT_SCORES_BYTES:
             most //= 2
         chunks = prompt_chunks(window, most)
-        if not all(self._layers_capture_rows(batch * rows) for rows in set(chunks)):
+        checks = self._capture_checks()
+        if not all(check(batch * rows) for check in checks for rows in set(chunks)):
             return None
         self._ensure_cache(batch)  # before taking the steps: new caches drop the steps captured over the old ones
         return [(rows, self._prompt_step(batch, rows)) for rows in chunks]
@@ -628,10 +629,11 @@ class _CausalLM:
             self._prompters[batch, rows] = TinyJit(step)
         return self._prompters[batch, rows]
 
-    def _layers_capture_rows(self, rows: int) -> bool:
-        """Whether every layer of the model runs `rows` rows inside a TinyJit capture as well as outside one. A layer
-        that does not says so with a method `captures_rows(rows) -> bool` (a quantized layer that makes its float
-        weight for many rows, a mixture of experts that groups the tokens by expert on the host)."""
+    def _capture_checks(self) -> list[Callable[[int], bool]]:
+        """The `captures_rows(rows) -> bool` methods of the model's layers: a layer that may run some number of rows
+        worse inside a TinyJit capture than outside one says so there (a quantized layer that makes its float weight
+        for many rows, a mixture of experts that groups the tokens by expert on the host)."""
+        checks: list[Callable[[int], bool]] = []
         seen: set[int] = set()
         todo: list[Any] = [self]
         while todo:
@@ -640,16 +642,15 @@ class _CausalLM:
                                                    np.ndarray)):
                 continue
             seen.add(id(obj))
-            check = getattr(type(obj), "captures_rows", None)
-            if check is not None and not check(obj, rows):
-                return False
+            if getattr(type(obj), "captures_rows", None) is not None:
+                checks.append(obj.captures_rows)
             if isinstance(obj, (list, tuple)):
                 todo.extend(obj)
             elif isinstance(obj, dict):
                 todo.extend(obj.values())
             elif hasattr(obj, "__dict__"):
                 todo.extend(vars(obj).values())
-        return True
+        return checks
 
     def _check_prompts(self, prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[list[list[int]], list[int]]:
         if isinstance(prompts, (str, bytes)) or not len(prompts):
